@@ -1,0 +1,66 @@
+//! Command-line parsing, logging set-up and error reporting shared by every subcommand.
+
+mod bench;
+mod generate;
+mod tokenize;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "shoal", version, about = "Run one large language model across several computers")]
+struct Cli {
+    /// More log output on stderr (-v: info, -vv: debug, -vvv: trace). RUST_LOG overrides it.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate a continuation of a prompt with a local model (optionally split into stages).
+    Generate(generate::GenerateArgs),
+    /// Print the token ids of the text on stdin as a JSON array.
+    Tokenize(tokenize::TokenizeArgs),
+    /// Measure prefill and decode tokens/s of a model on this machine.
+    Bench(bench::BenchArgs),
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let result = match cli.command {
+        Command::Generate(args) => generate::run(args),
+        Command::Tokenize(args) => tokenize::run(args),
+        Command::Bench(args) => bench::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}
+
+/// Reads all of stdin as UTF-8 text.
+fn read_stdin() -> anyhow::Result<String> {
+    use anyhow::Context;
+    use std::io::Read;
+    let mut text = String::new();
+    std::io::stdin().read_to_string(&mut text).context("reading the prompt from stdin (it must be UTF-8 text)")?;
+    Ok(text)
+}

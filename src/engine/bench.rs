@@ -1,0 +1,128 @@
+//! Prefill and decode throughput, measured the way llama.cpp's `llama-bench` does (pp512 / tg128):
+//! random tokens, an empty cache for every repetition, one warm-up run, and medians over repetitions.
+
+use super::pipeline::LocalPipeline;
+use super::stage::StageOptions;
+use super::{EngineError, WireFormat};
+use crate::ggml::os::peak_resident_bytes;
+use crate::model::Model;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+use std::path::Path;
+use std::time::Instant;
+
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    pub prompt_tokens: usize,
+    pub gen_tokens: usize,
+    pub repetitions: usize,
+    pub threads: usize,
+    /// Split points, to measure a pipeline of in-process stages.
+    pub splits: Vec<usize>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    pub model: String,
+    pub model_bytes: u64,
+    pub threads: usize,
+    pub stages: usize,
+    pub prompt_tokens: usize,
+    pub gen_tokens: usize,
+    pub repetitions: usize,
+    /// Median prompt-processing rate (tokens/s) over the repetitions.
+    pub prefill_tokens_per_second: f64,
+    /// Median generation rate (tokens/s) over the repetitions.
+    pub decode_tokens_per_second: f64,
+    pub prefill_samples: Vec<f64>,
+    pub decode_samples: Vec<f64>,
+    /// Opening the file and setting up the stages (weights are mapped, so pages load on first use).
+    pub load_seconds: f64,
+    pub peak_resident_bytes: Option<u64>,
+}
+
+pub fn run(path: &Path, options: &BenchOptions) -> Result<BenchReport, EngineError> {
+    let started = Instant::now();
+    let model = Model::open(path)?;
+    let stage_options = StageOptions {
+        context: (options.prompt_tokens + options.gen_tokens).max(1),
+        sequences: 1,
+        threads: options.threads,
+        batch: options.prompt_tokens.clamp(1, 512),
+    };
+    let mut pipeline = LocalPipeline::load(&model, &options.splits, &stage_options, WireFormat::F32)?;
+    let load_seconds = started.elapsed().as_secs_f64();
+    let vocabulary = model.config().vocabulary as u32;
+    let mut rng = ChaCha8Rng::seed_from_u64(42);
+    let prompt: Vec<u32> = (0..options.prompt_tokens).map(|_| rng.random_range(0..vocabulary)).collect();
+
+    let prefill = |pipeline: &mut LocalPipeline| -> Result<f64, EngineError> {
+        pipeline.truncate(0, 0);
+        let t = Instant::now();
+        let mut pos = 0;
+        for chunk in prompt.chunks(pipeline.batch()) {
+            pipeline.forward(0, pos, chunk)?;
+            pos += chunk.len();
+        }
+        Ok(super::rate(prompt.len(), t.elapsed()))
+    };
+    let mut decode = |pipeline: &mut LocalPipeline, n: usize| -> Result<f64, EngineError> {
+        pipeline.truncate(0, 0);
+        let mut token = rng.random_range(0..vocabulary);
+        let t = Instant::now();
+        for pos in 0..n {
+            let logits = pipeline.forward(0, pos, &[token])?;
+            token = super::argmax(logits);
+        }
+        Ok(super::rate(n, t.elapsed()))
+    };
+
+    // Warm-up: fault in the weights and size the buffers.
+    if options.prompt_tokens > 0 {
+        prefill(&mut pipeline)?;
+    }
+    if options.gen_tokens > 0 {
+        decode(&mut pipeline, 1)?;
+    }
+    let mut prefill_samples = Vec::new();
+    let mut decode_samples = Vec::new();
+    for _ in 0..options.repetitions.max(1) {
+        if options.prompt_tokens > 0 {
+            prefill_samples.push(prefill(&mut pipeline)?);
+        }
+        if options.gen_tokens > 0 {
+            decode_samples.push(decode(&mut pipeline, options.gen_tokens)?);
+        }
+    }
+    Ok(BenchReport {
+        model: model.name(),
+        model_bytes: model.file().file_bytes(),
+        threads: options.threads,
+        stages: pipeline.stages().len(),
+        prompt_tokens: options.prompt_tokens,
+        gen_tokens: options.gen_tokens,
+        repetitions: options.repetitions.max(1),
+        prefill_tokens_per_second: median(&prefill_samples),
+        decode_tokens_per_second: median(&decode_samples),
+        prefill_samples,
+        decode_samples,
+        load_seconds,
+        peak_resident_bytes: peak_resident_bytes(),
+    })
+}
+
+/// The median of `values` (0 for none).
+pub fn median(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    if sorted.len() % 2 == 1 {
+        sorted[mid]
+    } else {
+        (sorted[mid - 1] + sorted[mid]) / 2.0
+    }
+}

@@ -1,0 +1,53 @@
+//! The layer-range executor: a [`Stage`] runs layers [a, b) of a model on ggml with its own KV cache;
+//! hidden states cross stage boundaries in the byte form of [`hidden`]; [`LocalPipeline`] chains stages
+//! in one process; [`generate`] samples a continuation; [`bench`] measures prefill and decode rates.
+
+pub mod bench;
+mod generate;
+pub mod hidden;
+mod kv_cache;
+mod llama;
+mod pipeline;
+mod sampler;
+mod stage;
+mod stop;
+mod weights;
+
+pub use generate::{generate, rate, FinishReason, GenerateRequest, GenerationStats, TokenStream};
+pub use hidden::{HiddenStates, WireFormat};
+pub use kv_cache::CACHE_BLOCK;
+pub use pipeline::{split_ranges, LocalPipeline};
+pub use sampler::{argmax, Sampler, SamplingParams};
+pub use stage::{default_threads, Stage, StageInput, StageMemory, StageOptions};
+pub use stop::StopStrings;
+pub use weights::StageWeights;
+
+use crate::model::ModelError;
+use std::ops::Range;
+
+/// Why a stage could not load or run a step.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error("layers {}..{} are not a range inside the model's {model_layers} layers", layers.start, layers.end)]
+    InvalidLayers { layers: Range<usize>, model_layers: usize },
+    #[error("split points {splits:?} must rise strictly between 0 and the model's {layers} layers (for example --split 10,20)")]
+    InvalidSplit { splits: Vec<usize>, layers: usize },
+    #[error(
+        "the prompt needs {needed} positions but the context holds {context}; shorten the prompt or raise --ctx-size"
+    )]
+    ContextFull { needed: usize, context: usize },
+    #[error("not enough memory: {0}")]
+    OutOfMemory(String),
+    #[error("{0}; use a model in a quantization the CPU kernels support (Q4_0, Q4_K_M, Q8_0, F16, …)")]
+    Unsupported(String),
+    #[error("ggml failed: {0}")]
+    Backend(String),
+    #[error("invalid input: {0}")]
+    BadInput(String),
+    #[error("layers {}..{} produced a non-finite value (at output index {index}); the model file is probably damaged: download it again", layers.start, layers.end)]
+    NonFinite { layers: Range<usize>, index: usize },
+    #[error("internal error: {0}")]
+    Internal(String),
+}

@@ -1,0 +1,303 @@
+//! A stage: layers [a, b) of a model with their own KV cache, run on ggml's CPU back end.
+//! The first stage takes token ids, the others hidden states; the last returns logits.
+
+use super::kv_cache::KvCache;
+use super::llama::{self, input, GraphShape, StageParts};
+use super::weights::StageWeights;
+use super::EngineError;
+use crate::ggml::{CpuBackend, Graph};
+use crate::model::{Model, ModelConfig};
+use half::f16;
+use std::ops::Range;
+
+/// How a stage is sized and run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StageOptions {
+    /// Positions of each sequence the cache holds (rounded up to a multiple of 256).
+    pub context: usize,
+    /// Sequences (requests) the cache holds at once.
+    pub sequences: usize,
+    /// Compute threads.
+    pub threads: usize,
+    /// Most tokens one forward step takes (prompts are processed in chunks of this size).
+    pub batch: usize,
+}
+
+impl Default for StageOptions {
+    fn default() -> StageOptions {
+        StageOptions { context: 4096, sequences: 1, threads: default_threads(), batch: 512 }
+    }
+}
+
+/// One compute thread per core, as llama.cpp does by default.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(4, |n| n.get())
+}
+
+/// What a step feeds a stage.
+pub enum StageInput<'a> {
+    /// Token ids (first stage only).
+    Tokens(&'a [u32]),
+    /// Hidden states from the previous stage: `tokens` rows of the model's embedding width.
+    Hidden { values: &'a [f32], tokens: usize },
+}
+
+impl StageInput<'_> {
+    fn tokens(&self) -> usize {
+        match self {
+            StageInput::Tokens(ids) => ids.len(),
+            StageInput::Hidden { tokens, .. } => *tokens,
+        }
+    }
+}
+
+/// Memory a stage uses, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StageMemory {
+    pub weights: u64,
+    pub kv_cache: u64,
+    pub compute: u64,
+}
+
+pub struct Stage {
+    config: ModelConfig,
+    layers: Range<usize>,
+    options: StageOptions,
+    weights: StageWeights,
+    cache: KvCache,
+    backend: CpuBackend,
+    /// The graph of the previous step, reused while the shape stays the same (a decode step usually does).
+    graph: Option<(GraphShape, Graph)>,
+    compute_bytes: u64,
+    // Buffers reused across steps so a decode step allocates nothing.
+    output: Vec<f32>,
+    positions: Vec<i32>,
+    rows: Vec<i64>,
+    mask: Vec<f16>,
+    token_ids: Vec<i32>,
+}
+
+impl Stage {
+    /// Maps the tensors of `layers`, allocates the KV cache and sizes the compute buffer for the largest
+    /// step. Fails with a clear error for a bad range or a tensor type the CPU back end cannot compute.
+    pub fn load(model: &Model, layers: Range<usize>, options: StageOptions) -> Result<Stage, EngineError> {
+        let config = model.config().clone();
+        if layers.start >= layers.end || layers.end > config.layers {
+            return Err(EngineError::InvalidLayers { layers, model_layers: config.layers });
+        }
+        let options = StageOptions {
+            context: options.context.max(1),
+            sequences: options.sequences.max(1),
+            threads: options.threads.max(1),
+            batch: options.batch.clamp(1, options.context.max(1)),
+        };
+        let weights = StageWeights::map(model, layers.clone())?;
+        let cache = KvCache::new(layers.len(), config.kv_width(), options.context, options.sequences)?;
+        let backend = CpuBackend::new(options.threads).map_err(EngineError::Backend)?;
+        let mut stage = Stage {
+            config,
+            layers,
+            options,
+            weights,
+            cache,
+            backend,
+            graph: None,
+            compute_bytes: 0,
+            output: Vec::new(),
+            positions: Vec::new(),
+            rows: Vec::new(),
+            mask: Vec::new(),
+            token_ids: Vec::new(),
+        };
+        let worst = GraphShape { tokens: stage.options.batch, attended: stage.cache.context(), seq: 0 };
+        let graph = stage.build(worst);
+        if let Some(node) = stage.backend.unsupported_node(&graph) {
+            return Err(EngineError::Unsupported(format!("the CPU back end cannot compute {node}")));
+        }
+        stage.compute_bytes = stage.backend.reserve(&graph).map_err(EngineError::OutOfMemory)? as u64;
+        tracing::debug!(
+            layers = ?stage.layers,
+            weights = stage.weights.mapped_bytes(),
+            kv_cache = stage.cache.bytes(),
+            compute = stage.compute_bytes,
+            nodes = graph.node_count(),
+            "stage loaded"
+        );
+        Ok(stage)
+    }
+
+    fn build(&self, shape: GraphShape) -> Graph {
+        let parts = StageParts {
+            config: &self.config,
+            layers: self.layers.clone(),
+            weights: &self.weights,
+            cache: &self.cache,
+        };
+        llama::build(&parts, shape)
+    }
+
+    pub fn layers(&self) -> Range<usize> {
+        self.layers.clone()
+    }
+
+    pub fn is_first(&self) -> bool {
+        self.layers.start == 0
+    }
+
+    pub fn is_last(&self) -> bool {
+        self.layers.end == self.config.layers
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn options(&self) -> &StageOptions {
+        &self.options
+    }
+
+    pub fn weights(&self) -> &StageWeights {
+        &self.weights
+    }
+
+    pub fn memory(&self) -> StageMemory {
+        StageMemory { weights: self.weights.mapped_bytes(), kv_cache: self.cache.bytes(), compute: self.compute_bytes }
+    }
+
+    /// Positions the cache holds per sequence.
+    pub fn context(&self) -> usize {
+        self.cache.context()
+    }
+
+    /// Filled positions of sequence `seq`.
+    pub fn len(&self, seq: usize) -> usize {
+        self.cache.len(seq)
+    }
+
+    pub fn is_empty(&self, seq: usize) -> bool {
+        self.cache.is_empty(seq)
+    }
+
+    /// Forgets sequence `seq` from position `len` on.
+    pub fn truncate(&mut self, seq: usize, len: usize) {
+        self.cache.truncate(seq, len);
+    }
+
+    /// The output of the last successful [`Stage::forward`].
+    pub fn last_output(&self) -> &[f32] {
+        &self.output
+    }
+
+    /// Runs this stage's layers on `input`, the positions `start..start + tokens` of sequence `seq`.
+    /// Positions from `start` on are (re)written; `start` may not lie beyond what the sequence holds.
+    ///
+    /// Returns hidden states (`tokens` rows of the embedding width) or, on the last stage, the logits of
+    /// the last position (the vocabulary's width).
+    pub fn forward(&mut self, seq: usize, start: usize, input: StageInput<'_>) -> Result<&[f32], EngineError> {
+        let tokens = input.tokens();
+        self.check_step(seq, start, &input)?;
+        let end = start + tokens;
+        let shape = GraphShape { tokens, attended: self.cache.attended(end), seq };
+        if self.graph.as_ref().map(|(s, _)| *s) != Some(shape) {
+            // Free the old graph first: it holds the compute buffer's place.
+            self.graph = None;
+            let graph = self.build(shape);
+            self.graph = Some((shape, graph));
+        }
+        self.fill_inputs(seq, start, tokens, shape.attended, &input);
+        let is_last = self.is_last();
+        let (_, graph) = self.graph.as_ref().expect("built above");
+        let backend = &mut self.backend;
+        backend.allocate(graph).map_err(EngineError::OutOfMemory)?;
+        match &input {
+            StageInput::Tokens(_) => backend.set_input(graph, input::TOKENS, &self.token_ids),
+            StageInput::Hidden { values, .. } => backend.set_input(graph, input::HIDDEN, values),
+        }
+        backend.set_input(graph, input::POSITIONS, &self.positions);
+        backend.set_input(graph, input::CACHE_ROWS, &self.rows);
+        backend.set_input(graph, input::MASK, &self.mask);
+        if is_last && tokens > 1 {
+            backend.set_input(graph, input::LAST_ROW, &[tokens as i32 - 1]);
+        }
+        backend.compute(graph).map_err(EngineError::Backend)?;
+        backend.read_output(graph, &mut self.output);
+        self.cache.set_len(seq, end);
+        if let Some(bad) = self.output.iter().position(|v| !v.is_finite()) {
+            return Err(EngineError::NonFinite { layers: self.layers.clone(), index: bad });
+        }
+        Ok(&self.output)
+    }
+
+    fn check_step(&self, seq: usize, start: usize, input: &StageInput<'_>) -> Result<(), EngineError> {
+        let tokens = input.tokens();
+        if seq >= self.cache.sequences() {
+            return Err(EngineError::BadInput(format!(
+                "sequence {seq} does not exist (this stage holds {})",
+                self.cache.sequences()
+            )));
+        }
+        if tokens == 0 || tokens > self.options.batch {
+            return Err(EngineError::BadInput(format!(
+                "a step takes 1 to {} tokens, not {tokens}",
+                self.options.batch
+            )));
+        }
+        if start > self.cache.len(seq) {
+            return Err(EngineError::BadInput(format!(
+                "position {start} skips ahead of the {} positions sequence {seq} holds",
+                self.cache.len(seq)
+            )));
+        }
+        if start + tokens > self.cache.context() {
+            return Err(EngineError::ContextFull { needed: start + tokens, context: self.cache.context() });
+        }
+        match input {
+            StageInput::Tokens(ids) => {
+                if !self.is_first() {
+                    return Err(EngineError::BadInput(format!(
+                        "stage {:?} takes hidden states, not tokens",
+                        self.layers
+                    )));
+                }
+                if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.config.vocabulary) {
+                    return Err(EngineError::BadInput(format!(
+                        "token id {bad} is outside the vocabulary of {}",
+                        self.config.vocabulary
+                    )));
+                }
+            }
+            StageInput::Hidden { values, tokens } => {
+                if self.is_first() {
+                    return Err(EngineError::BadInput("the first stage takes tokens, not hidden states".into()));
+                }
+                if values.len() != tokens * self.config.embedding {
+                    return Err(EngineError::BadInput(format!(
+                        "hidden states hold {} values; {tokens} tokens of width {} need {}",
+                        values.len(),
+                        self.config.embedding,
+                        tokens * self.config.embedding
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn fill_inputs(&mut self, seq: usize, start: usize, tokens: usize, attended: usize, input: &StageInput<'_>) {
+        if let StageInput::Tokens(ids) = input {
+            self.token_ids.clear();
+            self.token_ids.extend(ids.iter().map(|&id| id as i32));
+        }
+        self.positions.clear();
+        self.positions.extend((start..start + tokens).map(|p| p as i32));
+        self.rows.clear();
+        self.rows.extend((start..start + tokens).map(|p| self.cache.row(seq, p)));
+        // Causal mask: token i (at position start + i) sees cache positions 0..=start + i.
+        self.mask.clear();
+        self.mask.resize(attended * tokens, f16::NEG_INFINITY);
+        for i in 0..tokens {
+            let visible = start + i + 1;
+            self.mask[i * attended..i * attended + visible].fill(f16::ZERO);
+        }
+    }
+}

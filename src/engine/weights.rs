@@ -1,0 +1,122 @@
+//! The tensors one stage maps from the model file: its layers, and the embeddings or output head when
+//! it is the first or last stage. Nothing else of the file is bound, so nothing else becomes resident.
+
+use super::EngineError;
+use crate::ggml::{MappedTensor, SetTensorRef, TensorSet};
+use crate::model::layout::{self, OUTPUT, OUTPUT_NORM, ROPE_FREQS, TOKEN_EMBEDDING};
+use crate::model::{Model, TensorInfo};
+use std::ops::Range;
+
+/// One transformer layer's tensors.
+pub(super) struct LayerWeights {
+    pub attn_norm: SetTensorRef,
+    pub q: SetTensorRef,
+    pub k: SetTensorRef,
+    pub v: SetTensorRef,
+    pub q_bias: Option<SetTensorRef>,
+    pub k_bias: Option<SetTensorRef>,
+    pub v_bias: Option<SetTensorRef>,
+    pub attn_output: SetTensorRef,
+    pub attn_output_bias: Option<SetTensorRef>,
+    pub q_norm: Option<SetTensorRef>,
+    pub k_norm: Option<SetTensorRef>,
+    pub ffn_norm: SetTensorRef,
+    pub ffn_gate: SetTensorRef,
+    pub ffn_up: SetTensorRef,
+    pub ffn_down: SetTensorRef,
+}
+
+/// The mapped tensors of a stage.
+pub struct StageWeights {
+    set: TensorSet,
+    names: Vec<String>,
+    pub(super) layers: Vec<LayerWeights>,
+    /// First stage: the token embedding table.
+    pub(super) embedding: Option<SetTensorRef>,
+    /// Last stage: final norm and output head (the embedding table when the model ties them).
+    pub(super) output_norm: Option<SetTensorRef>,
+    pub(super) output: Option<SetTensorRef>,
+    pub(super) rope_factors: Option<SetTensorRef>,
+}
+
+impl StageWeights {
+    /// The tensors a stage running `layers` needs, in file order.
+    pub fn tensors_for(model: &Model, layers: Range<usize>) -> Vec<&TensorInfo> {
+        let config = model.config();
+        let mut names: Vec<String> =
+            layers.clone().flat_map(|l| layout::layer_tensors(config, l)).map(|t| t.name).collect();
+        names.push(ROPE_FREQS.into());
+        if layers.start == 0 {
+            names.push(TOKEN_EMBEDDING.into());
+        }
+        if layers.end == config.layers {
+            names.push(OUTPUT_NORM.into());
+            names.push(if model.layout().tied_output { TOKEN_EMBEDDING.into() } else { OUTPUT.into() });
+        }
+        let mut infos: Vec<&TensorInfo> = names.iter().filter_map(|n| model.file().tensor(n)).collect();
+        infos.sort_by_key(|t| t.offset);
+        infos.dedup_by_key(|t| t.offset);
+        infos
+    }
+
+    /// Maps the tensors of `layers` (already validated by [`Model::open`]).
+    pub fn map(model: &Model, layers: Range<usize>) -> Result<StageWeights, EngineError> {
+        let infos = Self::tensors_for(model, layers.clone());
+        let specs: Vec<MappedTensor<'_>> = infos
+            .iter()
+            .map(|t| MappedTensor { name: &t.name, dtype: t.dtype, shape: &t.shape, file_offset: t.offset })
+            .collect();
+        let set = TensorSet::map(model.file().mapping().clone(), &specs).map_err(|reason| {
+            EngineError::Model(crate::model::ModelError::Corrupt { path: model.path().into(), reason })
+        })?;
+        let get = |name: &str| set.get(name);
+        let need = |name: String| get(&name).ok_or(EngineError::Internal(format!("tensor {name} was not mapped")));
+        let config = model.config();
+        let mut layer_weights = Vec::with_capacity(layers.len());
+        for l in layers.clone() {
+            let n = |part: &str| format!("blk.{l}.{part}");
+            layer_weights.push(LayerWeights {
+                attn_norm: need(n("attn_norm.weight"))?,
+                q: need(n("attn_q.weight"))?,
+                k: need(n("attn_k.weight"))?,
+                v: need(n("attn_v.weight"))?,
+                q_bias: get(&n("attn_q.bias")),
+                k_bias: get(&n("attn_k.bias")),
+                v_bias: get(&n("attn_v.bias")),
+                attn_output: need(n("attn_output.weight"))?,
+                attn_output_bias: get(&n("attn_output.bias")),
+                q_norm: get(&n("attn_q_norm.weight")),
+                k_norm: get(&n("attn_k_norm.weight")),
+                ffn_norm: need(n("ffn_norm.weight"))?,
+                ffn_gate: need(n("ffn_gate.weight"))?,
+                ffn_up: need(n("ffn_up.weight"))?,
+                ffn_down: need(n("ffn_down.weight"))?,
+            });
+        }
+        let last = layers.end == config.layers;
+        let output = match (last, model.layout().tied_output) {
+            (false, _) => None,
+            (true, true) => Some(need(TOKEN_EMBEDDING.into())?),
+            (true, false) => Some(need(OUTPUT.into())?),
+        };
+        Ok(StageWeights {
+            names: infos.iter().map(|t| t.name.clone()).collect(),
+            layers: layer_weights,
+            embedding: if layers.start == 0 { Some(need(TOKEN_EMBEDDING.into())?) } else { None },
+            output_norm: if last { Some(need(OUTPUT_NORM.into())?) } else { None },
+            output,
+            rope_factors: get(ROPE_FREQS),
+            set,
+        })
+    }
+
+    /// Exact bytes of the tensors this stage mapped.
+    pub fn mapped_bytes(&self) -> u64 {
+        self.set.data_bytes()
+    }
+
+    /// Names of the tensors this stage mapped.
+    pub fn tensor_names(&self) -> &[String] {
+        &self.names
+    }
+}

@@ -1,0 +1,42 @@
+//! The safe wrapper over ggml and llama.cpp: the only module of shoal that uses `unsafe`.
+//!
+//! Everything above this module works with owned Rust values and borrow-checked handles:
+//! - [`DType`]: ggml's tensor element types (F32, F16, the quantizations) and their byte sizes.
+//! - [`TensorSet`]: tensors whose data lives in one buffer, either mapped from a model file (weights) or
+//!   allocated and zeroed (a KV cache). A set keeps its buffer, and the file mapping, alive.
+//! - [`GraphBuilder`] / [`Graph`]: a compute graph built from ops on [`Tensor`] handles; a graph keeps alive
+//!   every set whose tensors it uses, so it can be cached and re-run without dangling pointers.
+//! - [`CpuBackend`]: ggml's CPU back end with a persistent thread pool, its graph allocator, and compute.
+//! - [`Vocab`]: llama.cpp's own tokenizer, loaded from a GGUF file without its weights.
+//! - [`os`]: the two operating-system calls that need `unsafe` (mapping a file, reading peak memory).
+//!
+//! Shapes handed to ggml ops are the caller's responsibility (ggml aborts on a mismatch); callers validate
+//! every tensor's shape against the model's hyper-parameters before building a graph. Views are checked
+//! here so that no view can reach outside its source tensor.
+
+mod backend;
+mod dtype;
+mod graph;
+mod log;
+pub mod os;
+mod tensor_set;
+mod vocab;
+
+pub use backend::CpuBackend;
+pub use dtype::DType;
+pub use graph::{Element, Graph, GraphBuilder, GraphOutput, RopeParams, Tensor};
+pub use tensor_set::{MappedTensor, SetTensor, SetTensorRef, TensorSet};
+pub use vocab::{Vocab, VocabError};
+
+use llama_cpp_sys_2 as sys;
+use std::sync::Once;
+
+/// Initialises ggml and llama.cpp once per process and routes their log output to `tracing`.
+pub fn init() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        log::install();
+        // SAFETY: called once per process before any other llama.cpp call; takes no arguments.
+        unsafe { sys::llama_backend_init() };
+    });
+}

@@ -1,0 +1,230 @@
+//! Tensors whose data lives in one buffer: weights mapped from a model file, or an allocated KV cache.
+
+use super::{sys, DType};
+use memmap2::Mmap;
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// ggml's CPU buffers must start on this boundary (`TENSOR_ALIGNMENT`).
+const BUFFER_ALIGNMENT: usize = 32;
+
+/// A tensor to bind to bytes of a mapped file.
+pub struct MappedTensor<'a> {
+    pub name: &'a str,
+    pub dtype: DType,
+    /// ggml order: `shape[0]` is the row length.
+    pub shape: &'a [u64],
+    /// Absolute byte offset of the tensor's data in the file.
+    pub file_offset: u64,
+}
+
+/// A tensor to allocate (zeroed) in a new buffer.
+pub struct SetTensor<'a> {
+    pub name: &'a str,
+    pub dtype: DType,
+    pub shape: &'a [u64],
+}
+
+/// Owns a ggml context of tensor descriptions and the buffer holding their data.
+pub(super) struct SetInner {
+    ctx: NonNull<sys::ggml_context>,
+    buffer: NonNull<sys::ggml_backend_buffer>,
+    /// Keeps the file mapping alive for as long as tensors point into it.
+    _mapping: Option<Arc<Mmap>>,
+}
+
+// SAFETY: the context and buffer are plain heap objects with no thread affinity; all mutation goes
+// through `&mut` or happens inside ggml compute calls serialised by the owning backend.
+unsafe impl Send for SetInner {}
+unsafe impl Sync for SetInner {}
+
+impl Drop for SetInner {
+    fn drop(&mut self) {
+        // SAFETY: both were created by this set and are freed exactly once, buffer first.
+        unsafe {
+            sys::ggml_backend_buffer_free(self.buffer.as_ptr());
+            sys::ggml_free(self.ctx.as_ptr());
+        }
+    }
+}
+
+/// A handle to one tensor of a [`TensorSet`]; it keeps the set alive.
+#[derive(Clone)]
+pub struct SetTensorRef {
+    pub(super) raw: NonNull<sys::ggml_tensor>,
+    pub(super) owner: Arc<SetInner>,
+}
+
+// SAFETY: see `SetInner`; the handle itself is only a pointer plus an owning reference.
+unsafe impl Send for SetTensorRef {}
+unsafe impl Sync for SetTensorRef {}
+
+impl SetTensorRef {
+    pub fn shape(&self) -> [i64; 4] {
+        // SAFETY: the tensor lives as long as `owner`.
+        unsafe { self.raw.as_ref().ne }
+    }
+
+    pub fn dtype(&self) -> DType {
+        // SAFETY: as above; the type was valid when the tensor was created.
+        DType::from_id(unsafe { self.raw.as_ref().type_ }).expect("tensor type was validated")
+    }
+
+    pub fn bytes(&self) -> usize {
+        // SAFETY: as above.
+        unsafe { sys::ggml_nbytes(self.raw.as_ptr()) }
+    }
+}
+
+/// Tensors with their data in one buffer.
+pub struct TensorSet {
+    inner: Arc<SetInner>,
+    by_name: HashMap<String, NonNull<sys::ggml_tensor>>,
+    data_bytes: u64,
+}
+
+// SAFETY: see `SetInner`.
+unsafe impl Send for TensorSet {}
+unsafe impl Sync for TensorSet {}
+
+impl TensorSet {
+    /// Binds `tensors` to their bytes inside `mapping` without copying them: one ggml CPU buffer wraps the
+    /// span from the first to the last tensor, so pages become resident only when a computation reads them.
+    ///
+    /// Fails (never aborts) when a tensor lies outside the mapping, overlaps the end, or is misaligned.
+    pub fn map(mapping: Arc<Mmap>, tensors: &[MappedTensor<'_>]) -> Result<TensorSet, String> {
+        if tensors.is_empty() {
+            return Err("no tensors to map".into());
+        }
+        let mut first = u64::MAX;
+        let mut last = 0u64;
+        let mut sizes = Vec::with_capacity(tensors.len());
+        for t in tensors {
+            let size =
+                t.dtype.tensor_bytes(t.shape).ok_or_else(|| format!("tensor {} has an impossible shape", t.name))?;
+            let end = t.file_offset.checked_add(size).filter(|&end| end <= mapping.len() as u64).ok_or_else(|| {
+                format!("tensor {} ({} bytes at offset {}) runs past the end of the file", t.name, size, t.file_offset)
+            })?;
+            first = first.min(t.file_offset);
+            last = last.max(end);
+            sizes.push(size);
+        }
+        let first = first as usize / BUFFER_ALIGNMENT * BUFFER_ALIGNMENT;
+        let span = last as usize - first;
+        let ctx = new_context(tensors.len())?;
+        let mut by_name = HashMap::with_capacity(tensors.len());
+        // SAFETY: the span lies inside the mapping (checked above) and the mapping outlives the buffer
+        // (stored in `SetInner`). ggml never writes to weight buffers. `first` is 32-aligned and the map
+        // itself is page-aligned, which satisfies ggml's alignment assertion.
+        let base = unsafe { mapping.as_ptr().add(first) } as *mut std::ffi::c_void;
+        let buffer = NonNull::new(unsafe { sys::ggml_backend_cpu_buffer_from_ptr(base, span) });
+        let Some(buffer) = buffer else {
+            unsafe { sys::ggml_free(ctx.as_ptr()) };
+            return Err("ggml could not wrap the mapped file".into());
+        };
+        // From here on `inner` frees the context and buffer on every exit path.
+        let inner = Arc::new(SetInner { ctx, buffer, _mapping: Some(mapping.clone()) });
+        unsafe { sys::ggml_backend_buffer_set_usage(buffer.as_ptr(), sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS) };
+        for t in tensors {
+            let raw = create_tensor(ctx, t.name, t.dtype, t.shape)?;
+            let offset = t.file_offset as usize;
+            if offset % BUFFER_ALIGNMENT != 0 {
+                return Err(format!("tensor {} is not {}-byte aligned in the file", t.name, BUFFER_ALIGNMENT));
+            }
+            // SAFETY: offset..offset+size lies in [first, last), i.e. inside the buffer (checked above),
+            // and matches ggml_nbytes of the tensor because both derive from the same type and shape.
+            let status =
+                unsafe { sys::ggml_backend_tensor_alloc(buffer.as_ptr(), raw.as_ptr(), base.add(offset - first)) };
+            if status != sys::GGML_STATUS_SUCCESS {
+                return Err(format!("ggml could not bind tensor {}", t.name));
+            }
+            by_name.insert(t.name.to_string(), raw);
+        }
+        let data_bytes = sizes.iter().sum();
+        Ok(TensorSet { inner, by_name, data_bytes })
+    }
+
+    /// Allocates `tensors` in one new CPU buffer, filled with zeros.
+    pub fn allocate(tensors: &[SetTensor<'_>]) -> Result<TensorSet, String> {
+        if tensors.is_empty() {
+            return Err("no tensors to allocate".into());
+        }
+        let ctx = new_context(tensors.len())?;
+        let mut by_name = HashMap::with_capacity(tensors.len());
+        let mut data_bytes = 0u64;
+        for t in tensors {
+            let raw = match create_tensor(ctx, t.name, t.dtype, t.shape) {
+                Ok(raw) => raw,
+                Err(e) => {
+                    unsafe { sys::ggml_free(ctx.as_ptr()) };
+                    return Err(e);
+                }
+            };
+            data_bytes += t.dtype.tensor_bytes(t.shape).unwrap_or(0);
+            by_name.insert(t.name.to_string(), raw);
+        }
+        // SAFETY: ctx holds only tensors without data; ggml allocates one buffer for all of them.
+        let buffer = NonNull::new(unsafe {
+            sys::ggml_backend_alloc_ctx_tensors_from_buft(ctx.as_ptr(), sys::ggml_backend_cpu_buffer_type())
+        });
+        let Some(buffer) = buffer else {
+            unsafe { sys::ggml_free(ctx.as_ptr()) };
+            return Err(format!("could not allocate {data_bytes} bytes"));
+        };
+        // SAFETY: the buffer was just allocated for these tensors.
+        unsafe { sys::ggml_backend_buffer_clear(buffer.as_ptr(), 0) };
+        Ok(TensorSet { inner: Arc::new(SetInner { ctx, buffer, _mapping: None }), by_name, data_bytes })
+    }
+
+    /// A handle to the named tensor.
+    pub fn get(&self, name: &str) -> Option<SetTensorRef> {
+        self.by_name.get(name).map(|&raw| SetTensorRef { raw, owner: self.inner.clone() })
+    }
+
+    /// Bytes of tensor data in this set (the exact sum of its tensors' sizes).
+    pub fn data_bytes(&self) -> u64 {
+        self.data_bytes
+    }
+
+    /// Sets every byte of the set's buffer to zero.
+    pub fn clear(&mut self) {
+        // SAFETY: the buffer is owned by this set; `&mut self` excludes concurrent users of this handle.
+        unsafe { sys::ggml_backend_buffer_clear(self.inner.buffer.as_ptr(), 0) };
+    }
+}
+
+fn new_context(n_tensors: usize) -> Result<NonNull<sys::ggml_context>, String> {
+    let params = sys::ggml_init_params {
+        // SAFETY: a pure size computation.
+        mem_size: unsafe { sys::ggml_tensor_overhead() } * (n_tensors + 1),
+        mem_buffer: std::ptr::null_mut(),
+        no_alloc: true,
+    };
+    // SAFETY: params describe a context whose memory ggml allocates itself.
+    NonNull::new(unsafe { sys::ggml_init(params) }).ok_or_else(|| "ggml could not create a context".to_string())
+}
+
+fn create_tensor(
+    ctx: NonNull<sys::ggml_context>,
+    name: &str,
+    dtype: DType,
+    shape: &[u64],
+) -> Result<NonNull<sys::ggml_tensor>, String> {
+    if shape.is_empty() || shape.len() > 4 {
+        return Err(format!("tensor {name} has {} dimensions; ggml supports 1 to 4", shape.len()));
+    }
+    if name.len() >= 64 || name.contains('\0') {
+        return Err(format!("tensor name {name:?} is longer than ggml allows"));
+    }
+    dtype.tensor_bytes(shape).ok_or_else(|| format!("tensor {name} has an impossible shape {shape:?}"))?;
+    let ne: Vec<i64> = shape.iter().map(|&n| i64::try_from(n).unwrap_or(i64::MAX)).collect();
+    let cname = CString::new(name).expect("checked for NUL above");
+    // SAFETY: ctx has room for one more tensor (sized at creation); the type id and shape were validated.
+    let raw = unsafe { sys::ggml_new_tensor(ctx.as_ptr(), dtype.raw(), ne.len() as i32, ne.as_ptr()) };
+    let raw = NonNull::new(raw).ok_or_else(|| format!("ggml could not create tensor {name}"))?;
+    // SAFETY: the name is shorter than GGML_MAX_NAME and NUL-terminated.
+    unsafe { sys::ggml_set_name(raw.as_ptr(), cname.as_ptr()) };
+    Ok(raw)
+}

@@ -1,0 +1,11 @@
+//! shoal's core: everything that is not GUI. One folder per concern (see DESIGN.md):
+//! - [`ggml`]: the safe wrapper over ggml and llama.cpp, the only place with `unsafe`;
+//! - [`model`]: GGUF files, hyper-parameters, tensor layout, tokenizer, chat templates;
+//! - [`engine`]: stages running layer ranges, hidden-state serialisation, sampling, generation, benchmarks.
+#![deny(unsafe_code)]
+
+#[allow(unsafe_code)]
+pub mod ggml;
+
+pub mod engine;
+pub mod model;

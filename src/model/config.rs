@@ -1,0 +1,231 @@
+//! A model's architecture and hyper-parameters, read from GGUF metadata with llama.cpp's defaults.
+
+use super::gguf::{GgufFile, Value};
+use super::ModelError;
+
+/// The model families the engine can run. All are decoder-only transformers with RMSNorm, RoPE,
+/// grouped-query attention and a SwiGLU feed-forward block; they differ in the details below.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Architecture {
+    /// Llama 2 and 3, Mistral 7B, SmolLM 1 and 2 (GGUF architecture `llama`).
+    Llama,
+    /// Qwen 2 and 2.5: NeoX RoPE and biases on Q, K and V.
+    Qwen2,
+    /// Qwen 3 (dense): NeoX RoPE and an RMSNorm on each head of Q and K.
+    Qwen3,
+}
+
+impl Architecture {
+    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3";
+
+    pub fn from_gguf_name(name: &str) -> Option<Architecture> {
+        match name {
+            "llama" => Some(Architecture::Llama),
+            "qwen2" => Some(Architecture::Qwen2),
+            "qwen3" => Some(Architecture::Qwen3),
+            _ => None,
+        }
+    }
+
+    /// The name GGUF uses, which also prefixes the architecture's metadata keys.
+    pub fn gguf_name(self) -> &'static str {
+        match self {
+            Architecture::Llama => "llama",
+            Architecture::Qwen2 => "qwen2",
+            Architecture::Qwen3 => "qwen3",
+        }
+    }
+
+    /// ggml's RoPE mode: 0 rotates adjacent pairs (llama GGUFs are converted for it), 2 rotates halves.
+    pub fn rope_mode(self) -> i32 {
+        match self {
+            Architecture::Llama => 0,
+            Architecture::Qwen2 | Architecture::Qwen3 => 2,
+        }
+    }
+}
+
+/// How positions are encoded.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct RopeConfig {
+    pub dimensions: u32,
+    pub freq_base: f32,
+    /// 1 / the linear scaling factor.
+    pub freq_scale: f32,
+    pub original_context: u32,
+}
+
+/// Hyper-parameters of a llama-family model.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ModelConfig {
+    pub architecture: Architecture,
+    pub layers: usize,
+    pub embedding: usize,
+    pub feed_forward: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub rms_epsilon: f32,
+    /// Attention logit scale; 1/√head_dim unless the model sets one.
+    pub attention_scale: f32,
+    pub rope: RopeConfig,
+    pub training_context: usize,
+    pub vocabulary: usize,
+}
+
+impl ModelConfig {
+    pub fn from_gguf(file: &GgufFile) -> Result<ModelConfig, ModelError> {
+        let keys = Keys { file };
+        let arch_name = keys.string("general.architecture")?;
+        let architecture = Architecture::from_gguf_name(&arch_name).ok_or_else(|| {
+            ModelError::UnsupportedArchitecture { path: file.path().into(), architecture: arch_name.clone() }
+        })?;
+        let p = |key: &str| format!("{arch_name}.{key}");
+        let layers = keys.count(&p("block_count"))?;
+        let embedding = keys.count(&p("embedding_length"))?;
+        let feed_forward = keys.count(&p("feed_forward_length"))?;
+        let heads = keys.count(&p("attention.head_count"))?;
+        let kv_heads = keys.optional_count(&p("attention.head_count_kv"))?.unwrap_or(heads);
+        let head_dim = match keys.optional_count(&p("attention.key_length"))? {
+            Some(d) => d,
+            None if embedding % heads == 0 => embedding / heads,
+            None => return Err(keys.invalid(&p("attention.head_count"), "does not divide the embedding length")),
+        };
+        if let Some(v) = keys.optional_count(&p("attention.value_length"))? {
+            if v != head_dim {
+                return Err(keys.invalid(
+                    &p("attention.value_length"),
+                    "differs from the key length, which this engine does not support",
+                ));
+            }
+        }
+        if heads % kv_heads != 0 {
+            return Err(keys.invalid(&p("attention.head_count_kv"), "does not divide the number of attention heads"));
+        }
+        let rms_epsilon = keys.float(&p("attention.layer_norm_rms_epsilon"))? as f32;
+        let training_context = keys.count(&p("context_length"))?;
+        let rope_dims = keys.optional_count(&p("rope.dimension_count"))?.unwrap_or(head_dim);
+        if rope_dims != head_dim {
+            return Err(keys.invalid(
+                &p("rope.dimension_count"),
+                "differs from the head size, which this engine does not support",
+            ));
+        }
+        let freq_base = keys.optional_float(&p("rope.freq_base"))?.unwrap_or(10_000.0) as f32;
+        let scaling = match file.get(&p("rope.scaling.type")) {
+            None => "none".to_string(),
+            Some(v) => v.as_str().ok_or_else(|| keys.wrong_type(&p("rope.scaling.type"), "string", v))?.to_string(),
+        };
+        let factor = keys.optional_float(&p("rope.scaling.factor"))?.unwrap_or(1.0);
+        let freq_scale = match scaling.as_str() {
+            "none" => 1.0,
+            "linear" if factor > 0.0 => (1.0 / factor) as f32,
+            other => {
+                return Err(keys.invalid(
+                    &p("rope.scaling.type"),
+                    &format!("is {other:?}; only none and linear scaling are supported"),
+                ))
+            }
+        };
+        let original_context =
+            keys.optional_count(&p("rope.scaling.original_context_length"))?.unwrap_or(training_context);
+        let attention_scale = match keys.optional_float(&p("attention.scale"))? {
+            Some(s) if s != 0.0 => s as f32,
+            _ => 1.0 / (head_dim as f32).sqrt(),
+        };
+        let vocabulary = match keys.optional_count(&p("vocab_size"))? {
+            Some(n) => n,
+            None => match file.get("tokenizer.ggml.tokens") {
+                Some(Value::Array(tokens)) => tokens.len(),
+                _ => {
+                    return Err(ModelError::MissingKey {
+                        path: file.path().into(),
+                        key: "tokenizer.ggml.tokens".into(),
+                    })
+                }
+            },
+        };
+        Ok(ModelConfig {
+            architecture,
+            layers,
+            embedding,
+            feed_forward,
+            heads,
+            kv_heads,
+            head_dim,
+            rms_epsilon,
+            attention_scale,
+            rope: RopeConfig {
+                dimensions: rope_dims as u32,
+                freq_base,
+                freq_scale,
+                original_context: original_context as u32,
+            },
+            training_context,
+            vocabulary,
+        })
+    }
+
+    /// Width of the K (and V) rows of one layer: kv_heads × head_dim.
+    pub fn kv_width(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+}
+
+/// Typed access to metadata, with errors that name the key.
+struct Keys<'a> {
+    file: &'a GgufFile,
+}
+
+impl Keys<'_> {
+    fn missing(&self, key: &str) -> ModelError {
+        ModelError::MissingKey { path: self.file.path().into(), key: key.into() }
+    }
+
+    fn wrong_type(&self, key: &str, expected: &str, found: &Value) -> ModelError {
+        ModelError::InvalidKey {
+            path: self.file.path().into(),
+            key: key.into(),
+            problem: format!("is a {} where a {expected} is expected", found.type_name()),
+        }
+    }
+
+    fn invalid(&self, key: &str, problem: &str) -> ModelError {
+        ModelError::InvalidKey { path: self.file.path().into(), key: key.into(), problem: problem.into() }
+    }
+
+    fn string(&self, key: &str) -> Result<String, ModelError> {
+        let v = self.file.get(key).ok_or_else(|| self.missing(key))?;
+        v.as_str().map(str::to_string).ok_or_else(|| self.wrong_type(key, "string", v))
+    }
+
+    fn optional_count(&self, key: &str) -> Result<Option<usize>, ModelError> {
+        let Some(v) = self.file.get(key) else { return Ok(None) };
+        if matches!(v, Value::Array(_)) {
+            return Err(self.invalid(key, "varies per layer, which this engine does not support"));
+        }
+        match v.as_u64() {
+            Some(n) if n > 0 && n <= (1 << 31) => Ok(Some(n as usize)),
+            Some(n) => Err(self.invalid(key, &format!("is {n}"))),
+            None => Err(self.wrong_type(key, "integer", v)),
+        }
+    }
+
+    fn count(&self, key: &str) -> Result<usize, ModelError> {
+        self.optional_count(key)?.ok_or_else(|| self.missing(key))
+    }
+
+    fn optional_float(&self, key: &str) -> Result<Option<f64>, ModelError> {
+        let Some(v) = self.file.get(key) else { return Ok(None) };
+        match v.as_f64() {
+            Some(x) if x.is_finite() => Ok(Some(x)),
+            Some(x) => Err(self.invalid(key, &format!("is {x}"))),
+            None => Err(self.wrong_type(key, "number", v)),
+        }
+    }
+
+    fn float(&self, key: &str) -> Result<f64, ModelError> {
+        self.optional_float(key)?.ok_or_else(|| self.missing(key))
+    }
+}

@@ -1,0 +1,153 @@
+//! Which tensors a llama-family model must have, their expected shapes, and the exact bytes each layer,
+//! the embeddings and the output head occupy: the numbers a stage maps and placement budgets.
+
+use super::config::{Architecture, ModelConfig};
+use super::gguf::GgufFile;
+use super::ModelError;
+use std::collections::HashMap;
+use std::ops::Range;
+
+/// One tensor a model may contain.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExpectedTensor {
+    pub name: String,
+    pub shape: Vec<u64>,
+    pub required: bool,
+}
+
+fn tensor(name: String, shape: &[usize], required: bool) -> ExpectedTensor {
+    ExpectedTensor { name, shape: shape.iter().map(|&n| n as u64).collect(), required }
+}
+
+/// Tensors of layer `layer`, in the order the graph uses them.
+pub fn layer_tensors(config: &ModelConfig, layer: usize) -> Vec<ExpectedTensor> {
+    let (e, f, q, kv, hd) =
+        (config.embedding, config.feed_forward, config.heads * config.head_dim, config.kv_width(), config.head_dim);
+    let name = |part: &str| format!("blk.{layer}.{part}");
+    let mut list = vec![
+        tensor(name("attn_norm.weight"), &[e], true),
+        tensor(name("attn_q.weight"), &[e, q], true),
+        tensor(name("attn_k.weight"), &[e, kv], true),
+        tensor(name("attn_v.weight"), &[e, kv], true),
+        tensor(name("attn_q.bias"), &[q], false),
+        tensor(name("attn_k.bias"), &[kv], false),
+        tensor(name("attn_v.bias"), &[kv], false),
+        tensor(name("attn_output.weight"), &[q, e], true),
+        tensor(name("attn_output.bias"), &[e], false),
+        tensor(name("ffn_norm.weight"), &[e], true),
+        tensor(name("ffn_gate.weight"), &[e, f], true),
+        tensor(name("ffn_up.weight"), &[e, f], true),
+        tensor(name("ffn_down.weight"), &[f, e], true),
+    ];
+    if config.architecture == Architecture::Qwen3 {
+        list.push(tensor(name("attn_q_norm.weight"), &[hd], true));
+        list.push(tensor(name("attn_k_norm.weight"), &[hd], true));
+    }
+    list
+}
+
+pub const TOKEN_EMBEDDING: &str = "token_embd.weight";
+pub const OUTPUT_NORM: &str = "output_norm.weight";
+pub const OUTPUT: &str = "output.weight";
+pub const ROPE_FREQS: &str = "rope_freqs.weight";
+
+/// Tensors outside the layers.
+pub fn global_tensors(config: &ModelConfig) -> Vec<ExpectedTensor> {
+    vec![
+        tensor(TOKEN_EMBEDDING.into(), &[config.embedding, config.vocabulary], true),
+        tensor(OUTPUT_NORM.into(), &[config.embedding], true),
+        tensor(OUTPUT.into(), &[config.embedding, config.vocabulary], false),
+        tensor(ROPE_FREQS.into(), &[config.head_dim / 2], false),
+    ]
+}
+
+/// Exact tensor bytes of each part of a model.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ModelLayout {
+    /// Bytes of each layer's tensors.
+    pub layers: Vec<u64>,
+    pub embedding: u64,
+    pub output_norm: u64,
+    /// The output head's own bytes; 0 when it is tied to (shares) the embedding matrix.
+    pub output_head: u64,
+    pub tied_output: bool,
+    /// Llama 3's RoPE frequency factors, needed by every stage (0 when absent).
+    pub rope_factors: u64,
+}
+
+impl ModelLayout {
+    /// Checks that `file` has every tensor `config` needs, with the right shapes and no tensors the engine
+    /// would ignore, and totals their bytes.
+    pub fn check(file: &GgufFile, config: &ModelConfig) -> Result<ModelLayout, ModelError> {
+        let mut seen: HashMap<&str, bool> = file.tensors().iter().map(|t| (t.name.as_str(), false)).collect();
+        let mut bytes_of = |expected: &ExpectedTensor| -> Result<u64, ModelError> {
+            let Some(info) = file.tensor(&expected.name) else {
+                return if expected.required {
+                    Err(ModelError::MissingTensor { path: file.path().into(), tensor: expected.name.clone() })
+                } else {
+                    Ok(0)
+                };
+            };
+            seen.insert(info.name.as_str(), true);
+            if info.shape != expected.shape {
+                return Err(ModelError::TensorShape {
+                    path: file.path().into(),
+                    tensor: info.name.clone(),
+                    found: info.shape.clone(),
+                    expected: expected.shape.clone(),
+                });
+            }
+            Ok(info.bytes)
+        };
+        let mut layers = Vec::with_capacity(config.layers);
+        for layer in 0..config.layers {
+            let mut total = 0;
+            for t in layer_tensors(config, layer) {
+                total += bytes_of(&t)?;
+            }
+            layers.push(total);
+        }
+        let globals = global_tensors(config);
+        let [embedding, output_norm, output_head, rope_factors] = [0, 1, 2, 3].map(|i| bytes_of(&globals[i]));
+        let (embedding, output_norm, output_head, rope_factors) =
+            (embedding?, output_norm?, output_head?, rope_factors?);
+        if let Some((name, _)) = seen.iter().find(|(_, used)| !**used) {
+            return Err(ModelError::UnexpectedTensor {
+                path: file.path().into(),
+                tensor: name.to_string(),
+                architecture: config.architecture.gguf_name(),
+            });
+        }
+        Ok(ModelLayout { layers, embedding, output_norm, output_head, tied_output: output_head == 0, rope_factors })
+    }
+
+    /// Exact tensor bytes a stage running `layers` maps: its layers, plus the embeddings on the first
+    /// stage, plus the final norm and output head on the last (the embedding matrix again when tied).
+    pub fn stage_bytes(&self, layers: Range<usize>) -> u64 {
+        let n = self.layers.len();
+        let mut total: u64 = self.layers[layers.clone()].iter().sum::<u64>() + self.rope_factors;
+        let first = layers.start == 0;
+        let last = layers.end == n;
+        if first {
+            total += self.embedding;
+        }
+        if last {
+            total += self.output_norm;
+            total += if self.tied_output {
+                if first {
+                    0
+                } else {
+                    self.embedding
+                }
+            } else {
+                self.output_head
+            };
+        }
+        total
+    }
+
+    /// All tensor bytes of the model.
+    pub fn total_bytes(&self) -> u64 {
+        self.stage_bytes(0..self.layers.len())
+    }
+}

@@ -1,0 +1,103 @@
+//! Models on disk: GGUF reading, architecture and hyper-parameters, per-layer tensor bytes, the tokenizer
+//! and chat templates. Opening a [`Model`] validates the whole file's structure, so later stages can trust it.
+
+mod chat_template;
+mod config;
+pub mod gguf;
+pub mod layout;
+mod tokenizer;
+
+pub use chat_template::{ChatMessage, ChatTemplate};
+pub use config::{Architecture, ModelConfig, RopeConfig};
+pub use gguf::{GgufFile, TensorInfo, Value};
+pub use layout::ModelLayout;
+pub use tokenizer::{TextStream, Tokenizer};
+
+use crate::ggml::VocabError;
+use std::path::{Path, PathBuf};
+
+/// Why a model file cannot be used; every message names the file and says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("cannot open the model file {}: {source}", path.display())]
+    Open { path: PathBuf, source: std::io::Error },
+    #[error("{} is not a GGUF model file: {reason}. shoal runs GGUF files (*.gguf), such as those published on Hugging Face", path.display())]
+    NotGguf { path: PathBuf, reason: String },
+    #[error("{} is GGUF version {version}; shoal reads versions 2 and 3. Download a newer conversion of the model", path.display())]
+    UnsupportedVersion { path: PathBuf, version: u32 },
+    #[error("{} is truncated: {what} runs past the end of the file ({file_len} bytes). The download is probably incomplete; download the file again", path.display())]
+    Truncated { path: PathBuf, what: String, file_len: u64 },
+    #[error("{} is damaged: {reason}. Download the file again", path.display())]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("{} uses the tensor type {type_id} for {tensor}, which this build of ggml does not know. Use another quantization of the model (Q4_K_M, Q8_0, F16, …)", path.display())]
+    UnsupportedTensorType { path: PathBuf, tensor: String, type_id: u32 },
+    #[error("{} is a {architecture:?} model; shoal runs {}", path.display(), Architecture::SUPPORTED)]
+    UnsupportedArchitecture { path: PathBuf, architecture: String },
+    #[error("{} lacks the metadata key {key}; the file is damaged or was converted by an incompatible tool", path.display())]
+    MissingKey { path: PathBuf, key: String },
+    #[error("{}: metadata {key} {problem}", path.display())]
+    InvalidKey { path: PathBuf, key: String, problem: String },
+    #[error("{} lacks the tensor {tensor}; the file is damaged or is not a complete model", path.display())]
+    MissingTensor { path: PathBuf, tensor: String },
+    #[error("{}: tensor {tensor} has shape {found:?} but the model's hyper-parameters need {expected:?}; the file is damaged", path.display())]
+    TensorShape { path: PathBuf, tensor: String, found: Vec<u64>, expected: Vec<u64> },
+    #[error("{} has a tensor {tensor} that shoal's {architecture} graph does not use (a variant such as mixture-of-experts that shoal does not run yet)", path.display())]
+    UnexpectedTensor { path: PathBuf, tensor: String, architecture: &'static str },
+    #[error(transparent)]
+    Tokenizer(#[from] VocabError),
+    #[error("{0}")]
+    ChatTemplate(String),
+}
+
+/// A validated model file: its GGUF contents, hyper-parameters and exact tensor layout.
+pub struct Model {
+    file: GgufFile,
+    config: ModelConfig,
+    layout: ModelLayout,
+}
+
+impl Model {
+    /// Opens `path` and checks everything the engine relies on: the GGUF structure, the architecture,
+    /// the hyper-parameters, and the presence and shape of every tensor. Tensor data is not read.
+    pub fn open(path: &Path) -> Result<Model, ModelError> {
+        let file = GgufFile::open(path)?;
+        let config = ModelConfig::from_gguf(&file)?;
+        let layout = ModelLayout::check(&file, &config)?;
+        Ok(Model { file, config, layout })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn layout(&self) -> &ModelLayout {
+        &self.layout
+    }
+
+    /// The model's display name (`general.name`), or its file name.
+    pub fn name(&self) -> String {
+        match self.file.get("general.name").and_then(Value::as_str) {
+            Some(name) => name.to_string(),
+            None => self.path().file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+        }
+    }
+
+    /// Loads the tokenizer (llama.cpp's vocabulary code) of this model.
+    pub fn tokenizer(&self) -> Result<Tokenizer, ModelError> {
+        Tokenizer::load(&self.file)
+    }
+
+    /// The model's chat template, or ChatML when it has none.
+    pub fn chat_template(&self, tokenizer: &Tokenizer) -> Result<ChatTemplate, ModelError> {
+        let source = self.file.get("tokenizer.chat_template").and_then(Value::as_str);
+        ChatTemplate::new(source, tokenizer.bos_text(), tokenizer.eos_text())
+    }
+}

