@@ -7,5 +7,12 @@
 #[allow(unsafe_code)]
 pub mod ggml;
 
+pub mod api;
+pub mod cluster;
+pub mod discovery;
 pub mod engine;
+pub mod links;
 pub mod model;
+pub mod net;
+pub mod node;
+pub mod util;

@@ -1,7 +1,13 @@
 //! Command-line parsing, logging set-up and error reporting shared by every subcommand.
 
 mod bench;
+mod client;
+mod code;
 mod generate;
+mod leave;
+mod links;
+mod node;
+mod status;
 mod tokenize;
 
 use clap::{Parser, Subcommand};
@@ -25,6 +31,16 @@ enum Command {
     Tokenize(tokenize::TokenizeArgs),
     /// Measure prefill and decode tokens/s of a model on this machine.
     Bench(bench::BenchArgs),
+    /// Run this machine's node agent headless (cluster, discovery, links, API).
+    Node(node::NodeArgs),
+    /// Show the cluster: members, memory pool, links, nearby clusters.
+    Status(status::StatusArgs),
+    /// Make a join code for a new machine (valid 10 minutes).
+    Code(code::CodeArgs),
+    /// Leave the cluster (the node starts a cluster of its own).
+    Leave(leave::LeaveArgs),
+    /// Show the links between members; --measure measures their throughput now.
+    Links(links::LinksArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -34,6 +50,11 @@ pub fn main() -> ExitCode {
         Command::Generate(args) => generate::run(args),
         Command::Tokenize(args) => tokenize::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Node(args) => node::run(args),
+        Command::Status(args) => status::run(args),
+        Command::Code(args) => code::run(args),
+        Command::Leave(args) => leave::run(args),
+        Command::Links(args) => links::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -53,7 +74,13 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
 }
 
 /// Reads all of stdin as UTF-8 text.

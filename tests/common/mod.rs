@@ -2,6 +2,7 @@
 //! and a small GGUF writer for crafted files.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod gguf_writer;
 
 use serde::Deserialize;

@@ -1,0 +1,75 @@
+//! Cluster endpoints: `GET /api/cluster`, `GET /api/events`, `POST /api/cluster/{code,join,leave}`,
+//! `POST /api/links/measure`.
+
+use super::{ApiError, ApiState};
+use crate::cluster::{ClusterSnapshot, JoinTarget};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::Json;
+use futures_util::stream::{Stream, StreamExt};
+use serde::{Deserialize, Serialize};
+use std::convert::Infallible;
+use tokio_stream::wrappers::BroadcastStream;
+
+pub async fn health(State(state): State<ApiState>) -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "ok": true, "node_id": state.agent.id(), "version": env!("CARGO_PKG_VERSION") }))
+}
+
+pub async fn snapshot(State(state): State<ApiState>) -> Json<ClusterSnapshot> {
+    Json(state.agent.snapshot())
+}
+
+/// Every change as a server-sent event named by its type; the data is the event as JSON. A client that
+/// falls behind gets a `lagged` event and should fetch `/api/cluster` again.
+pub async fn events(State(state): State<ApiState>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let stream = BroadcastStream::new(state.agent.subscribe()).map(|item| {
+        Ok(match item {
+            Ok(event) => Event::default().event(event.name()).json_data(&event).unwrap_or_default(),
+            Err(_) => Event::default().event("lagged").data("{}"),
+        })
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+#[derive(Serialize)]
+pub struct CodeResponse {
+    pub code: String,
+    pub expires_at_ms: u64,
+    pub expires_in_seconds: u64,
+}
+
+pub async fn create_code(State(state): State<ApiState>) -> Json<CodeResponse> {
+    let code = state.agent.create_code();
+    Json(CodeResponse {
+        code: code.display(),
+        expires_at_ms: code.expires_at_ms,
+        expires_in_seconds: crate::cluster::pairing::CODE_LIFETIME.as_secs(),
+    })
+}
+
+#[derive(Deserialize)]
+pub struct JoinRequest {
+    /// `ABCD-EFGH`, or `ABCD-EFGH@HOST:PORT` to join through a given member.
+    pub code: String,
+}
+
+pub async fn join(
+    State(state): State<ApiState>,
+    body: Result<Json<JoinRequest>, JsonRejection>,
+) -> Result<Json<ClusterSnapshot>, ApiError> {
+    let Json(body) = body.map_err(|e| ApiError::bad_request(format!("expected {{\"code\": \"ABCD-EFGH\"}}: {e}")))?;
+    let target: JoinTarget = body.code.parse().map_err(ApiError::bad_request)?;
+    state.agent.join(target).await.map_err(|e| ApiError::failed(format!("{e:#}")))?;
+    Ok(Json(state.agent.snapshot()))
+}
+
+pub async fn leave(State(state): State<ApiState>) -> Json<ClusterSnapshot> {
+    state.agent.leave().await;
+    Json(state.agent.snapshot())
+}
+
+pub async fn measure_links(State(state): State<ApiState>) -> Json<serde_json::Value> {
+    state.agent.measure_links();
+    Json(serde_json::json!({ "started_at_ms": crate::util::now_ms() }))
+}

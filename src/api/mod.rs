@@ -1,0 +1,90 @@
+//! The node's HTTP API: the cluster view, a server-sent-event stream of every change, and the actions
+//! (join code, join, leave, link measurement). It listens on 127.0.0.1 unless told otherwise; on any
+//! other address it requires a token for every action (reads stay open for the dashboard).
+
+mod cluster;
+mod error;
+
+pub use error::ApiError;
+
+use crate::cluster::Agent;
+use axum::extract::{Request, State};
+use axum::http::{header, Method};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+#[derive(Clone, Debug)]
+pub struct ApiConfig {
+    pub listen: SocketAddr,
+    pub token: Option<String>,
+}
+
+#[derive(Clone)]
+pub struct ApiState {
+    pub agent: Agent,
+    pub token: Option<Arc<str>>,
+}
+
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/api/health", get(cluster::health))
+        .route("/api/cluster", get(cluster::snapshot))
+        .route("/api/events", get(cluster::events))
+        .route("/api/cluster/code", post(cluster::create_code))
+        .route("/api/cluster/join", post(cluster::join))
+        .route("/api/cluster/leave", post(cluster::leave))
+        .route("/api/links/measure", post(cluster::measure_links))
+        .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .with_state(state)
+}
+
+/// Binds the API and serves it in the background. Refuses to expose it beyond this machine without a
+/// token.
+pub async fn serve(agent: Agent, config: ApiConfig) -> anyhow::Result<SocketAddr> {
+    if !config.listen.ip().is_loopback() && config.token.is_none() {
+        anyhow::bail!(
+            "--listen {} would let anyone on the network control this node; pass --api-token TOKEN as well",
+            config.listen.ip()
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(config.listen).await.map_err(|e| {
+        anyhow::anyhow!(
+            "cannot listen on {} for the API: {e} (is another node running? pick another --port)",
+            config.listen
+        )
+    })?;
+    let addr = listener.local_addr()?;
+    let app = router(ApiState { agent, token: config.token.map(Into::into) });
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!("the API server stopped: {e}");
+        }
+    });
+    Ok(addr)
+}
+
+/// With a token configured, every request that changes something must carry it.
+async fn require_token(State(state): State<ApiState>, request: Request, next: Next) -> Result<Response, ApiError> {
+    let Some(token) = &state.token else { return Ok(next.run(request).await) };
+    if request.method() == Method::GET || request.method() == Method::HEAD {
+        return Ok(next.run(request).await);
+    }
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+        Ok(next.run(request).await)
+    } else {
+        Err(ApiError::unauthorized())
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

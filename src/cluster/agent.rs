@@ -1,0 +1,896 @@
+//! The node agent's cluster runtime: it listens for connections, dials the members it knows, keeps one
+//! authenticated control connection to each, watches their health, shares telemetry and link reports,
+//! answers joins, and follows mDNS. Everything it knows is in one [`ClusterState`] behind a mutex that
+//! is never held across an `.await`.
+
+use super::connection;
+use super::health::{self, PeerStatus};
+use super::join::{self, AcceptError};
+use super::membership::{MemberRecord, Membership};
+use super::messages::ControlMessage;
+use super::pairing::{self, JoinCode, Refusal};
+use super::state::{ClusterEvent, ClusterSnapshot, ClusterState, Peer};
+use crate::discovery::{Advertisement, DiscoveredNode, Discovery, DiscoveryEvent};
+use crate::links::probe;
+use crate::net::secure;
+use crate::net::{ConnectionKind, NetError};
+use crate::node::{DataDir, NodeId, NodeIdentity, TelemetrySampler};
+use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{broadcast, oneshot, watch, Semaphore};
+
+/// The API port when none is given; the control port is the next one.
+pub const DEFAULT_API_PORT: u16 = 52520;
+
+/// Where to join: a code, and optionally the member to ask (otherwise one found by mDNS).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JoinTarget {
+    pub code: String,
+    pub address: Option<String>,
+}
+
+impl std::str::FromStr for JoinTarget {
+    type Err = String;
+    /// `CODE` or `CODE@HOST:PORT`.
+    fn from_str(s: &str) -> Result<JoinTarget, String> {
+        let (code, address) = match s.split_once('@') {
+            Some((c, a)) => (c, Some(a.trim().to_string())),
+            None => (s, None),
+        };
+        let code = pairing::normalize(code).map_err(|e| e.to_string())?;
+        Ok(JoinTarget { code, address })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub data_dir: DataDir,
+    pub name: Option<String>,
+    pub api_port: u16,
+    /// Address the control listener binds (all interfaces by default).
+    pub control_bind: IpAddr,
+    /// Peers to dial by address (HOST:PORT of their control port), for networks without multicast.
+    pub peers: Vec<String>,
+    pub mdns: bool,
+}
+
+impl AgentConfig {
+    pub fn control_port(&self) -> u16 {
+        self.api_port.wrapping_add(1)
+    }
+}
+
+pub struct Shared {
+    pub identity: NodeIdentity,
+    pub config: AgentConfig,
+    pub state: Mutex<ClusterState>,
+    events: broadcast::Sender<ClusterEvent>,
+    discovery: Mutex<Option<Discovery>>,
+    limiter: Mutex<pairing::RateLimiter>,
+    next_connection: AtomicU64,
+    /// Bumped whenever this node changes cluster; connections of an older epoch close.
+    epoch: watch::Sender<u64>,
+    /// Members that left recently: gossip about them is ignored.
+    departed: Mutex<BTreeSet<NodeId>>,
+    /// One outgoing link measurement at a time.
+    measuring: Semaphore,
+    /// --peer addresses being dialed.
+    dialing_static: Mutex<BTreeSet<SocketAddr>>,
+    static_peers: Mutex<bool>,
+    /// --peer addresses dialed at least once.
+    static_tried: Mutex<BTreeSet<String>>,
+    /// Bulk transfers (link measurements) this node takes part in right now.
+    bulk: AtomicUsize,
+    /// Link measurements asked of other members, by request id.
+    pending_measurements: Mutex<HashMap<u64, oneshot::Sender<Option<u64>>>>,
+    /// One cluster-wide measurement round at a time.
+    measuring_round: tokio::sync::Mutex<()>,
+    /// One incoming link measurement at a time.
+    inbound_probe: tokio::sync::Mutex<()>,
+}
+
+pub type Agent = Arc<Shared>;
+
+/// Starts the cluster runtime: loads or creates the identity and membership, binds the control port
+/// and spawns the loops. With `join`, first joins that cluster (and fails if it cannot).
+pub async fn start(config: AgentConfig, join: Option<JoinTarget>) -> anyhow::Result<Agent> {
+    let identity = NodeIdentity::load_or_create(&config.data_dir, config.name.as_deref())?;
+    let bind = SocketAddr::new(config.control_bind, config.control_port());
+    let listener = TcpListener::bind(bind).await.map_err(|e| {
+        anyhow::anyhow!("cannot listen on the control port {bind}: {e} (is another node running? pick another --port)")
+    })?;
+    let me = MemberRecord {
+        id: identity.id,
+        name: identity.name.clone(),
+        control: control_addresses(&config),
+        api_port: config.api_port,
+    };
+    let mut membership = match Membership::load(&config.data_dir)? {
+        Some(m) => m,
+        None => {
+            let m = Membership::new_cluster(me.clone());
+            m.save(&config.data_dir)?;
+            m
+        }
+    };
+    membership.upsert(me.clone());
+    let discovery = if config.mdns {
+        match Discovery::start() {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::warn!("{e}; continuing without mDNS (use --peer or --join CODE@HOST:PORT)");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let (epoch, _) = watch::channel(0);
+    let shared = Arc::new(Shared {
+        state: Mutex::new(ClusterState {
+            me: identity.id,
+            membership,
+            peers: BTreeMap::new(),
+            telemetry: None,
+            discovered: BTreeMap::new(),
+            nearby: BTreeMap::new(),
+            static_routes: BTreeMap::new(),
+            code: None,
+        }),
+        identity,
+        config,
+        events: broadcast::channel(1024).0,
+        discovery: Mutex::new(discovery),
+        limiter: Mutex::new(pairing::RateLimiter::default()),
+        next_connection: AtomicU64::new(1),
+        epoch,
+        departed: Mutex::new(BTreeSet::new()),
+        measuring: Semaphore::new(1),
+        dialing_static: Mutex::new(BTreeSet::new()),
+        static_peers: Mutex::new(true),
+        static_tried: Mutex::new(BTreeSet::new()),
+        bulk: AtomicUsize::new(0),
+        pending_measurements: Mutex::new(HashMap::new()),
+        measuring_round: tokio::sync::Mutex::new(()),
+        inbound_probe: tokio::sync::Mutex::new(()),
+    });
+    if let Some(target) = join {
+        shared.join(target).await?;
+    }
+    shared.save();
+    shared.readvertise();
+    tokio::spawn(accept_loop(shared.clone(), listener));
+    tokio::spawn(dial_loop(shared.clone()));
+    tokio::spawn(health_loop(shared.clone()));
+    tokio::spawn(telemetry_loop(shared.clone()));
+    start_browsing(&shared);
+    tracing::info!(
+        "node {} ({}) in cluster {}, control port {}",
+        shared.identity.name,
+        shared.identity.id.short(),
+        shared.cluster_id(),
+        shared.config.control_port()
+    );
+    Ok(shared)
+}
+
+/// The control addresses this node can be reached at.
+fn control_addresses(config: &AgentConfig) -> Vec<SocketAddr> {
+    let port = config.control_port();
+    if !config.control_bind.is_unspecified() {
+        return vec![SocketAddr::new(config.control_bind, port)];
+    }
+    let mut ips: Vec<IpAddr> = if_addrs::get_if_addrs()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| i.ip())
+        .filter(|ip| ip.is_ipv4() && !ip.is_loopback())
+        .collect();
+    ips.sort();
+    ips.dedup();
+    if ips.is_empty() {
+        ips.push(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    ips.into_iter().map(|ip| SocketAddr::new(ip, port)).collect()
+}
+
+impl Shared {
+    pub fn id(&self) -> NodeId {
+        self.identity.id
+    }
+
+    pub fn cluster_id(&self) -> String {
+        self.state.lock().expect("state").cluster_id()
+    }
+
+    pub fn snapshot(&self) -> ClusterSnapshot {
+        self.state.lock().expect("state").snapshot()
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<ClusterEvent> {
+        self.events.subscribe()
+    }
+
+    pub(super) fn emit(&self, event: ClusterEvent) {
+        let _ = self.events.send(event);
+    }
+
+    pub(super) fn epoch(&self) -> watch::Receiver<u64> {
+        self.epoch.subscribe()
+    }
+
+    pub(super) fn next_connection_id(&self) -> u64 {
+        self.next_connection.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn my_record(&self) -> MemberRecord {
+        MemberRecord {
+            id: self.identity.id,
+            name: self.identity.name.clone(),
+            control: control_addresses(&self.config),
+            api_port: self.config.api_port,
+        }
+    }
+
+    pub(super) fn save(&self) {
+        let membership = self.state.lock().expect("state").membership.clone();
+        if let Err(e) = membership.save(&self.config.data_dir) {
+            tracing::error!("{e:#}");
+        }
+    }
+
+    pub(super) fn is_departed(&self, id: NodeId) -> bool {
+        self.departed.lock().expect("departed").contains(&id)
+    }
+
+    /// Sends `message` on every live control connection.
+    pub(super) fn broadcast(&self, message: ControlMessage) {
+        let state = self.state.lock().expect("state");
+        for peer in state.peers.values() {
+            if let Some(c) = &peer.connection {
+                let _ = c.tx.send(message.clone());
+            }
+        }
+    }
+
+    /// Publishes this node's mDNS record with the current cluster id (a no-op when unchanged).
+    pub(super) fn readvertise(&self) {
+        let ad = Advertisement {
+            id: self.identity.id,
+            name: self.identity.name.clone(),
+            cluster_id: self.cluster_id(),
+            api_port: self.config.api_port,
+            control_port: self.config.control_port(),
+        };
+        if let Some(d) = self.discovery.lock().expect("discovery").as_mut() {
+            if let Err(e) = d.advertise(&ad) {
+                tracing::warn!("{e}");
+            }
+        }
+    }
+
+    /// Makes a join code, valid for 10 minutes (replacing any previous one).
+    pub fn create_code(&self) -> JoinCode {
+        let code = JoinCode::generate();
+        self.state.lock().expect("state").code = Some(code.clone());
+        self.emit(ClusterEvent::CodeCreated { expires_at_ms: code.expires_at_ms });
+        code
+    }
+
+    /// Joins the cluster behind `target`, leaving the current one.
+    pub async fn join(self: &Arc<Self>, target: JoinTarget) -> anyhow::Result<()> {
+        let candidates = match &target.address {
+            Some(address) => vec![resolve(address, self.config.control_port()).await?],
+            None => self.find_pairing_nodes().await?,
+        };
+        let mut last_error = None;
+        for addr in candidates {
+            match join::request(addr, &target.code, self.my_record()).await {
+                Ok((secret, members)) => {
+                    let mut membership = Membership { secret, members: BTreeMap::new() };
+                    for m in members {
+                        membership.members.insert(m.id, m);
+                    }
+                    membership.upsert(self.my_record());
+                    self.replace_membership(membership);
+                    tracing::info!("joined cluster {} through {addr}", self.cluster_id());
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::warn!("join through {addr} failed: {e}");
+                    last_error = Some(e);
+                }
+            }
+        }
+        Err(last_error.map_or_else(
+            || anyhow::anyhow!("no shoal node of another cluster was found nearby (mDNS); use --join CODE@HOST:PORT"),
+            |e| anyhow::anyhow!(e),
+        ))
+    }
+
+    /// Nodes of other clusters nearby (mDNS); those without an active code refuse at once.
+    async fn find_pairing_nodes(self: &Arc<Self>) -> anyhow::Result<Vec<SocketAddr>> {
+        if self.discovery.lock().expect("discovery").is_none() {
+            anyhow::bail!("mDNS is off or unavailable, so nearby clusters cannot be found; use --join CODE@HOST:PORT");
+        }
+        let deadline = Instant::now() + Duration::from_secs(6);
+        loop {
+            let found: Vec<SocketAddr> = {
+                let state = self.state.lock().expect("state");
+                state.nearby.values().flat_map(|n| n.control.first().copied()).collect()
+            };
+            if !found.is_empty() || Instant::now() >= deadline {
+                return Ok(found);
+            }
+            if self.discovery.lock().expect("discovery").is_some() && !BROWSING.load(Ordering::Relaxed) {
+                start_browsing(self);
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Leaves the cluster: tells the members, then starts a new one-node cluster with a fresh secret.
+    pub async fn leave(&self) {
+        self.broadcast(ControlMessage::Leaving);
+        // Let the writers flush the goodbye before the connections close.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        *self.static_peers.lock().expect("static") = false;
+        self.replace_membership(Membership::new_cluster(self.my_record()));
+    }
+
+    /// Switches to `membership`: closes every connection and forgets every peer of the old cluster.
+    fn replace_membership(&self, membership: Membership) {
+        let cluster_id = membership.cluster_id();
+        {
+            let mut state = self.state.lock().expect("state");
+            state.membership = membership;
+            state.peers.clear();
+            state.static_routes.clear();
+            state.code = None;
+            let discovered = std::mem::take(&mut state.discovered);
+            state.nearby.extend(discovered);
+            let nearby = std::mem::take(&mut state.nearby);
+            for (id, node) in nearby {
+                if node.cluster_id == cluster_id {
+                    state.discovered.insert(id, node);
+                } else {
+                    state.nearby.insert(id, node);
+                }
+            }
+        }
+        self.departed.lock().expect("departed").clear();
+        self.epoch.send_modify(|e| *e += 1);
+        self.save();
+        self.readvertise();
+        self.emit(ClusterEvent::ClusterChanged { cluster_id });
+    }
+
+    /// Measures every link in both directions, one transfer at a time across the cluster (transfers
+    /// running at once would share links and CPUs and understate each other). Runs in the background.
+    pub fn measure_links(self: &Arc<Self>) {
+        let shared = self.clone();
+        tokio::spawn(async move {
+            let _round = shared.measuring_round.lock().await;
+            let me = shared.id();
+            let up: Vec<NodeId> = {
+                let state = shared.state.lock().expect("state");
+                let mut up: Vec<NodeId> =
+                    state.peers.iter().filter(|(_, p)| p.connection.is_some()).map(|(id, _)| *id).collect();
+                up.push(me);
+                up
+            };
+            for &from in &up {
+                for &to in up.iter().filter(|&&to| to != from) {
+                    if from == me {
+                        measure_to(&shared, to).await;
+                    } else {
+                        shared.ask_measurement(from, to).await;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Asks member `from` to measure its link to `to`, and waits for the answer (or 30 s).
+    async fn ask_measurement(&self, from: NodeId, to: NodeId) -> Option<u64> {
+        let request = self.next_connection_id();
+        let (tx, rx) = oneshot::channel();
+        self.pending_measurements.lock().expect("pending").insert(request, tx);
+        let sent = {
+            let state = self.state.lock().expect("state");
+            state
+                .peers
+                .get(&from)
+                .and_then(|p| p.connection.as_ref())
+                .is_some_and(|c| c.tx.send(ControlMessage::MeasureLink { peer: to, request }).is_ok())
+        };
+        let answer = if sent {
+            tokio::time::timeout(Duration::from_secs(30), rx).await.ok().and_then(|r| r.ok()).flatten()
+        } else {
+            None
+        };
+        self.pending_measurements.lock().expect("pending").remove(&request);
+        answer
+    }
+
+    /// A member answered a measurement request.
+    pub(super) fn measured(&self, request: u64, bps: Option<u64>) {
+        if let Some(tx) = self.pending_measurements.lock().expect("pending").remove(&request) {
+            let _ = tx.send(bps);
+        }
+    }
+
+    /// Whether this node is sending or receiving a bulk transfer right now.
+    pub fn in_bulk_transfer(&self) -> bool {
+        self.bulk.load(Ordering::Relaxed) > 0
+    }
+
+    /// Marks a bulk transfer for as long as the guard lives.
+    pub(super) fn bulk_guard(self: &Arc<Self>) -> BulkGuard {
+        self.bulk.fetch_add(1, Ordering::Relaxed);
+        BulkGuard(self.clone())
+    }
+
+    /// A peer proved it holds the secret: make sure it is a member (and tell the others if it is new).
+    pub(super) fn admit(&self, record: MemberRecord) {
+        self.departed.lock().expect("departed").remove(&record.id);
+        let (new, changed) = {
+            let mut state = self.state.lock().expect("state");
+            let new = !state.membership.members.contains_key(&record.id);
+            let changed = state.membership.upsert(record.clone());
+            state.peers.entry(record.id).or_default();
+            (new, changed)
+        };
+        if changed {
+            self.save();
+        }
+        if new {
+            self.emit(ClusterEvent::NodeJoined { node: record.id, name: record.name.clone() });
+            self.gossip();
+        }
+    }
+
+    /// Learns members from a peer's list (only members this node does not know yet: each member is the
+    /// authority on its own record, which it sends in its Hello).
+    pub(super) fn learn_members(&self, members: Vec<MemberRecord>) {
+        let mut added = Vec::new();
+        {
+            let mut state = self.state.lock().expect("state");
+            for m in members {
+                if m.id == state.me || state.membership.members.contains_key(&m.id) || self.is_departed(m.id) {
+                    continue;
+                }
+                state.membership.members.insert(m.id, m.clone());
+                state.peers.entry(m.id).or_default();
+                added.push(m);
+            }
+        }
+        if !added.is_empty() {
+            self.save();
+            for m in added {
+                self.emit(ClusterEvent::NodeJoined { node: m.id, name: m.name });
+            }
+            self.gossip();
+        }
+    }
+
+    /// A member said it is leaving for good.
+    pub(super) fn forget(&self, id: NodeId) {
+        self.departed.lock().expect("departed").insert(id);
+        {
+            let mut state = self.state.lock().expect("state");
+            state.membership.members.remove(&id);
+            state.peers.remove(&id);
+            state.static_routes.remove(&id);
+        }
+        self.save();
+        self.emit(ClusterEvent::NodeLeft { node: id });
+    }
+
+    pub(super) fn gossip(&self) {
+        let members: Vec<MemberRecord> =
+            self.state.lock().expect("state").membership.members.values().cloned().collect();
+        self.broadcast(ControlMessage::Members { members });
+    }
+
+    pub(super) fn set_status(&self, peer: &mut Peer, id: NodeId, status: PeerStatus) {
+        if peer.status != status {
+            peer.status = status;
+            self.emit(ClusterEvent::NodeStatus { node: id, status });
+        }
+    }
+
+    fn secret(&self) -> [u8; 32] {
+        *self.state.lock().expect("state").membership.secret.bytes()
+    }
+}
+
+async fn resolve(address: &str, default_port: u16) -> anyhow::Result<SocketAddr> {
+    let with_port = if address.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
+        address.to_string()
+    } else {
+        format!("{address}:{default_port}")
+    };
+    let mut addresses =
+        tokio::net::lookup_host(&with_port).await.map_err(|e| anyhow::anyhow!("cannot resolve {with_port}: {e}"))?;
+    let first = addresses.next();
+    first.ok_or_else(|| anyhow::anyhow!("{with_port} has no address"))
+}
+
+static BROWSING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Follows mDNS on a thread of its own (the daemon's channel is blocking).
+fn start_browsing(shared: &Agent) {
+    let receiver = match shared.discovery.lock().expect("discovery").as_ref().map(|d| d.browse()) {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => {
+            tracing::warn!("{e}");
+            return;
+        }
+        None => return,
+    };
+    if BROWSING.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let shared = shared.clone();
+    std::thread::spawn(move || {
+        while let Ok(event) = receiver.recv() {
+            let interpreted = shared.discovery.lock().expect("discovery").as_mut().and_then(|d| d.interpret(event));
+            match interpreted {
+                Some(DiscoveryEvent::Found(node)) => on_discovered(&shared, node),
+                Some(DiscoveryEvent::Lost(id)) => {
+                    let changed = {
+                        let mut state = shared.state.lock().expect("state");
+                        state.discovered.remove(&id);
+                        state.nearby.remove(&id).is_some()
+                    };
+                    if changed {
+                        emit_nearby(&shared);
+                    }
+                }
+                None => {}
+            }
+        }
+        BROWSING.store(false, Ordering::Relaxed);
+    });
+}
+
+fn on_discovered(shared: &Agent, node: DiscoveredNode) {
+    if node.id == shared.id() {
+        return;
+    }
+    let nearby_changed = {
+        let mut state = shared.state.lock().expect("state");
+        if node.cluster_id == state.cluster_id() {
+            state.nearby.remove(&node.id);
+            state.discovered.insert(node.id, node);
+            false
+        } else {
+            state.discovered.remove(&node.id);
+            let changed = state.nearby.get(&node.id) != Some(&node);
+            state.nearby.insert(node.id, node);
+            changed
+        }
+    };
+    if nearby_changed {
+        emit_nearby(shared);
+    }
+}
+
+fn emit_nearby(shared: &Agent) {
+    let clusters = shared.snapshot().nearby;
+    shared.emit(ClusterEvent::Nearby { clusters });
+}
+
+/// Most connections allowed to be mid-handshake at once (strangers cannot exhaust the node).
+const MAX_PENDING_HANDSHAKES: usize = 64;
+
+async fn accept_loop(shared: Agent, listener: TcpListener) {
+    let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
+    loop {
+        let (stream, from) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("accepting a connection failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = pending.clone().try_acquire_owned() else {
+            tracing::warn!("refused a connection from {from}: too many handshakes in progress");
+            continue;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            if let Err(e) = handle_incoming(shared, stream, from, permit).await {
+                tracing::info!("closed a connection from {from}: {e}");
+            }
+        });
+    }
+}
+
+async fn handle_incoming(
+    shared: Agent,
+    mut stream: TcpStream,
+    from: SocketAddr,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> Result<(), NetError> {
+    stream.set_nodelay(true)?;
+    let preamble = secure::read_preamble(&mut stream).await?;
+    match preamble.kind {
+        ConnectionKind::Member => {
+            let (reader, writer) = secure::respond(stream, preamble, &shared.secret()).await?;
+            drop(permit);
+            connection::run(shared, reader, writer, connection::Origin::Accepted).await;
+            Ok(())
+        }
+        ConnectionKind::LinkProbe => {
+            let (reader, writer) = secure::respond(stream, preamble, &shared.secret()).await?;
+            drop(permit);
+            let _busy = shared.bulk_guard();
+            probe::serve(reader, writer, &shared.inbound_probe).await
+        }
+        ConnectionKind::Join => serve_join(shared, stream, from).await,
+        ConnectionKind::Stage => Err(NetError::BadPreamble("stage connections go to the workers".into())),
+    }
+}
+
+async fn serve_join(shared: Agent, stream: TcpStream, from: SocketAddr) -> Result<(), NetError> {
+    let allowed = shared.limiter.lock().expect("limiter").allow(from.ip());
+    let decide = || {
+        if !allowed {
+            return Err(Refusal::RateLimited);
+        }
+        let state = shared.state.lock().expect("state");
+        match &state.code {
+            None => Err(Refusal::NoCode),
+            Some(c) if c.is_expired() => Err(Refusal::Expired),
+            Some(c) => Ok(c.normalized().to_string()),
+        }
+    };
+    let attempt = |accepted: bool, reason: &str| ClusterEvent::JoinAttempt {
+        from: from.to_string(),
+        accepted,
+        reason: reason.into(),
+    };
+    match join::accept(stream, decide).await {
+        Ok((_reader, writer, mut node)) => {
+            if node.control.is_empty() || node.control.iter().all(|a| a.ip().is_unspecified()) {
+                node.control = vec![SocketAddr::new(from.ip(), shared.config.control_port())];
+            }
+            let (secret, members) = {
+                let state = shared.state.lock().expect("state");
+                (state.membership.secret.clone(), state.membership.members.values().cloned().collect::<Vec<_>>())
+            };
+            join::welcome(writer, secret, members).await?;
+            shared.emit(attempt(true, &format!("{} joined", node.name)));
+            shared.admit(node);
+            Ok(())
+        }
+        Err(AcceptError::WrongCode) => {
+            let revoked = {
+                let mut state = shared.state.lock().expect("state");
+                let revoked = state.code.as_mut().is_some_and(|c| c.record_failure());
+                if revoked {
+                    state.code = None;
+                }
+                revoked
+            };
+            shared.emit(attempt(false, "wrong code"));
+            if revoked {
+                shared.emit(ClusterEvent::CodeRevoked {
+                    reason: format!("{} wrong attempts; make a new code with `shoal code`", pairing::MAX_FAILURES),
+                });
+            }
+            Err(NetError::Handshake)
+        }
+        Err(AcceptError::Refused(r)) => {
+            shared.emit(attempt(false, r.explain()));
+            Ok(())
+        }
+        Err(AcceptError::Broken(reason)) => {
+            shared.emit(attempt(false, &reason));
+            Err(NetError::BadPreamble(reason))
+        }
+    }
+}
+
+/// Dials members without a connection (the lower id first; the higher after a grace period, in case the
+/// lower cannot reach it), --peer addresses, and same-cluster nodes seen by mDNS.
+async fn dial_loop(shared: Agent) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tick.tick().await;
+        let me = shared.id();
+        let mut to_dial: Vec<(NodeId, Vec<SocketAddr>)> = Vec::new();
+        {
+            let mut state = shared.state.lock().expect("state");
+            let members: Vec<(NodeId, Vec<SocketAddr>)> =
+                state.membership.members.values().filter(|m| m.id != me).map(|m| (m.id, m.control.clone())).collect();
+            let discovered: Vec<(NodeId, Vec<SocketAddr>)> =
+                state.discovered.values().map(|d| (d.id, d.control.clone())).collect();
+            for (id, addresses) in members.into_iter().chain(discovered) {
+                let route = state.static_routes.get(&id).copied();
+                let found = state.discovered.get(&id).map(|d| d.control.clone()).unwrap_or_default();
+                let peer = state.peers.entry(id).or_default();
+                if peer.connection.is_some() || peer.dialing {
+                    continue;
+                }
+                let quiet = peer.last_heard.map_or(peer.watched_since.elapsed(), |t| t.elapsed());
+                if me > id && quiet < health::SUSPECT_AFTER {
+                    continue;
+                }
+                peer.dialing = true;
+                let mut candidates: Vec<SocketAddr> = route.into_iter().chain(addresses).chain(found).collect();
+                let mut seen = BTreeSet::new();
+                candidates.retain(|a| seen.insert(*a));
+                to_dial.push((id, candidates));
+            }
+        }
+        // --peer addresses are the user's explicit routes: members are dialed by their other addresses
+        // only once each of them has been tried.
+        let statics_tried = shared.config.peers.iter().all(|p| shared.static_tried.lock().expect("tried").contains(p));
+        for (id, candidates) in to_dial {
+            if statics_tried || !*shared.static_peers.lock().expect("static") {
+                tokio::spawn(dial_member(shared.clone(), id, candidates));
+            } else if let Some(p) = shared.state.lock().expect("state").peers.get_mut(&id) {
+                p.dialing = false;
+            }
+        }
+        if *shared.static_peers.lock().expect("static") {
+            for address in &shared.config.peers {
+                let Ok(addr) = resolve(address, shared.config.control_port()).await else {
+                    shared.static_tried.lock().expect("tried").insert(address.clone());
+                    continue;
+                };
+                let connected = {
+                    let state = shared.state.lock().expect("state");
+                    state
+                        .static_routes
+                        .iter()
+                        .any(|(id, a)| *a == addr && state.peers.get(id).is_some_and(|p| p.connection.is_some()))
+                };
+                if connected || !shared.dialing_static.lock().expect("dialing").insert(addr) {
+                    continue;
+                }
+                tokio::spawn(dial_static(shared.clone(), addr, address.clone()));
+            }
+        }
+    }
+}
+
+async fn dial_member(shared: Agent, id: NodeId, candidates: Vec<SocketAddr>) {
+    let secret = shared.secret();
+    for addr in candidates {
+        match secure::connect(addr, ConnectionKind::Member, &secret).await {
+            Ok((reader, writer)) => {
+                connection::run(shared.clone(), reader, writer, connection::Origin::Dialed(addr)).await;
+                break;
+            }
+            Err(e) => {
+                tracing::debug!("dialing {} at {addr}: {e}", id.short());
+                if let Some(p) = shared.state.lock().expect("state").peers.get_mut(&id) {
+                    p.errors += 1;
+                }
+            }
+        }
+    }
+    if let Some(p) = shared.state.lock().expect("state").peers.get_mut(&id) {
+        p.dialing = false;
+    }
+}
+
+async fn dial_static(shared: Agent, addr: SocketAddr, address: String) {
+    let secret = shared.secret();
+    match secure::connect(addr, ConnectionKind::Member, &secret).await {
+        Ok((reader, writer)) => {
+            shared.static_tried.lock().expect("tried").insert(address);
+            connection::run(shared.clone(), reader, writer, connection::Origin::DialedPeerOption(addr)).await
+        }
+        Err(e) => {
+            shared.static_tried.lock().expect("tried").insert(address);
+            tracing::debug!("dialing --peer {addr}: {e}")
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    shared.dialing_static.lock().expect("dialing").remove(&addr);
+}
+
+/// Moves peers through alive → suspect → down as silence grows, and expires the join code.
+async fn health_loop(shared: Agent) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        let mut code_expired = false;
+        {
+            let mut guard = shared.state.lock().expect("state");
+            let state = &mut *guard;
+            let members: BTreeSet<NodeId> = state.membership.members.keys().copied().collect();
+            state.peers.retain(|id, _| members.contains(id));
+            for (id, peer) in state.peers.iter_mut() {
+                let silence = peer.last_heard.map_or(peer.watched_since.elapsed(), |t| t.elapsed());
+                let status = health::status_after(silence, peer.last_heard.is_some());
+                shared.set_status(peer, *id, status);
+            }
+            if state.code.as_ref().is_some_and(|c| c.is_expired()) {
+                state.code = None;
+                code_expired = true;
+            }
+        }
+        if code_expired {
+            shared.emit(ClusterEvent::CodeRevoked { reason: "expired".into() });
+        }
+    }
+}
+
+/// Samples this node's telemetry every second and shares it, with this node's link reports.
+async fn telemetry_loop(shared: Agent) {
+    let mut sampler = TelemetrySampler::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let telemetry = sampler.sample();
+        let links = {
+            let mut state = shared.state.lock().expect("state");
+            state.telemetry = Some(telemetry.clone());
+            state.my_reports()
+        };
+        shared.broadcast(ControlMessage::Telemetry { telemetry: telemetry.clone() });
+        shared.broadcast(ControlMessage::Links { links: links.clone() });
+        shared.emit(ClusterEvent::Telemetry { node: shared.id(), telemetry: Box::new(telemetry) });
+        shared.emit(ClusterEvent::Links { node: shared.id(), links });
+    }
+}
+
+/// Measures this node's outgoing throughput to `peer` after `delay` (at join).
+pub(super) fn spawn_measurement(shared: Agent, peer: NodeId, delay: Duration) {
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        measure_to(&shared, peer).await;
+    });
+}
+
+/// Measures and records this node's outgoing throughput to `peer`, one measurement at a time.
+pub(super) async fn measure_to(shared: &Agent, peer: NodeId) -> Option<u64> {
+    let _permit = shared.measuring.acquire().await.ok()?;
+    let target = {
+        let mut state = shared.state.lock().expect("state");
+        let p = state.peers.get_mut(&peer)?;
+        let target = p.connection.as_ref()?.peer_control;
+        p.measuring = true;
+        target
+    };
+    let result = {
+        let _busy = shared.bulk_guard();
+        probe::measure_outgoing(target, &shared.secret()).await
+    };
+    let mut state = shared.state.lock().expect("state");
+    let p = state.peers.get_mut(&peer)?;
+    p.measuring = false;
+    match result {
+        Ok(bps) => {
+            p.throughput_bps = Some(bps);
+            p.throughput_at_ms = Some(crate::util::now_ms());
+            Some(bps)
+        }
+        Err(e) => {
+            p.errors += 1;
+            tracing::info!("measuring the link to {}: {e}", peer.short());
+            None
+        }
+    }
+}
+
+/// Counts a bulk transfer while alive.
+pub(super) struct BulkGuard(Agent);
+
+impl Drop for BulkGuard {
+    fn drop(&mut self) {
+        self.0.bulk.fetch_sub(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,240 @@
+//! One authenticated control connection to a peer: the Hello exchange, registration (of two connections
+//! between a pair, the one opened by the lower id stays), pings every 250 ms for health and round-trip
+//! times, and the handling of everything the peer sends. Malformed input closes the connection with the
+//! reason logged; a connection silent for longer than the down threshold is closed too.
+
+use super::agent::{measure_to, spawn_measurement, Agent};
+use super::health::{self, PeerStatus};
+use super::messages::{self, ControlMessage, MAX_CONTROL_FRAME};
+use super::state::{ClusterEvent, Connection};
+use crate::links::kind;
+use crate::net::{NetError, SecureReader, SecureWriter};
+use crate::node::NodeId;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// How a connection came about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    Accepted,
+    /// This node dialed a member's address.
+    Dialed(SocketAddr),
+    /// This node dialed an address given with --peer (preferred for that member from now on).
+    DialedPeerOption(SocketAddr),
+}
+
+/// Runs a connection until it ends.
+pub async fn run(shared: Agent, mut reader: SecureReader, mut writer: SecureWriter, origin: Origin) {
+    let dialed = match origin {
+        Origin::Accepted => None,
+        Origin::Dialed(a) | Origin::DialedPeerOption(a) => Some(a),
+    };
+    let mut epoch = shared.epoch();
+    let my_epoch = *epoch.borrow();
+    let hello = messages::encode(&ControlMessage::Hello { node: shared.my_record() });
+    if writer.write_frame(&hello).await.is_err() {
+        return;
+    }
+    let first = tokio::time::timeout(crate::net::HANDSHAKE_TIMEOUT, reader.read_frame(MAX_CONTROL_FRAME)).await;
+    let mut record = match first.map(|f| f.map(|f| messages::decode::<ControlMessage>(&f))) {
+        Ok(Ok(Ok(ControlMessage::Hello { node }))) => node,
+        other => {
+            tracing::info!("closing a connection that did not start with Hello: {other:?}");
+            return;
+        }
+    };
+    let me = shared.id();
+    if record.id == me {
+        return; // This node reached itself (through an advertised address).
+    }
+    let remote = reader.peer_addr();
+    let peer_control = match (dialed, remote) {
+        (Some(addr), _) => addr,
+        (None, Some(remote)) => {
+            let port = record.control.first().map_or(shared.config.control_port(), |a| a.port());
+            let addr = SocketAddr::new(remote.ip(), port);
+            if !record.control.contains(&addr) {
+                record.control.insert(0, addr);
+            }
+            addr
+        }
+        (None, None) => return,
+    };
+    let dialer = if dialed.is_some() { me } else { record.id };
+    let peer_id = record.id;
+    if *epoch.borrow() != my_epoch {
+        return;
+    }
+    shared.admit(record);
+
+    let (tx, rx) = mpsc::unbounded_channel();
+    let connection_id = shared.next_connection_id();
+    let local = reader.local_addr();
+    let first_contact = {
+        let mut state = shared.state.lock().expect("state");
+        if let Origin::DialedPeerOption(_) = origin {
+            state.static_routes.insert(peer_id, peer_control);
+        }
+        let peer = state.peers.entry(peer_id).or_default();
+        if let Some(existing) = &peer.connection {
+            let keep_existing = existing.dialer == me.min(peer_id) && dialer != me.min(peer_id);
+            if keep_existing {
+                return;
+            }
+        }
+        peer.connection = Some(Connection { id: connection_id, dialer, tx: tx.clone(), peer_control });
+        // A new connection may take another path: its round trips start afresh.
+        peer.rtt = Default::default();
+        peer.local_addr = local;
+        peer.remote_addr = remote;
+        let (interface, kind) = local.map_or((None, kind::LinkKind::Unknown), |a| kind::classify(a.ip()));
+        peer.interface = interface;
+        peer.kind = kind;
+        peer.last_heard = Some(Instant::now());
+        shared.set_status(peer, peer_id, PeerStatus::Alive);
+        peer.throughput_bps.is_none()
+    };
+    tracing::info!("connected to {} ({:?})", peer_id.short(), remote);
+    if first_contact {
+        let jitter = Duration::from_millis(200 + rand::random_range(0..800));
+        spawn_measurement(shared.clone(), peer_id, jitter);
+    }
+    let writer_task = tokio::spawn(write_loop(writer, rx));
+    let pings: Arc<Mutex<HashMap<u64, (Instant, bool)>>> = Arc::default();
+    let ping_task = tokio::spawn(ping_loop(shared.clone(), tx.clone(), pings.clone()));
+    shared.gossip();
+    let telemetry = shared.state.lock().expect("state").telemetry.clone();
+    if let Some(telemetry) = telemetry {
+        let _ = tx.send(ControlMessage::Telemetry { telemetry });
+    }
+
+    let reason = loop {
+        let frame = tokio::select! {
+            frame = tokio::time::timeout(health::DOWN_AFTER, reader.read_frame(MAX_CONTROL_FRAME)) => frame,
+            _ = epoch.changed() => break "this node changed cluster".to_string(),
+        };
+        let frame = match frame {
+            Err(_) => break format!("silent for {:?}", health::DOWN_AFTER),
+            Ok(Err(NetError::Closed)) => break "closed by the peer".into(),
+            Ok(Err(e)) => break e.to_string(),
+            Ok(Ok(frame)) => frame,
+        };
+        let message = match messages::decode::<ControlMessage>(&frame) {
+            Ok(m) => m,
+            Err(e) => break e.to_string(),
+        };
+        if let Some(reason) = handle(&shared, peer_id, message, &tx, &pings) {
+            break reason;
+        }
+    };
+    ping_task.abort();
+    let graceful = reason == "left the cluster";
+    {
+        let mut state = shared.state.lock().expect("state");
+        if let Some(peer) = state.peers.get_mut(&peer_id) {
+            if peer.connection.as_ref().is_some_and(|c| c.id == connection_id) {
+                peer.connection = None;
+                if !graceful {
+                    peer.errors += 1;
+                }
+            }
+        }
+    }
+    drop(tx);
+    let _ = writer_task.await;
+    tracing::info!("connection to {} ended: {reason}", peer_id.short());
+}
+
+/// Handles one message; returns a reason to close the connection.
+fn handle(
+    shared: &Agent,
+    peer_id: NodeId,
+    message: ControlMessage,
+    tx: &mpsc::UnboundedSender<ControlMessage>,
+    pings: &Mutex<HashMap<u64, (Instant, bool)>>,
+) -> Option<String> {
+    let now = Instant::now();
+    {
+        let mut state = shared.state.lock().expect("state");
+        if let Some(peer) = state.peers.get_mut(&peer_id) {
+            peer.last_heard = Some(now);
+            shared.set_status(peer, peer_id, PeerStatus::Alive);
+        }
+    }
+    match message {
+        ControlMessage::Hello { .. } => return Some("a second Hello".into()),
+        ControlMessage::Ping { seq } => {
+            let _ = tx.send(ControlMessage::Pong { seq, busy: shared.in_bulk_transfer() });
+        }
+        ControlMessage::Pong { seq, busy } => {
+            let sent = pings.lock().expect("pings").remove(&seq);
+            // A round trip that overlapped a bulk transfer at either end measures the queue, not the link.
+            if let Some((sent, busy_then)) = sent.filter(|_| !busy && !shared.in_bulk_transfer()) {
+                if !busy_then {
+                    let mut state = shared.state.lock().expect("state");
+                    if let Some(peer) = state.peers.get_mut(&peer_id) {
+                        peer.rtt.record(now.duration_since(sent));
+                    }
+                }
+            }
+        }
+        ControlMessage::Telemetry { telemetry } => {
+            if let Some(peer) = shared.state.lock().expect("state").peers.get_mut(&peer_id) {
+                peer.telemetry = Some(telemetry.clone());
+            }
+            shared.emit(ClusterEvent::Telemetry { node: peer_id, telemetry: Box::new(telemetry) });
+        }
+        ControlMessage::Links { links } => {
+            if let Some(peer) = shared.state.lock().expect("state").peers.get_mut(&peer_id) {
+                peer.links = links.clone();
+            }
+            shared.emit(ClusterEvent::Links { node: peer_id, links });
+        }
+        ControlMessage::Members { members } => shared.learn_members(members),
+        ControlMessage::MeasureLink { peer, request } => {
+            let (shared, tx) = (shared.clone(), tx.clone());
+            tokio::spawn(async move {
+                let bps = measure_to(&shared, peer).await;
+                let _ = tx.send(ControlMessage::LinkMeasured { request, bps });
+            });
+        }
+        ControlMessage::LinkMeasured { request, bps } => shared.measured(request, bps),
+        ControlMessage::Leaving => {
+            shared.forget(peer_id);
+            return Some("left the cluster".into());
+        }
+    }
+    None
+}
+
+async fn write_loop(mut writer: SecureWriter, mut rx: mpsc::UnboundedReceiver<ControlMessage>) {
+    while let Some(message) = rx.recv().await {
+        if writer.write_frame(&messages::encode(&message)).await.is_err() {
+            break;
+        }
+    }
+}
+
+async fn ping_loop(
+    shared: Agent,
+    tx: mpsc::UnboundedSender<ControlMessage>,
+    pings: Arc<Mutex<HashMap<u64, (Instant, bool)>>>,
+) {
+    let mut tick = tokio::time::interval(health::PING_INTERVAL);
+    let mut seq = 0u64;
+    loop {
+        tick.tick().await;
+        seq += 1;
+        {
+            let mut pending = pings.lock().expect("pings");
+            pending.retain(|_, (sent, _)| sent.elapsed() < Duration::from_secs(10));
+            pending.insert(seq, (Instant::now(), shared.in_bulk_transfer()));
+        }
+        if tx.send(ControlMessage::Ping { seq }).is_err() {
+            return;
+        }
+    }
+}

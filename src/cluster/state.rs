@@ -1,0 +1,334 @@
+//! The cluster as this node sees it — members, their health, telemetry and links, nearby clusters, the
+//! active join code — and the snapshot of it that the API and `shoal status` show.
+
+use super::health::PeerStatus;
+use super::membership::Membership;
+use super::messages::ControlMessage;
+use super::pairing::JoinCode;
+use crate::discovery::DiscoveredNode;
+use crate::links::{LinkKind, LinkReport, RttWindow};
+use crate::node::{NodeId, NodeTelemetry};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// A live control connection to a peer.
+pub struct Connection {
+    pub id: u64,
+    /// Which side opened it: of two connections between a pair, the one opened by the lower id stays.
+    pub dialer: NodeId,
+    pub tx: mpsc::UnboundedSender<ControlMessage>,
+    /// Where the peer's control port was reached (for link probes).
+    pub peer_control: SocketAddr,
+}
+
+/// What this node knows about one other member.
+pub struct Peer {
+    pub status: PeerStatus,
+    pub last_heard: Option<Instant>,
+    /// When this node started watching the peer (for "down" without ever having heard it).
+    pub watched_since: Instant,
+    pub connection: Option<Connection>,
+    pub dialing: bool,
+    pub rtt: RttWindow,
+    pub kind: LinkKind,
+    pub interface: Option<String>,
+    pub local_addr: Option<SocketAddr>,
+    pub remote_addr: Option<SocketAddr>,
+    pub throughput_bps: Option<u64>,
+    pub throughput_at_ms: Option<u64>,
+    pub measuring: bool,
+    pub errors: u64,
+    pub telemetry: Option<NodeTelemetry>,
+    /// The peer's own reports of its links.
+    pub links: Vec<LinkReport>,
+}
+
+impl Peer {
+    pub fn new() -> Peer {
+        Peer {
+            status: PeerStatus::Connecting,
+            last_heard: None,
+            watched_since: Instant::now(),
+            connection: None,
+            dialing: false,
+            rtt: RttWindow::default(),
+            kind: LinkKind::Unknown,
+            interface: None,
+            local_addr: None,
+            remote_addr: None,
+            throughput_bps: None,
+            throughput_at_ms: None,
+            measuring: false,
+            errors: 0,
+            telemetry: None,
+            links: Vec::new(),
+        }
+    }
+
+    /// Whether this node has anything to say about its link to the peer.
+    pub fn has_report(&self) -> bool {
+        self.connection.is_some() || !self.rtt.is_empty()
+    }
+
+    /// This node's report of its link to the peer.
+    pub fn report(&self, peer: NodeId) -> LinkReport {
+        LinkReport {
+            peer,
+            kind: self.kind,
+            interface: self.interface.clone(),
+            local_addr: self.local_addr.map(|a| a.to_string()),
+            remote_addr: self.remote_addr.map(|a| a.to_string()),
+            rtt_p50_us: self.rtt.quantile(0.5).map(|d| d.as_micros() as u64),
+            rtt_p99_us: self.rtt.quantile(0.99).map(|d| d.as_micros() as u64),
+            rtt_samples: self.rtt.len(),
+            throughput_bps: self.throughput_bps,
+            throughput_measured_at_ms: self.throughput_at_ms,
+            errors: self.errors,
+        }
+    }
+}
+
+impl Default for Peer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+pub struct ClusterState {
+    pub me: NodeId,
+    pub membership: Membership,
+    pub peers: BTreeMap<NodeId, Peer>,
+    pub telemetry: Option<NodeTelemetry>,
+    /// Nodes of this cluster seen by mDNS (their addresses).
+    pub discovered: BTreeMap<NodeId, DiscoveredNode>,
+    /// Nodes of other clusters seen by mDNS.
+    pub nearby: BTreeMap<NodeId, DiscoveredNode>,
+    /// Addresses given with --peer, by the node that answered there.
+    pub static_routes: BTreeMap<NodeId, SocketAddr>,
+    pub code: Option<JoinCode>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub id: NodeId,
+    pub name: String,
+    pub is_self: bool,
+    /// "self" for this node, else the peer's status as this node sees it.
+    pub status: String,
+    pub control: Vec<SocketAddr>,
+    pub api_port: u16,
+    pub last_heard_ms_ago: Option<u64>,
+    pub telemetry: Option<NodeTelemetry>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LinkView {
+    pub a: NodeId,
+    pub b: NodeId,
+    pub kind: LinkKind,
+    pub rtt_p50_us: Option<u64>,
+    pub rtt_p99_us: Option<u64>,
+    pub throughput_a_to_b_bps: Option<u64>,
+    pub throughput_b_to_a_bps: Option<u64>,
+    pub errors: u64,
+    /// The reports the view was made from (a's, then b's).
+    pub reports: Vec<LinkReport>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolView {
+    /// Members currently up (this node and alive or suspect peers).
+    pub nodes_up: usize,
+    pub memory_total: u64,
+    pub memory_available: u64,
+    pub memory_used_by_shoal: u64,
+    /// Sum of the GPU-usable limits of the nodes that report one (macOS).
+    pub gpu_memory_limit: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NearbyNodeView {
+    pub id: NodeId,
+    pub name: String,
+    pub control: Vec<SocketAddr>,
+    pub api_port: u16,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NearbyCluster {
+    pub cluster_id: String,
+    pub nodes: Vec<NearbyNodeView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClusterSnapshot {
+    pub cluster_id: String,
+    pub node_id: NodeId,
+    pub nodes: Vec<NodeView>,
+    pub links: Vec<LinkView>,
+    pub pool: PoolView,
+    pub nearby: Vec<NearbyCluster>,
+    /// When the active join code expires (the code itself is shown only to whoever created it).
+    pub join_code_expires_at_ms: Option<u64>,
+}
+
+impl ClusterState {
+    pub fn cluster_id(&self) -> String {
+        self.membership.cluster_id()
+    }
+
+    /// Reports of this node's own links.
+    pub fn my_reports(&self) -> Vec<LinkReport> {
+        self.peers.iter().filter(|(_, p)| p.has_report()).map(|(id, p)| p.report(*id)).collect()
+    }
+
+    fn report_of(&self, from: NodeId, to: NodeId) -> Option<LinkReport> {
+        if from == self.me {
+            return self.peers.get(&to).filter(|p| p.has_report()).map(|p| p.report(to));
+        }
+        self.peers.get(&from)?.links.iter().find(|r| r.peer == to).cloned()
+    }
+
+    pub fn snapshot(&self) -> ClusterSnapshot {
+        let now = Instant::now();
+        let mut nodes = Vec::new();
+        let mut pool = PoolView::default();
+        for (id, record) in &self.membership.members {
+            let is_self = *id == self.me;
+            let peer = self.peers.get(id);
+            let status = if is_self {
+                "self".to_string()
+            } else {
+                serde_json::to_value(peer.map_or(PeerStatus::Connecting, |p| p.status))
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            };
+            let telemetry = if is_self { self.telemetry.clone() } else { peer.and_then(|p| p.telemetry.clone()) };
+            let up = is_self || matches!(peer.map(|p| p.status), Some(PeerStatus::Alive | PeerStatus::Suspect));
+            if up {
+                pool.nodes_up += 1;
+                if let Some(t) = &telemetry {
+                    pool.memory_total += t.memory_total;
+                    pool.memory_available += t.memory_available;
+                    pool.memory_used_by_shoal += t.memory_used_by_shoal;
+                    pool.gpu_memory_limit += t.gpu_memory_limit.unwrap_or(0);
+                }
+            }
+            nodes.push(NodeView {
+                id: *id,
+                name: record.name.clone(),
+                is_self,
+                status,
+                control: record.control.clone(),
+                api_port: record.api_port,
+                last_heard_ms_ago: peer.and_then(|p| p.last_heard).map(|t| now.duration_since(t).as_millis() as u64),
+                telemetry,
+            });
+        }
+        let ids: Vec<NodeId> = self.membership.members.keys().copied().collect();
+        let mut links = Vec::new();
+        for (i, &a) in ids.iter().enumerate() {
+            for &b in &ids[i + 1..] {
+                let ab = self.report_of(a, b);
+                let ba = self.report_of(b, a);
+                if ab.is_none() && ba.is_none() {
+                    continue;
+                }
+                let first = ab.as_ref().or(ba.as_ref()).expect("one exists");
+                links.push(LinkView {
+                    a,
+                    b,
+                    kind: first.kind,
+                    rtt_p50_us: ab.as_ref().and_then(|r| r.rtt_p50_us).or(ba.as_ref().and_then(|r| r.rtt_p50_us)),
+                    rtt_p99_us: ab.as_ref().and_then(|r| r.rtt_p99_us).or(ba.as_ref().and_then(|r| r.rtt_p99_us)),
+                    throughput_a_to_b_bps: ab.as_ref().and_then(|r| r.throughput_bps),
+                    throughput_b_to_a_bps: ba.as_ref().and_then(|r| r.throughput_bps),
+                    errors: ab.as_ref().map_or(0, |r| r.errors) + ba.as_ref().map_or(0, |r| r.errors),
+                    reports: ab.into_iter().chain(ba).collect(),
+                });
+            }
+        }
+        let mut nearby: BTreeMap<String, Vec<NearbyNodeView>> = BTreeMap::new();
+        for n in self.nearby.values() {
+            nearby.entry(n.cluster_id.clone()).or_default().push(NearbyNodeView {
+                id: n.id,
+                name: n.name.clone(),
+                control: n.control.clone(),
+                api_port: n.api_port,
+            });
+        }
+        ClusterSnapshot {
+            cluster_id: self.cluster_id(),
+            node_id: self.me,
+            nodes,
+            links,
+            pool,
+            nearby: nearby.into_iter().map(|(cluster_id, nodes)| NearbyCluster { cluster_id, nodes }).collect(),
+            join_code_expires_at_ms: self.code.as_ref().filter(|c| !c.is_expired()).map(|c| c.expires_at_ms),
+        }
+    }
+}
+
+/// Changes, in the order they happen, for the UI and any client of `/api/events`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ClusterEvent {
+    NodeJoined {
+        node: NodeId,
+        name: String,
+    },
+    NodeStatus {
+        node: NodeId,
+        status: PeerStatus,
+    },
+    NodeLeft {
+        node: NodeId,
+    },
+    Telemetry {
+        node: NodeId,
+        telemetry: Box<NodeTelemetry>,
+    },
+    Links {
+        node: NodeId,
+        links: Vec<LinkReport>,
+    },
+    Nearby {
+        clusters: Vec<NearbyCluster>,
+    },
+    JoinAttempt {
+        from: String,
+        accepted: bool,
+        reason: String,
+    },
+    CodeCreated {
+        expires_at_ms: u64,
+    },
+    CodeRevoked {
+        reason: String,
+    },
+    /// This node now belongs to another cluster (it joined one, or left and started its own).
+    ClusterChanged {
+        cluster_id: String,
+    },
+}
+
+impl ClusterEvent {
+    pub fn name(&self) -> &'static str {
+        match self {
+            ClusterEvent::NodeJoined { .. } => "node_joined",
+            ClusterEvent::NodeStatus { .. } => "node_status",
+            ClusterEvent::NodeLeft { .. } => "node_left",
+            ClusterEvent::Telemetry { .. } => "telemetry",
+            ClusterEvent::Links { .. } => "links",
+            ClusterEvent::Nearby { .. } => "nearby",
+            ClusterEvent::JoinAttempt { .. } => "join_attempt",
+            ClusterEvent::CodeCreated { .. } => "code_created",
+            ClusterEvent::CodeRevoked { .. } => "code_revoked",
+            ClusterEvent::ClusterChanged { .. } => "cluster_changed",
+        }
+    }
+}

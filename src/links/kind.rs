@@ -1,0 +1,123 @@
+//! What kind of link a connection runs over (loopback, Ethernet, Wi-Fi, Thunderbolt), from the local
+//! interface that carries it: sysfs on Linux, `networksetup -listallhardwareports` on macOS (parsed by a
+//! pure function tested on real outputs).
+
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkKind {
+    Loopback,
+    Ethernet,
+    Wifi,
+    Thunderbolt,
+    Unknown,
+}
+
+/// The interface that holds `ip`, and its kind.
+pub fn classify(ip: IpAddr) -> (Option<String>, LinkKind) {
+    if ip.is_loopback() {
+        return (Some(loopback_name()), LinkKind::Loopback);
+    }
+    let Some(name) = interface_of(ip) else { return (None, LinkKind::Unknown) };
+    let kind = kind_of_interface(&name);
+    (Some(name), kind)
+}
+
+fn loopback_name() -> String {
+    if cfg!(target_os = "macos") { "lo0" } else { "lo" }.to_string()
+}
+
+fn interface_of(ip: IpAddr) -> Option<String> {
+    if_addrs::get_if_addrs().ok()?.into_iter().find(|i| i.ip() == ip).map(|i| i.name)
+}
+
+#[cfg(target_os = "linux")]
+fn kind_of_interface(name: &str) -> LinkKind {
+    let sys = std::path::Path::new("/sys/class/net").join(name);
+    if std::fs::read_to_string(sys.join("type")).is_ok_and(|t| t.trim() == "772") {
+        return LinkKind::Loopback;
+    }
+    if sys.join("wireless").exists() || sys.join("phy80211").exists() {
+        return LinkKind::Wifi;
+    }
+    let driver = std::fs::read_link(sys.join("device/driver")).ok();
+    if driver.is_some_and(|d| d.file_name().is_some_and(|f| f.to_string_lossy().contains("thunderbolt"))) {
+        return LinkKind::Thunderbolt;
+    }
+    LinkKind::Ethernet
+}
+
+#[cfg(target_os = "macos")]
+fn kind_of_interface(name: &str) -> LinkKind {
+    let out = std::process::Command::new("networksetup").arg("-listallhardwareports").output();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    hardware_ports(&text)
+        .into_iter()
+        .find(|(_, device)| device == name)
+        .map_or(LinkKind::Unknown, |(port, _)| kind_of_port(&port))
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+fn kind_of_interface(_name: &str) -> LinkKind {
+    LinkKind::Unknown
+}
+
+/// (hardware port, device) pairs from `networksetup -listallhardwareports`.
+pub fn hardware_ports(text: &str) -> Vec<(String, String)> {
+    let mut ports = Vec::new();
+    let mut port: Option<String> = None;
+    for line in text.lines().map(str::trim) {
+        if let Some(p) = line.strip_prefix("Hardware Port:") {
+            port = Some(p.trim().to_string());
+        } else if let Some(d) = line.strip_prefix("Device:") {
+            if let Some(p) = port.take() {
+                ports.push((p, d.trim().to_string()));
+            }
+        }
+    }
+    ports
+}
+
+/// The kind of a macOS hardware port name. "Thunderbolt 1" and "Thunderbolt Bridge" carry IP over the
+/// Thunderbolt cable; "Thunderbolt Ethernet Slot 1" is an Ethernet adapter behind Thunderbolt.
+pub fn kind_of_port(port: &str) -> LinkKind {
+    let p = port.to_ascii_lowercase();
+    if p.starts_with("wi-fi") || p.starts_with("airport") {
+        LinkKind::Wifi
+    } else if p.starts_with("thunderbolt") && !p.contains("ethernet") {
+        LinkKind::Thunderbolt
+    } else if p.contains("ethernet") || p.contains("lan") {
+        LinkKind::Ethernet
+    } else {
+        LinkKind::Unknown
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recorded_macos_hardware_ports_are_classified() {
+        let text = include_str!(
+            "../../tests/fixtures/macos/verbatim/networksetup_listallhardwareports_mac16_9_macos26_6_2.txt"
+        );
+        let ports = hardware_ports(text);
+        assert_eq!(ports.len(), 12);
+        let kind = |dev: &str| kind_of_port(&ports.iter().find(|(_, d)| d == dev).unwrap().0);
+        assert_eq!(kind("en0"), LinkKind::Ethernet);
+        assert_eq!(kind("en10"), LinkKind::Ethernet); // Thunderbolt Ethernet Slot 1
+        assert_eq!(kind("bridge0"), LinkKind::Thunderbolt);
+        assert_eq!(kind("en1"), LinkKind::Wifi);
+        for dev in ["en2", "en3", "en4", "en5"] {
+            assert_eq!(kind(dev), LinkKind::Thunderbolt, "{dev}");
+        }
+    }
+
+    #[test]
+    fn loopback_is_recognised() {
+        assert_eq!(classify("127.0.0.1".parse().unwrap()).1, LinkKind::Loopback);
+    }
+}

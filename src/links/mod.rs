@@ -1,0 +1,31 @@
+//! Links between members: what kind each is, its round-trip times from small probes every second, its
+//! throughput from bulk transfers (at join and on demand), and its errors.
+
+pub mod kind;
+pub mod probe;
+mod rtt;
+
+pub use kind::LinkKind;
+pub use rtt::RttWindow;
+
+use crate::node::NodeId;
+use serde::{Deserialize, Serialize};
+
+/// One node's measurements of its link to a peer, as it reports them to the cluster.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LinkReport {
+    pub peer: NodeId,
+    pub kind: LinkKind,
+    /// The local interface carrying the link.
+    pub interface: Option<String>,
+    pub local_addr: Option<String>,
+    pub remote_addr: Option<String>,
+    pub rtt_p50_us: Option<u64>,
+    pub rtt_p99_us: Option<u64>,
+    pub rtt_samples: usize,
+    /// Bits per second from the reporting node to the peer, from the last bulk transfer.
+    pub throughput_bps: Option<u64>,
+    pub throughput_measured_at_ms: Option<u64>,
+    /// Connections lost, refused dials and malformed input on this link since the node started.
+    pub errors: u64,
+}

@@ -1,0 +1,8 @@
+//! The node itself: its persistent identity and data directory, and the telemetry it reports.
+
+pub mod identity;
+mod platform;
+pub mod telemetry;
+
+pub use identity::{DataDir, NodeId, NodeIdentity};
+pub use telemetry::{NodeTelemetry, TelemetrySampler};

@@ -1,0 +1,269 @@
+//! Several `shoal node`s on one machine for multi-node tests. In netns mode (the default where the test
+//! may create network namespaces, i.e. as root) each node gets its own namespace, joined to the others
+//! by veth pairs through a bridge in a namespace of its own, with 10.99.0.x addresses that exist only
+//! inside those namespaces; mDNS works there. In loopback mode (SHOAL_TEST_NETWORK=loopback, or where
+//! namespaces cannot be made) the nodes share 127.0.0.1 with distinct ports and no mDNS. Everything is
+//! removed when the cluster is dropped, also when a test panics.
+
+use shoal::cluster::ClusterSnapshot;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Network {
+    Netns,
+    Loopback,
+}
+
+pub struct TestNode {
+    pub name: String,
+    pub namespace: Option<String>,
+    pub ip: String,
+    pub api_port: u16,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl TestNode {
+    pub fn control_addr(&self) -> String {
+        format!("{}:{}", self.ip, self.api_port + 1)
+    }
+}
+
+pub struct TestCluster {
+    pub network: Network,
+    prefix: String,
+    bridge: Option<String>,
+    pub nodes: Vec<TestNode>,
+    _dir: tempfile::TempDir,
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
+fn netns_available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let name = format!("shoalprobe{}", std::process::id());
+        let ok = ip(&["netns", "add", &name]).is_ok();
+        if ok {
+            let _ = ip(&["netns", "del", &name]);
+        }
+        ok
+    })
+}
+
+/// Multi-node tests start several processes each and measure timing; on a small machine they run one
+/// at a time. Hold the returned guard for the whole test.
+pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl TestCluster {
+    /// `n` nodes (not started yet).
+    pub fn new(n: usize) -> TestCluster {
+        let network = match std::env::var("SHOAL_TEST_NETWORK").as_deref() {
+            Ok("loopback") => Network::Loopback,
+            _ if netns_available() => Network::Netns,
+            _ => {
+                eprintln!("network namespaces are not available here: running the nodes on loopback");
+                Network::Loopback
+            }
+        };
+        Self::with_network(n, network)
+    }
+
+    pub fn with_network(n: usize, network: Network) -> TestCluster {
+        let serial = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let prefix = format!("sh{}x{serial}", std::process::id());
+        let dir = tempfile::tempdir().unwrap();
+        let mut cluster = TestCluster { network, prefix: prefix.clone(), bridge: None, nodes: Vec::new(), _dir: dir };
+        if network == Network::Netns {
+            let bridge = format!("{prefix}b");
+            ip(&["netns", "add", &bridge]).unwrap();
+            cluster.bridge = Some(bridge.clone());
+            ip(&["-n", &bridge, "link", "add", "br0", "type", "bridge", "mcast_snooping", "0"]).unwrap();
+            ip(&["-n", &bridge, "link", "set", "br0", "up"]).unwrap();
+        }
+        // Loopback ports: spread by process and serial so parallel tests do not collide.
+        let base = (20000 + (std::process::id() % 300) * 100 + (serial % 10) * 10) as u16;
+        for i in 0..n {
+            let data_dir = cluster._dir.path().join(format!("node{i}"));
+            let log = cluster._dir.path().join(format!("node{i}.log"));
+            let (namespace, ip_addr, api_port) = match network {
+                Network::Netns => {
+                    let ns = format!("{prefix}n{i}");
+                    let bridge = cluster.bridge.clone().unwrap();
+                    ip(&["netns", "add", &ns]).unwrap();
+                    let port = format!("p{i}");
+                    ip(&["-n", &bridge, "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", &ns])
+                        .unwrap();
+                    ip(&["-n", &bridge, "link", "set", &port, "master", "br0", "up"]).unwrap();
+                    let addr = format!("10.99.0.{}", i + 1);
+                    ip(&["-n", &ns, "addr", "add", &format!("{addr}/24"), "dev", "eth0"]).unwrap();
+                    ip(&["-n", &ns, "link", "set", "eth0", "up"]).unwrap();
+                    ip(&["-n", &ns, "link", "set", "lo", "up"]).unwrap();
+                    (Some(ns), addr, shoal::cluster::DEFAULT_API_PORT)
+                }
+                Network::Loopback => (None, "127.0.0.1".to_string(), base + (i as u16) * 2),
+            };
+            cluster.nodes.push(TestNode {
+                name: format!("node{i}"),
+                namespace,
+                ip: ip_addr,
+                api_port,
+                data_dir,
+                log,
+                child: None,
+            });
+        }
+        cluster
+    }
+
+    /// A command run in node `i`'s network (its namespace, or here).
+    pub fn command_in(&self, i: usize, program: &str) -> Command {
+        match &self.nodes[i].namespace {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, program]);
+                c
+            }
+            None => Command::new(program),
+        }
+    }
+
+    /// Starts node `i` with `extra` arguments.
+    pub fn start(&mut self, i: usize, extra: &[&str]) {
+        let binary = env!("CARGO_BIN_EXE_shoal");
+        let mut cmd = self.command_in(i, binary);
+        let node = &self.nodes[i];
+        cmd.args(["-v", "node", "--name", &node.name, "--port", &node.api_port.to_string()]);
+        cmd.arg("--data-dir").arg(&node.data_dir);
+        if self.network == Network::Loopback {
+            cmd.args(["--bind", "127.0.0.1", "--no-mdns"]);
+        }
+        cmd.args(extra);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&node.log).unwrap();
+        cmd.stdout(Stdio::null()).stderr(log).env_remove("RUST_LOG");
+        let child = cmd.spawn().unwrap();
+        self.nodes[i].child = Some(child);
+    }
+
+    /// SIGKILLs node `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Runs `shoal ARGS --node 127.0.0.1:PORT` in node `i`'s network.
+    pub fn cli(&self, i: usize, args: &[&str]) -> Output {
+        let mut cmd = self.command_in(i, env!("CARGO_BIN_EXE_shoal"));
+        cmd.args(args).args(["--node", &format!("127.0.0.1:{}", self.nodes[i].api_port)]);
+        cmd.env_remove("RUST_LOG").output().unwrap()
+    }
+
+    /// Node `i`'s view of the cluster (`shoal status --json`), or None while it does not answer.
+    pub fn status(&self, i: usize) -> Option<ClusterSnapshot> {
+        let out = self.cli(i, &["status", "--json"]);
+        if !out.status.success() {
+            return None;
+        }
+        Some(serde_json::from_slice(&out.stdout).expect("status --json is a cluster snapshot"))
+    }
+
+    /// Waits until node `i` answers its API.
+    pub fn wait_ready(&self, i: usize) {
+        self.wait_for(Duration::from_secs(10), &format!("node {i} to answer"), || self.status(i).is_some());
+    }
+
+    /// A join code made on node `i`.
+    pub fn code(&self, i: usize) -> String {
+        let out = self.cli(i, &["code"]);
+        assert!(out.status.success(), "shoal code: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    /// Polls `check` every 50 ms until it holds; panics with the logs after `timeout`.
+    pub fn wait_for(&self, timeout: Duration, what: &str, mut check: impl FnMut() -> bool) -> Duration {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if check() {
+                return start.elapsed();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("timed out after {timeout:?} waiting for {what}\n{}", self.logs());
+    }
+
+    pub fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("--- {} ---\n{}", n.name, std::fs::read_to_string(&n.log).unwrap_or_default()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Runs `f` on a thread inside node `i`'s network (its namespace, or here), so that sockets it opens
+    /// see what the node sees.
+    pub fn in_network<T: Send + 'static>(
+        &self,
+        i: usize,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<T> {
+        let ns = self.nodes[i].namespace.clone();
+        std::thread::spawn(move || {
+            if let Some(ns) = ns {
+                enter_namespace(&ns);
+            }
+            f()
+        })
+    }
+
+    /// The namespace holding the bridge (netns mode).
+    pub fn bridge_namespace(&self) -> Option<&str> {
+        self.bridge.as_deref()
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+        for node in &self.nodes {
+            if let Some(ns) = &node.namespace {
+                let _ = ip(&["netns", "del", ns]);
+            }
+        }
+        if let Some(b) = &self.bridge {
+            let _ = ip(&["netns", "del", b]);
+        }
+        if std::thread::panicking() {
+            eprintln!("{}", self.logs());
+        }
+        let _ = &self.prefix;
+    }
+}
+
+/// Moves the calling thread into network namespace `ns`.
+pub fn enter_namespace(ns: &str) {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("namespace file");
+    // SAFETY: setns on a valid namespace file descriptor affects only this thread.
+    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "setns into {ns} failed");
+}
