@@ -56,7 +56,9 @@ pub fn render(s: &ClusterSnapshot) -> String {
         "{:<20} {:<9} {:<10} {:<22} {:<10} {:<28} {:<5}\n",
         "NODE", "ID", "STATUS", "MEMORY avail/total", "SHOAL", "CPU", "LOAD"
     );
-    for n in &s.nodes {
+    let mut nodes: Vec<_> = s.nodes.iter().collect();
+    nodes.sort_by_key(|n| (!n.is_self, n.name.clone()));
+    for n in nodes {
         let (mem, shoal, cpu, load) = match &n.telemetry {
             Some(t) => (
                 format!("{} / {}", gib(t.memory_available), gib(t.memory_total)),
