@@ -15,4 +15,5 @@ pub mod links;
 pub mod model;
 pub mod net;
 pub mod node;
+pub mod placement;
 pub mod util;

@@ -62,7 +62,7 @@ pub fn global_tensors(config: &ModelConfig) -> Vec<ExpectedTensor> {
 }
 
 /// Exact tensor bytes of each part of a model.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ModelLayout {
     /// Bytes of each layer's tensors.
     pub layers: Vec<u64>,

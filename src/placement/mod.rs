@@ -1,0 +1,419 @@
+//! Placement: which nodes run which contiguous layer ranges of a model. Memory-true (exact tensor bytes,
+//! KV cache for the context, compute buffer, each node's offer after headroom) and link-aware (the ring
+//! of stages is ordered to cross the cheapest links, from measured RTT and throughput). Fewer nodes win
+//! when the model fits on fewer; among equal node counts, the fastest expected token time wins.
+
+mod needs;
+
+pub use needs::{ModelNeeds, StageBytes};
+
+use crate::node::NodeId;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::ops::Range;
+
+/// What a node can give a model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeOffer {
+    pub id: NodeId,
+    pub name: String,
+    /// Bytes it may use (available memory less headroom, capped by --memory-limit and, on macOS, the GPU
+    /// limit).
+    pub bytes: u64,
+    /// Measured memory read bandwidth (bytes/s), which bounds how fast it runs a decode step.
+    pub memory_bandwidth: Option<u64>,
+}
+
+/// A measured link between two nodes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkCost {
+    pub a: NodeId,
+    pub b: NodeId,
+    pub rtt_us: Option<u64>,
+    pub throughput_bps: Option<u64>,
+}
+
+/// Assumed for links that have not been measured yet.
+const DEFAULT_RTT_US: u64 = 1_000;
+const DEFAULT_THROUGHPUT_BPS: u64 = 1_000_000_000;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StagePlan {
+    pub node: NodeId,
+    pub node_name: String,
+    pub layers: Range<usize>,
+    pub bytes: StageBytes,
+    pub offer: u64,
+    /// Expected decode time of this stage per token (memory-bound estimate), when the node's bandwidth is known.
+    pub expected_step_us: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub model: String,
+    pub context: usize,
+    pub stages: Vec<StagePlan>,
+    pub total_bytes: u64,
+    /// Expected time a token spends crossing the ring's links (half the RTT plus the hidden state's
+    /// transfer per hop, and the sampled token's way back).
+    pub ring_us: u64,
+    /// 1 / (the stages' step times + ring time), when every node's bandwidth is known.
+    pub expected_decode_tokens_per_second: Option<f64>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PlacementError {
+    #[error("no node is up to run the model")]
+    NoNodes,
+    #[error("{0}")]
+    DoesNotFit(String),
+    #[error("invalid --layers: {0}")]
+    BadOverride(String),
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / 1e6)
+}
+
+/// One node's part of an explicit override: a node (name, id or id prefix) and its layers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LayerAssignment {
+    pub node: String,
+    pub layers: Range<usize>,
+}
+
+/// Parses `NODE:0-9,NODE:10-29` (inclusive ranges, in ring order).
+pub fn parse_layers(spec: &str) -> Result<Vec<LayerAssignment>, PlacementError> {
+    spec.split(',')
+        .map(|part| {
+            let bad = || PlacementError::BadOverride(format!("{part:?} is not NODE:FIRST-LAST"));
+            let (node, range) = part.trim().rsplit_once(':').ok_or_else(bad)?;
+            let (a, b) = range.split_once('-').ok_or_else(bad)?;
+            let (a, b): (usize, usize) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
+            if node.is_empty() || b < a {
+                return Err(bad());
+            }
+            Ok(LayerAssignment { node: node.to_string(), layers: a..b + 1 })
+        })
+        .collect()
+}
+
+struct Ring<'a> {
+    needs: &'a ModelNeeds,
+    nodes: Vec<&'a NodeOffer>,
+    links: &'a HashMap<(NodeId, NodeId), (u64, u64)>,
+}
+
+impl Ring<'_> {
+    fn hop_us(&self, a: NodeId, b: NodeId, bytes: u64) -> u64 {
+        let (rtt, bps) = self.links.get(&(a, b)).copied().unwrap_or((DEFAULT_RTT_US, DEFAULT_THROUGHPUT_BPS));
+        rtt / 2 + bytes * 8 * 1_000_000 / bps.max(1)
+    }
+
+    /// Per-token link time around the ring: hidden states forward, the token id back to stage 0.
+    fn ring_us(&self) -> u64 {
+        let k = self.nodes.len();
+        if k == 1 {
+            return 0;
+        }
+        let forward: u64 = (0..k - 1)
+            .map(|i| self.hop_us(self.nodes[i].id, self.nodes[i + 1].id, self.needs.hidden_bytes_per_token))
+            .sum();
+        forward + self.hop_us(self.nodes[k - 1].id, self.nodes[0].id, 4)
+    }
+
+    /// Splits the layers into contiguous ranges, one per node in ring order, minimising the largest
+    /// share of a node's offer used. Returns the ranges and that share.
+    fn split(&self) -> Option<(Vec<Range<usize>>, f64)> {
+        let k = self.nodes.len();
+        let l = self.needs.layers();
+        if k > l {
+            return None;
+        }
+        let load = |node: usize, range: Range<usize>| -> f64 {
+            let need = self.needs.stage(range).total() as f64;
+            need / self.nodes[node].bytes.max(1) as f64
+        };
+        // best[i][j]: the smallest worst load with nodes 0..i covering layers 0..j.
+        let mut best = vec![vec![f64::INFINITY; l + 1]; k + 1];
+        let mut cut = vec![vec![0usize; l + 1]; k + 1];
+        best[0][0] = 0.0;
+        for i in 1..=k {
+            for j in i..=l - (k - i) {
+                for start in (i - 1)..j {
+                    if best[i - 1][start].is_infinite() {
+                        continue;
+                    }
+                    let worst = best[i - 1][start].max(load(i - 1, start..j));
+                    if worst < best[i][j] {
+                        best[i][j] = worst;
+                        cut[i][j] = start;
+                    }
+                }
+            }
+        }
+        let mut ranges = Vec::with_capacity(k);
+        let mut end = l;
+        for i in (1..=k).rev() {
+            let start = cut[i][end];
+            ranges.push(start..end);
+            end = start;
+        }
+        ranges.reverse();
+        Some((ranges, best[k][l]))
+    }
+
+    fn plan(&self, ranges: Vec<Range<usize>>) -> Plan {
+        let stages: Vec<StagePlan> = self
+            .nodes
+            .iter()
+            .zip(ranges)
+            .map(|(node, layers)| {
+                let bytes = self.needs.stage(layers.clone());
+                StagePlan {
+                    node: node.id,
+                    node_name: node.name.clone(),
+                    expected_step_us: node.memory_bandwidth.map(|bw| bytes.weights * 1_000_000 / bw.max(1)),
+                    layers,
+                    bytes,
+                    offer: node.bytes,
+                }
+            })
+            .collect();
+        let ring_us = self.ring_us();
+        let steps: Option<u64> = stages.iter().map(|s| s.expected_step_us).sum();
+        Plan {
+            model: self.needs.name.clone(),
+            context: self.needs.context,
+            total_bytes: stages.iter().map(|s| s.bytes.total()).sum(),
+            expected_decode_tokens_per_second: steps.map(|s| 1e6 / (s + ring_us).max(1) as f64),
+            ring_us,
+            stages,
+        }
+    }
+
+    /// Expected microseconds per token (unknown bandwidths count as equal, so the ring decides).
+    fn cost(&self, plan: &Plan) -> u64 {
+        plan.stages.iter().map(|s| s.expected_step_us.unwrap_or(0)).sum::<u64>() + plan.ring_us
+    }
+}
+
+fn link_table(links: &[LinkCost]) -> HashMap<(NodeId, NodeId), (u64, u64)> {
+    let mut table = HashMap::new();
+    for l in links {
+        let v = (l.rtt_us.unwrap_or(DEFAULT_RTT_US), l.throughput_bps.unwrap_or(DEFAULT_THROUGHPUT_BPS));
+        table.insert((l.a, l.b), v);
+        table.entry((l.b, l.a)).or_insert(v);
+    }
+    table
+}
+
+/// Orders of `nodes` to try as rings: every order for small rings, else a greedy nearest-neighbour ring
+/// from each start.
+fn orders(nodes: &[usize], ring: &dyn Fn(&[usize]) -> u64) -> Vec<Vec<usize>> {
+    if nodes.len() <= 5 {
+        let mut all = Vec::new();
+        permutations(nodes.to_vec(), 0, &mut all);
+        return all;
+    }
+    (0..nodes.len())
+        .map(|first| {
+            let mut order = vec![nodes[first]];
+            let mut rest: Vec<usize> = nodes.iter().copied().filter(|&n| n != nodes[first]).collect();
+            while !rest.is_empty() {
+                let (pos, _) = rest
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, &n)| ring(&[*order.last().expect("non-empty"), n]))
+                    .expect("non-empty");
+                order.push(rest.remove(pos));
+            }
+            order
+        })
+        .collect()
+}
+
+fn permutations(mut items: Vec<usize>, k: usize, out: &mut Vec<Vec<usize>>) {
+    if k == items.len() {
+        out.push(items);
+        return;
+    }
+    for i in k..items.len() {
+        items.swap(k, i);
+        permutations(items.clone(), k + 1, out);
+        items.swap(k, i);
+    }
+}
+
+/// The plan on the fewest nodes that fits, fastest among those.
+pub fn plan(needs: &ModelNeeds, nodes: &[NodeOffer], links: &[LinkCost]) -> Result<Plan, PlacementError> {
+    if nodes.is_empty() {
+        return Err(PlacementError::NoNodes);
+    }
+    let table = link_table(links);
+    let n = nodes.len().min(8);
+    // Largest offers first, so smaller subsets are tried with the most capable nodes.
+    let mut by_offer: Vec<usize> = (0..nodes.len()).collect();
+    by_offer.sort_by_key(|&i| std::cmp::Reverse(nodes[i].bytes));
+    let pair_cost = |pair: &[usize]| -> u64 {
+        let ring = Ring { needs, nodes: pair.iter().map(|&i| &nodes[i]).collect(), links: &table };
+        ring.hop_us(ring.nodes[0].id, ring.nodes[1].id, needs.hidden_bytes_per_token)
+    };
+    for k in 1..=n {
+        let mut best: Option<(u64, Plan)> = None;
+        for subset in subsets(&by_offer[..n], k) {
+            for order in orders(&subset, &pair_cost) {
+                let ring = Ring { needs, nodes: order.iter().map(|&i| &nodes[i]).collect(), links: &table };
+                let Some((ranges, worst)) = ring.split() else { continue };
+                if worst > 1.0 {
+                    continue;
+                }
+                let plan = ring.plan(ranges);
+                let cost = ring.cost(&plan);
+                if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+                    best = Some((cost, plan));
+                }
+            }
+        }
+        if let Some((_, plan)) = best {
+            return Ok(plan);
+        }
+    }
+    Err(does_not_fit(needs, nodes, &table))
+}
+
+fn subsets(items: &[usize], k: usize) -> Vec<Vec<usize>> {
+    if k == 0 {
+        return vec![Vec::new()];
+    }
+    if items.len() < k {
+        return Vec::new();
+    }
+    let mut with: Vec<Vec<usize>> = subsets(&items[1..], k - 1)
+        .into_iter()
+        .map(|mut s| {
+            s.insert(0, items[0]);
+            s
+        })
+        .collect();
+    with.extend(subsets(&items[1..], k));
+    with
+}
+
+/// Explains what is missing: the best split over every node, and each stage's shortfall.
+fn does_not_fit(
+    needs: &ModelNeeds,
+    nodes: &[NodeOffer],
+    table: &HashMap<(NodeId, NodeId), (u64, u64)>,
+) -> PlacementError {
+    let mut order: Vec<&NodeOffer> = nodes.iter().collect();
+    order.sort_by_key(|n| std::cmp::Reverse(n.bytes));
+    order.truncate(needs.layers());
+    let ring = Ring { needs, nodes: order, links: table };
+    let offered: u64 = ring.nodes.iter().map(|n| n.bytes).sum();
+    let mut message = String::new();
+    if let Some((ranges, _)) = ring.split() {
+        let plan = ring.plan(ranges);
+        let needed = plan.total_bytes;
+        message += &format!(
+            "{} with a {}-token context needs {} on {} node(s) (weights, KV cache and compute buffers), but they offer {}: {} missing.",
+            needs.name,
+            needs.context,
+            mb(needed),
+            plan.stages.len(),
+            mb(offered),
+            mb(needed.saturating_sub(offered))
+        );
+        for s in &plan.stages {
+            let need = s.bytes.total();
+            message += &format!(
+                " {} would hold layers {}-{} needing {} of its {}{}.",
+                s.node_name,
+                s.layers.start,
+                s.layers.end - 1,
+                mb(need),
+                mb(s.offer),
+                if need > s.offer { format!(" ({} short)", mb(need - s.offer)) } else { String::new() }
+            );
+        }
+        message += " Add a node, free memory, or use a smaller context (--context) or quantization.";
+    } else {
+        message = format!("{} has {} layers; it cannot be split over the nodes offered", needs.name, needs.layers());
+    }
+    PlacementError::DoesNotFit(message)
+}
+
+/// The plan an explicit `--layers` override describes, if it fits.
+pub fn plan_override(
+    needs: &ModelNeeds,
+    nodes: &[NodeOffer],
+    links: &[LinkCost],
+    assignment: &[LayerAssignment],
+) -> Result<Plan, PlacementError> {
+    let mut expected = 0;
+    let mut chosen = Vec::new();
+    for a in assignment {
+        if a.layers.start != expected {
+            return Err(PlacementError::BadOverride(format!(
+                "ranges must cover layers 0-{} in order; {} starts at {} where {expected} was expected",
+                needs.layers() - 1,
+                a.node,
+                a.layers.start
+            )));
+        }
+        expected = a.layers.end;
+        let matches: Vec<&NodeOffer> = nodes
+            .iter()
+            .filter(|n| n.name == a.node || n.id.to_string() == a.node || n.id.to_string().starts_with(&a.node))
+            .collect();
+        match matches.as_slice() {
+            [one] => chosen.push(*one),
+            [] => return Err(PlacementError::BadOverride(format!("no node up is called {}", a.node))),
+            _ => return Err(PlacementError::BadOverride(format!("{} names more than one node", a.node))),
+        }
+    }
+    if expected != needs.layers() {
+        return Err(PlacementError::BadOverride(format!(
+            "ranges end at layer {} but the model has {} layers",
+            expected.saturating_sub(1),
+            needs.layers()
+        )));
+    }
+    let table = link_table(links);
+    let ring = Ring { needs, nodes: chosen, links: &table };
+    let plan = ring.plan(assignment.iter().map(|a| a.layers.clone()).collect());
+    let short: Vec<String> = plan
+        .stages
+        .iter()
+        .filter(|s| s.bytes.total() > s.offer)
+        .map(|s| {
+            format!(
+                "{} needs {} for layers {}-{} but offers {}",
+                s.node_name,
+                mb(s.bytes.total()),
+                s.layers.start,
+                s.layers.end - 1,
+                mb(s.offer)
+            )
+        })
+        .collect();
+    if !short.is_empty() {
+        return Err(PlacementError::DoesNotFit(format!("the requested split does not fit: {}", short.join("; "))));
+    }
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_overrides_parse() {
+        let a = parse_layers("studio-1:0-9, 1a2b:10-29").unwrap();
+        assert_eq!(a[0], LayerAssignment { node: "studio-1".into(), layers: 0..10 });
+        assert_eq!(a[1].layers, 10..30);
+        assert!(parse_layers("x:9-0").is_err());
+        assert!(parse_layers("x:0-").is_err());
+        assert!(parse_layers(":0-3").is_err());
+    }
+}

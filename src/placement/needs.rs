@@ -1,0 +1,79 @@
+//! What running a model costs, stage by stage: the exact tensor bytes of its layers (from the GGUF),
+//! the embeddings on the first stage and the output head on the last, the KV cache for the requested
+//! context, and the compute buffer.
+
+use crate::engine::CACHE_BLOCK;
+use crate::model::{Model, ModelLayout};
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+
+/// Memory a stage needs, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageBytes {
+    pub weights: u64,
+    pub kv_cache: u64,
+    pub compute: u64,
+}
+
+impl StageBytes {
+    pub fn total(&self) -> u64 {
+        self.weights + self.kv_cache + self.compute
+    }
+}
+
+/// The memory model of one model at one context size.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelNeeds {
+    pub name: String,
+    pub layout: ModelLayout,
+    /// KV-cache bytes per layer for the whole context of every sequence.
+    pub kv_per_layer: u64,
+    /// Compute-buffer bytes of a stage (its largest step).
+    pub compute: u64,
+    /// Extra compute bytes on the last stage (the logits).
+    pub compute_last_extra: u64,
+    /// Bytes of one token's hidden state on the wire (f32).
+    pub hidden_bytes_per_token: u64,
+    pub context: usize,
+    pub sequences: usize,
+}
+
+impl ModelNeeds {
+    /// Needs of `model` with `context` positions for each of `sequences` concurrent requests, processing
+    /// prompts in steps of `batch` tokens.
+    pub fn of(model: &Model, context: usize, sequences: usize, batch: usize) -> ModelNeeds {
+        let c = model.config();
+        let context = context.max(1).div_ceil(CACHE_BLOCK) * CACHE_BLOCK;
+        let batch = batch.clamp(1, context) as u64;
+        // K and V, F16, kv_width values per position.
+        let kv_per_layer = 2 * 2 * c.kv_width() as u64 * context as u64 * sequences.max(1) as u64;
+        // Measured on ggml's CPU back end: about 4 activations of the widest projection per token,
+        // plus the F16 attention mask, plus slack (an upper bound of what `Stage::load` reserves).
+        let widest = c.feed_forward.max(c.embedding) as u64;
+        let compute = batch * (16 * widest + 2 * context as u64) + (1 << 20);
+        ModelNeeds {
+            name: model.name(),
+            layout: model.layout().clone(),
+            kv_per_layer,
+            compute,
+            compute_last_extra: 4 * c.vocabulary as u64,
+            hidden_bytes_per_token: 4 * c.embedding as u64,
+            context,
+            sequences: sequences.max(1),
+        }
+    }
+
+    pub fn layers(&self) -> usize {
+        self.layout.layers.len()
+    }
+
+    /// What a stage running `layers` needs.
+    pub fn stage(&self, layers: Range<usize>) -> StageBytes {
+        let last = layers.end == self.layers();
+        StageBytes {
+            weights: self.layout.stage_bytes(layers.clone()),
+            kv_cache: self.kv_per_layer * layers.len() as u64,
+            compute: self.compute + if last { self.compute_last_extra } else { 0 },
+        }
+    }
+}

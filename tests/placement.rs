@@ -1,0 +1,134 @@
+//! Placement on the real SmolLM2 file's sizes: fitting, preferring fewer nodes, heterogeneous nodes,
+//! link-aware ring order, explicit overrides, and what "does not fit" says.
+
+mod common;
+
+use shoal::model::Model;
+use shoal::node::NodeId;
+use shoal::placement::{self, LinkCost, ModelNeeds, NodeOffer, PlacementError};
+
+const MB: u64 = 1_000_000;
+
+fn needs() -> ModelNeeds {
+    let model = Model::open(&common::model_path()).unwrap();
+    ModelNeeds::of(&model, 256, 1, 256)
+}
+
+fn node(name: &str, mb: u64) -> NodeOffer {
+    NodeOffer { id: NodeId::random(), name: name.into(), bytes: mb * MB, memory_bandwidth: Some(10_000 * MB) }
+}
+
+fn link(a: &NodeOffer, b: &NodeOffer, rtt_us: u64, bps: u64) -> LinkCost {
+    LinkCost { a: a.id, b: b.id, rtt_us: Some(rtt_us), throughput_bps: Some(bps) }
+}
+
+#[test]
+fn stage_needs_are_the_files_bytes_plus_cache_and_buffers() {
+    let n = needs();
+    let model = Model::open(&common::model_path()).unwrap();
+    let layout = model.layout();
+    let middle = n.stage(10..20);
+    assert_eq!(middle.weights, layout.layers[10..20].iter().sum::<u64>());
+    assert_eq!(middle.kv_cache, 10 * n.kv_per_layer);
+    // K and V, F16, 3 heads of 64, 256 positions.
+    assert_eq!(n.kv_per_layer, 2 * 2 * 192 * 256);
+    // The tied output head makes the last stage hold the embedding matrix too.
+    assert_eq!(
+        n.stage(20..30).weights,
+        layout.layers[20..30].iter().sum::<u64>() + layout.output_norm + layout.embedding
+    );
+    assert_eq!(n.stage(0..30).weights, layout.total_bytes());
+}
+
+#[test]
+fn one_node_with_room_takes_the_whole_model() {
+    let nodes = [node("big", 400), node("small", 100)];
+    let plan = placement::plan(&needs(), &nodes, &[]).unwrap();
+    assert_eq!(plan.stages.len(), 1);
+    assert_eq!(plan.stages[0].node_name, "big");
+    assert_eq!(plan.stages[0].layers, 0..30);
+    assert_eq!(plan.ring_us, 0);
+}
+
+#[test]
+fn three_small_nodes_share_the_model() {
+    let nodes = [node("a", 64), node("b", 64), node("c", 64)];
+    let plan = placement::plan(&needs(), &nodes, &[]).unwrap();
+    assert_eq!(plan.stages.len(), 3, "{plan:#?}");
+    assert_eq!(plan.stages[0].layers.start, 0);
+    assert_eq!(plan.stages[2].layers.end, 30);
+    for w in plan.stages.windows(2) {
+        assert_eq!(w[0].layers.end, w[1].layers.start);
+    }
+    for s in &plan.stages {
+        assert!(s.bytes.total() <= s.offer, "{s:?}");
+    }
+    // Two of them cannot hold it: fewer nodes are preferred only when they fit.
+    assert!(placement::plan(&needs(), &nodes[..2], &[]).is_err());
+}
+
+#[test]
+fn heterogeneous_nodes_get_shares_that_fit_them() {
+    let nodes = [node("large", 110), node("medium", 55), node("tiny", 5)];
+    let plan = placement::plan(&needs(), &nodes, &[]).unwrap();
+    let names: Vec<&str> = plan.stages.iter().map(|s| s.node_name.as_str()).collect();
+    assert_eq!(plan.stages.len(), 2, "{plan:#?}");
+    assert!(!names.contains(&"tiny"));
+    let large = plan.stages.iter().find(|s| s.node_name == "large").unwrap();
+    let medium = plan.stages.iter().find(|s| s.node_name == "medium").unwrap();
+    assert!(large.layers.len() > medium.layers.len(), "the larger node holds more layers: {plan:#?}");
+}
+
+#[test]
+fn the_ring_avoids_slow_links() {
+    // Of four equal nodes, any two suffice; c and d share the fastest link.
+    let (a, b, c, d) = (node("a", 100), node("b", 100), node("c", 100), node("d", 100));
+    let links = [
+        link(&a, &b, 5_000, 1_000_000_000),
+        link(&a, &c, 1_000, 1_000_000_000),
+        link(&a, &d, 1_000, 1_000_000_000),
+        link(&b, &c, 1_000, 1_000_000_000),
+        link(&b, &d, 1_000, 1_000_000_000),
+        link(&c, &d, 100, 10_000_000_000),
+    ];
+    let plan = placement::plan(&needs(), &[a, b, c.clone(), d.clone()], &links).unwrap();
+    let mut used: Vec<&str> = plan.stages.iter().map(|s| s.node_name.as_str()).collect();
+    used.sort();
+    assert_eq!(used, ["c", "d"]);
+
+    // Three nodes needed; the slow a–c link should carry only the token back to stage 0.
+    let (a, b, c) = (node("a", 64), node("b", 64), node("c", 64));
+    let links = [link(&a, &b, 100, 10_000_000_000), link(&b, &c, 100, 10_000_000_000), link(&a, &c, 100, 10_000_000)];
+    let plan = placement::plan(&needs(), &[a, b, c], &links).unwrap();
+    assert_eq!(plan.stages[1].node_name, "b", "{plan:#?}");
+}
+
+#[test]
+fn overrides_are_honoured_or_refused_with_a_reason() {
+    let nodes = [node("a", 64), node("b", 64), node("c", 64)];
+    let n = needs();
+    let plan =
+        placement::plan_override(&n, &nodes, &[], &placement::parse_layers("c:0-9,a:10-19,b:20-29").unwrap()).unwrap();
+    let order: Vec<&str> = plan.stages.iter().map(|s| s.node_name.as_str()).collect();
+    assert_eq!(order, ["c", "a", "b"]);
+    let err =
+        placement::plan_override(&n, &nodes, &[], &placement::parse_layers("a:0-27,b:28-29").unwrap()).unwrap_err();
+    assert!(matches!(&err, PlacementError::DoesNotFit(m) if m.contains("a needs")), "{err}");
+    let gap =
+        placement::plan_override(&n, &nodes, &[], &placement::parse_layers("a:0-9,b:11-29").unwrap()).unwrap_err();
+    assert!(gap.to_string().contains("starts at 11"), "{gap}");
+    let unknown = placement::plan_override(&n, &nodes, &[], &placement::parse_layers("z:0-29").unwrap()).unwrap_err();
+    assert!(unknown.to_string().contains("no node up is called z"));
+}
+
+#[test]
+fn a_model_that_does_not_fit_says_how_much_is_missing_and_where() {
+    let nodes = [node("a", 40), node("b", 40), node("c", 40)];
+    let err = placement::plan(&needs(), &nodes, &[]).unwrap_err();
+    let PlacementError::DoesNotFit(message) = err else { panic!("{err:?}") };
+    assert!(message.contains("missing"), "{message}");
+    assert!(message.contains("short"), "{message}");
+    for name in ["a ", "b ", "c "] {
+        assert!(message.contains(name), "{message}");
+    }
+}
