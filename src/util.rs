@@ -4,3 +4,36 @@
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
+
+/// Parses a byte size: `1048576`, `64MB`, `1.5GB`, `512MiB`, `2G` (decimal units; `iB` units binary).
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a size like 64MB or 1.5GiB"))?;
+    let factor: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "t" | "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0f64.powi(4),
+        other => return Err(format!("unknown size unit {other:?} in {text:?} (use B, KB, MB, GB, KiB, MiB, GiB)")),
+    };
+    Ok((value * factor) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(super::parse_bytes("64MB"), Ok(64_000_000));
+        assert_eq!(super::parse_bytes("1.5GiB"), Ok(1_610_612_736));
+        assert_eq!(super::parse_bytes("4096"), Ok(4096));
+        assert!(super::parse_bytes("lots").is_err());
+        assert!(super::parse_bytes("5 parsecs").is_err());
+    }
+}

@@ -1,9 +1,11 @@
-//! The node's HTTP API: the cluster view, a server-sent-event stream of every change, and the actions
-//! (join code, join, leave, link measurement). It listens on 127.0.0.1 unless told otherwise; on any
+//! The node's HTTP API: the cluster view, a server-sent-event stream of every change, the actions
+//! (join code, join, leave, link measurement), model instances, and the OpenAI-compatible endpoints. It listens on 127.0.0.1 unless told otherwise; on any
 //! other address it requires a token for every action (reads stay open for the dashboard).
 
 mod cluster;
 mod error;
+mod instances;
+mod openai;
 
 pub use error::ApiError;
 
@@ -38,6 +40,12 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/cluster/join", post(cluster::join))
         .route("/api/cluster/leave", post(cluster::leave))
         .route("/api/links/measure", post(cluster::measure_links))
+        .route("/api/placements/preview", post(instances::preview))
+        .route("/api/instances", post(instances::launch).get(instances::list))
+        .route("/api/instances/{id}", get(instances::get).delete(instances::stop))
+        .route("/v1/models", get(openai::models))
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/completions", post(openai::completions))
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .with_state(state)
 }

@@ -60,6 +60,47 @@ impl NodeAddress {
             .with_context(|| format!("the node's answer to {path} is not what this shoal expects"))
     }
 
+    /// Streams a chat completion, calling `on_text` with each piece; returns the whole reply and shoal's
+    /// report of the request.
+    pub fn stream_chat(
+        &self,
+        body: serde_json::Value,
+        mut on_text: impl FnMut(&str),
+    ) -> anyhow::Result<(String, Option<shoal::worker::GenerationReport>)> {
+        use std::io::BufRead;
+        let mut request = Self::agent().post(&self.url("/v1/chat/completions"));
+        if let Some(token) = &self.api_token {
+            request = request.header("Authorization", &format!("Bearer {token}"));
+        }
+        let response = request.send_json(body).map_err(|e| self.unreachable(e))?;
+        if !response.status().is_success() {
+            self.check(response)?;
+            unreachable!("check fails on an error status");
+        }
+        let reader = std::io::BufReader::new(response.into_body().into_reader());
+        let mut reply = String::new();
+        let mut report = None;
+        for line in reader.lines() {
+            let line = line?;
+            let Some(data) = line.strip_prefix("data: ") else { continue };
+            if data == "[DONE]" {
+                break;
+            }
+            let chunk: serde_json::Value = serde_json::from_str(data)?;
+            if let Some(message) = chunk["error"]["message"].as_str() {
+                anyhow::bail!("{message}");
+            }
+            if let Some(piece) = chunk["choices"][0]["delta"]["content"].as_str() {
+                reply.push_str(piece);
+                on_text(piece);
+            }
+            if chunk.get("shoal").is_some() {
+                report = serde_json::from_value(chunk["shoal"].clone()).ok();
+            }
+        }
+        Ok((reply, report))
+    }
+
     pub fn post<T: DeserializeOwned>(&self, path: &str, body: serde_json::Value) -> anyhow::Result<T> {
         let mut request = Self::agent().post(&self.url(path));
         if let Some(token) = &self.api_token {

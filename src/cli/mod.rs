@@ -1,14 +1,17 @@
 //! Command-line parsing, logging set-up and error reporting shared by every subcommand.
 
 mod bench;
+mod chat;
 mod client;
 mod code;
 mod generate;
 mod leave;
 mod links;
 mod node;
+mod run;
 mod status;
 mod tokenize;
+mod worker;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -41,6 +44,13 @@ enum Command {
     Leave(leave::LeaveArgs),
     /// Show the links between members; --measure measures their throughput now.
     Links(links::LinksArgs),
+    /// Launch a model on the cluster (split over the nodes as placement decides).
+    Run(run::RunArgs),
+    /// Chat with a model running on the cluster.
+    Chat(chat::ChatArgs),
+    /// One stage of a model instance (started by `shoal node`).
+    #[command(hide = true)]
+    Worker(worker::WorkerArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -55,6 +65,9 @@ pub fn main() -> ExitCode {
         Command::Code(args) => code::run(args),
         Command::Leave(args) => leave::run(args),
         Command::Links(args) => links::run(args),
+        Command::Worker(args) => worker::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Chat(args) => chat::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -35,6 +35,10 @@ pub struct NodeArgs {
     /// Do not use mDNS (no advertising, no discovery).
     #[arg(long)]
     no_mdns: bool,
+    /// Most memory this node offers to models, e.g. 64MB or 48GiB (default: what is available, less
+    /// headroom for the OS).
+    #[arg(long, value_parser = shoal::util::parse_bytes)]
+    memory_limit: Option<u64>,
 }
 
 pub fn run(args: NodeArgs) -> anyhow::Result<()> {
@@ -47,6 +51,7 @@ pub fn run(args: NodeArgs) -> anyhow::Result<()> {
             control_bind: args.bind,
             peers: args.peers,
             mdns: !args.no_mdns,
+            memory_limit: args.memory_limit,
         };
         let api = ApiConfig { listen: SocketAddr::new(args.listen, args.port), token: args.api_token };
         if !api.listen.ip().is_loopback() && api.token.is_none() {

@@ -57,6 +57,8 @@ pub struct AgentConfig {
     /// Peers to dial by address (HOST:PORT of their control port), for networks without multicast.
     pub peers: Vec<String>,
     pub mdns: bool,
+    /// Caps the memory this node offers to models (--memory-limit).
+    pub memory_limit: Option<u64>,
 }
 
 impl AgentConfig {
@@ -92,6 +94,14 @@ pub struct Shared {
     measuring_round: tokio::sync::Mutex<()>,
     /// One incoming link measurement at a time.
     inbound_probe: tokio::sync::Mutex<()>,
+    /// Model instances, local workers and generation calls.
+    registry: Mutex<crate::instances::Registry>,
+    /// Worker processes whose memory counts as shoal's.
+    tracked: Mutex<Vec<u32>>,
+    /// Requests finished through this node's API, for its rates.
+    finished: Mutex<crate::metrics::RateWindow>,
+    /// Stage-0 token counters over the last seconds, for cluster-wide rates.
+    counters: Mutex<crate::metrics::CounterWindow>,
 }
 
 pub type Agent = Arc<Shared>;
@@ -158,6 +168,10 @@ pub async fn start(config: AgentConfig, join: Option<JoinTarget>) -> anyhow::Res
         pending_measurements: Mutex::new(HashMap::new()),
         measuring_round: tokio::sync::Mutex::new(()),
         inbound_probe: tokio::sync::Mutex::new(()),
+        registry: Mutex::new(Default::default()),
+        tracked: Mutex::new(Vec::new()),
+        finished: Mutex::new(Default::default()),
+        counters: Mutex::new(Default::default()),
     });
     if let Some(target) = join {
         shared.join(target).await?;
@@ -216,7 +230,53 @@ impl Shared {
         self.events.subscribe()
     }
 
-    pub(super) fn emit(&self, event: ClusterEvent) {
+    pub fn registry(&self) -> std::sync::MutexGuard<'_, crate::instances::Registry> {
+        self.registry.lock().expect("registry")
+    }
+
+    /// Sends `message` to `peer` on its control connection; false when there is none.
+    pub fn send_to(&self, peer: NodeId, message: ControlMessage) -> bool {
+        let state = self.state.lock().expect("state");
+        state.peers.get(&peer).and_then(|p| p.connection.as_ref()).is_some_and(|c| c.tx.send(message).is_ok())
+    }
+
+    /// The IP this node reaches `peer` at.
+    pub fn peer_ip(&self, peer: NodeId) -> Option<IpAddr> {
+        let state = self.state.lock().expect("state");
+        state.peers.get(&peer).and_then(|p| p.connection.as_ref()).map(|c| c.peer_control.ip())
+    }
+
+    pub fn secret_bytes(&self) -> [u8; 32] {
+        self.secret()
+    }
+
+    /// Records a request finished through this node's API (its rates go to the event stream).
+    pub fn record_request(&self, model: &str, report: &crate::worker::GenerationReport) {
+        let prefill = std::time::Duration::from_secs_f64(report.time_to_first_token_ms / 1000.0);
+        let decode = std::time::Duration::from_secs_f64(
+            report.generated_tokens.saturating_sub(1) as f64 / report.decode_tokens_per_second.max(1e-9),
+        );
+        self.finished.lock().expect("finished").record(report.prompt_tokens, report.generated_tokens, prefill, decode);
+        self.emit(ClusterEvent::RequestFinished { model: model.to_string(), report: report.clone() });
+    }
+
+    /// Cluster-wide rates: stage 0 of every instance counts the tokens it serves.
+    pub fn rates(&self) -> crate::metrics::ClusterRates {
+        let counters: Vec<(String, u64, u64)> = self
+            .registry()
+            .instances
+            .values()
+            .filter_map(|i| i.stages.first().and_then(|s| s.stats.as_ref()).map(|s| (i.id.clone(), s.tokens.saturating_sub(s.generated_tokens), s.generated_tokens)))
+            .collect();
+        self.counters.lock().expect("counters").rates(&counters)
+    }
+
+    /// Counts process `pid` (a worker) in this node's shoal memory.
+    pub fn track_process(&self, pid: u32) {
+        self.tracked.lock().expect("tracked").push(pid);
+    }
+
+    pub fn emit(&self, event: ClusterEvent) {
         let _ = self.events.send(event);
     }
 
@@ -249,7 +309,7 @@ impl Shared {
     }
 
     /// Sends `message` on every live control connection.
-    pub(super) fn broadcast(&self, message: ControlMessage) {
+    pub fn broadcast(&self, message: ControlMessage) {
         let state = self.state.lock().expect("state");
         for peer in state.peers.values() {
             if let Some(c) = &peer.connection {
@@ -807,6 +867,7 @@ async fn health_loop(shared: Agent) {
     loop {
         tick.tick().await;
         let mut code_expired = false;
+        let mut went_down = Vec::new();
         {
             let mut guard = shared.state.lock().expect("state");
             let state = &mut *guard;
@@ -815,6 +876,9 @@ async fn health_loop(shared: Agent) {
             for (id, peer) in state.peers.iter_mut() {
                 let silence = peer.last_heard.map_or(peer.watched_since.elapsed(), |t| t.elapsed());
                 let status = health::status_after(silence, peer.last_heard.is_some());
+                if status == PeerStatus::Down && peer.status != PeerStatus::Down {
+                    went_down.push(*id);
+                }
                 shared.set_status(peer, *id, status);
             }
             if state.code.as_ref().is_some_and(|c| c.is_expired()) {
@@ -825,15 +889,22 @@ async fn health_loop(shared: Agent) {
         if code_expired {
             shared.emit(ClusterEvent::CodeRevoked { reason: "expired".into() });
         }
+        for peer in went_down {
+            crate::instances::on_peer_down(&shared, peer);
+        }
     }
 }
 
 /// Samples this node's telemetry every second and shares it, with this node's link reports.
 async fn telemetry_loop(shared: Agent) {
-    let mut sampler = TelemetrySampler::new();
+    let limit = shared.config.memory_limit;
+    let Ok(mut sampler) = tokio::task::spawn_blocking(move || TelemetrySampler::new(limit)).await else { return };
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
+        for pid in std::mem::take(&mut *shared.tracked.lock().expect("tracked")) {
+            sampler.track_process(pid);
+        }
         let telemetry = sampler.sample();
         let links = {
             let mut state = shared.state.lock().expect("state");
@@ -844,6 +915,7 @@ async fn telemetry_loop(shared: Agent) {
         shared.broadcast(ControlMessage::Links { links: links.clone() });
         shared.emit(ClusterEvent::Telemetry { node: shared.id(), telemetry: Box::new(telemetry) });
         shared.emit(ClusterEvent::Links { node: shared.id(), links });
+        shared.emit(ClusterEvent::Rates { rates: shared.rates() });
     }
 }
 

@@ -206,6 +206,7 @@ fn handle(
             shared.forget(peer_id);
             return Some("left the cluster".into());
         }
+        other => crate::instances::on_message(shared, peer_id, other),
     }
     None
 }

@@ -311,9 +311,15 @@ pub enum ClusterEvent {
         reason: String,
     },
     /// This node now belongs to another cluster (it joined one, or left and started its own).
-    ClusterChanged {
-        cluster_id: String,
-    },
+    ClusterChanged { cluster_id: String },
+    /// An instance as its owner sees it (launch progress, stage states, stats).
+    Instance { info: Box<crate::instances::InstanceInfo> },
+    /// An instance failed (for notifications).
+    InstanceFailed { instance: String, model: String, error: String },
+    /// A request finished, with its rates.
+    RequestFinished { model: String, report: crate::worker::GenerationReport },
+    /// Cluster-wide rates over the last seconds.
+    Rates { rates: crate::metrics::ClusterRates },
 }
 
 impl ClusterEvent {
@@ -329,6 +335,10 @@ impl ClusterEvent {
             ClusterEvent::CodeCreated { .. } => "code_created",
             ClusterEvent::CodeRevoked { .. } => "code_revoked",
             ClusterEvent::ClusterChanged { .. } => "cluster_changed",
+            ClusterEvent::Instance { .. } => "instance",
+            ClusterEvent::InstanceFailed { .. } => "instance_failed",
+            ClusterEvent::RequestFinished { .. } => "request_finished",
+            ClusterEvent::Rates { .. } => "rates",
         }
     }
 }

@@ -68,32 +68,25 @@ pub fn rate(tokens: usize, time: Duration) -> f64 {
 
 /// Turns generated token ids into text for the client: detokenizes without splitting characters, holds
 /// back possible stop strings, and decides when generation is over.
-pub struct TokenStream<'t> {
-    tokenizer: &'t Tokenizer,
+pub struct TokenStream {
     text: TextStream,
     stops: StopStrings,
     bytes: Vec<u8>,
     ignore_eos: bool,
 }
 
-impl<'t> TokenStream<'t> {
-    pub fn new(tokenizer: &'t Tokenizer, stop: &[String], ignore_eos: bool) -> TokenStream<'t> {
-        TokenStream {
-            tokenizer,
-            text: TextStream::default(),
-            stops: StopStrings::new(stop),
-            bytes: Vec::new(),
-            ignore_eos,
-        }
+impl TokenStream {
+    pub fn new(stop: &[String], ignore_eos: bool) -> TokenStream {
+        TokenStream { text: TextStream::default(), stops: StopStrings::new(stop), bytes: Vec::new(), ignore_eos }
     }
 
     /// Takes the next token; returns the text to show now and whether generation must stop here.
-    pub fn push(&mut self, token: u32) -> (String, bool) {
-        if !self.ignore_eos && self.tokenizer.is_end_of_generation(token) {
+    pub fn push(&mut self, tokenizer: &Tokenizer, token: u32) -> (String, bool) {
+        if !self.ignore_eos && tokenizer.is_end_of_generation(token) {
             return (self.finish(), true);
         }
         self.bytes.clear();
-        self.tokenizer.token_bytes(token, &mut self.bytes);
+        tokenizer.token_bytes(token, &mut self.bytes);
         let text = self.text.push(&self.bytes);
         self.stops.push(&text)
     }
@@ -136,7 +129,7 @@ pub fn generate(
         pos += chunk.len();
     }
     let prefill_time = started.elapsed();
-    let mut stream = TokenStream::new(tokenizer, &request.stop, request.ignore_eos);
+    let mut stream = TokenStream::new(&request.stop, request.ignore_eos);
     let mut tokens = Vec::with_capacity(request.max_tokens);
     let mut time_to_first_token = Duration::ZERO;
     let mut finish_reason = FinishReason::Length;
@@ -156,7 +149,7 @@ pub fn generate(
         if tokens.len() == 1 {
             time_to_first_token = started.elapsed();
         }
-        let (text, stop) = stream.push(next);
+        let (text, stop) = stream.push(tokenizer, next);
         if !text.is_empty() && !on_text(&text) {
             finish_reason = FinishReason::Cancelled;
             break;

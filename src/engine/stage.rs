@@ -52,7 +52,7 @@ impl StageInput<'_> {
 }
 
 /// Memory a stage uses, in bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StageMemory {
     pub weights: u64,
     pub kv_cache: u64,

@@ -115,6 +115,11 @@ impl StageWeights {
         self.set.data_bytes()
     }
 
+    /// Reads the stage's weights from disk into the page cache now, reporting progress (0..=1).
+    pub fn prefault(&self, progress: impl FnMut(f32)) {
+        self.set.prefault(progress);
+    }
+
     /// Names of the tensors this stage mapped.
     pub fn tensor_names(&self) -> &[String] {
         &self.names

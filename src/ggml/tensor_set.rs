@@ -33,6 +33,8 @@ pub(super) struct SetInner {
     buffer: NonNull<sys::ggml_backend_buffer>,
     /// Keeps the file mapping alive for as long as tensors point into it.
     _mapping: Option<Arc<Mmap>>,
+    /// The mapped span (offset into the mapping, length) a mapped set's buffer covers.
+    span: Option<(usize, usize)>,
 }
 
 // SAFETY: the context and buffer are plain heap objects with no thread affinity; all mutation goes
@@ -125,7 +127,7 @@ impl TensorSet {
             return Err("ggml could not wrap the mapped file".into());
         };
         // From here on `inner` frees the context and buffer on every exit path.
-        let inner = Arc::new(SetInner { ctx, buffer, _mapping: Some(mapping.clone()) });
+        let inner = Arc::new(SetInner { ctx, buffer, _mapping: Some(mapping.clone()), span: Some((first, span)) });
         unsafe { sys::ggml_backend_buffer_set_usage(buffer.as_ptr(), sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS) };
         for t in tensors {
             let raw = create_tensor(ctx, t.name, t.dtype, t.shape)?;
@@ -175,7 +177,7 @@ impl TensorSet {
         };
         // SAFETY: the buffer was just allocated for these tensors.
         unsafe { sys::ggml_backend_buffer_clear(buffer.as_ptr(), 0) };
-        Ok(TensorSet { inner: Arc::new(SetInner { ctx, buffer, _mapping: None }), by_name, data_bytes })
+        Ok(TensorSet { inner: Arc::new(SetInner { ctx, buffer, _mapping: None, span: None }), by_name, data_bytes })
     }
 
     /// A handle to the named tensor.
@@ -186,6 +188,26 @@ impl TensorSet {
     /// Bytes of tensor data in this set (the exact sum of its tensors' sizes).
     pub fn data_bytes(&self) -> u64 {
         self.data_bytes
+    }
+
+    /// Reads every page of a mapped set once, so the first computation does not wait on the disk.
+    /// `progress` receives the fraction done, about every 2%.
+    pub fn prefault(&self, mut progress: impl FnMut(f32)) {
+        let (Some(mapping), Some((start, len))) = (&self.inner._mapping, self.inner.span) else { return };
+        let bytes = &mapping[start..start + len];
+        const PAGE: usize = 4096;
+        let step = (len / 50).max(PAGE);
+        let mut sum = 0u8;
+        let mut next_report = 0;
+        for (i, page) in bytes.chunks(PAGE).enumerate() {
+            sum = sum.wrapping_add(page[0]);
+            if i * PAGE >= next_report {
+                progress((i * PAGE) as f32 / len.max(1) as f32);
+                next_report += step;
+            }
+        }
+        std::hint::black_box(sum);
+        progress(1.0);
     }
 
     /// Sets every byte of the set's buffer to zero.

@@ -36,6 +36,20 @@ pub fn split(frame: &[u8], mut record: impl FnMut(&[u8])) {
     }
 }
 
+/// Appends one record's chunk to `frame` (a frame being reassembled); returns whether the frame is
+/// complete. Enforces the cap before anything is appended.
+pub fn append(record: &[u8], frame: &mut Vec<u8>, max_frame: usize) -> Result<bool, FrameError> {
+    let (&flags, chunk) = record.split_first().ok_or(FrameError::EmptyRecord)?;
+    if flags & !MORE != 0 {
+        return Err(FrameError::UnknownFlags(flags));
+    }
+    if frame.len() + chunk.len() > max_frame {
+        return Err(FrameError::TooLarge { size: frame.len() + chunk.len(), max: max_frame });
+    }
+    frame.extend_from_slice(chunk);
+    Ok(flags & MORE == 0)
+}
+
 /// Reassembles frames from record plaintexts, enforcing the size cap as bytes arrive.
 pub struct Reassembler {
     buf: Vec<u8>,
@@ -49,18 +63,11 @@ impl Reassembler {
 
     /// Adds one record's plaintext; returns the frame it completes, if any.
     pub fn push(&mut self, record: &[u8]) -> Result<Option<Vec<u8>>, FrameError> {
-        let (&flags, chunk) = record.split_first().ok_or(FrameError::EmptyRecord)?;
-        if flags & !MORE != 0 {
-            return Err(FrameError::UnknownFlags(flags));
+        if append(record, &mut self.buf, self.max_frame)? {
+            Ok(Some(std::mem::take(&mut self.buf)))
+        } else {
+            Ok(None)
         }
-        if self.buf.len() + chunk.len() > self.max_frame {
-            return Err(FrameError::TooLarge { size: self.buf.len() + chunk.len(), max: self.max_frame });
-        }
-        self.buf.extend_from_slice(chunk);
-        if flags & MORE != 0 {
-            return Ok(None);
-        }
-        Ok(Some(std::mem::take(&mut self.buf)))
     }
 }
 

@@ -3,7 +3,7 @@
 //! that can live in different tasks. Each direction counts its own nonces, so a replayed, dropped or
 //! reordered record fails authentication.
 
-use super::frame::{self, Reassembler, MAX_RECORD_PLAINTEXT};
+use super::frame::{self, MAX_RECORD_PLAINTEXT};
 use super::{ConnectionKind, NetError, Preamble, HANDSHAKE_TIMEOUT};
 use snow::StatelessTransportState;
 use std::net::SocketAddr;
@@ -158,7 +158,14 @@ impl SecureReader {
     /// Reads the next frame, at most `max_frame` bytes. Any malformed or forged record is an error
     /// (the caller closes the connection).
     pub async fn read_frame(&mut self, max_frame: usize) -> Result<Vec<u8>, NetError> {
-        let mut reassembler = Reassembler::new(max_frame);
+        let mut frame = Vec::new();
+        self.read_frame_into(max_frame, &mut frame).await?;
+        Ok(frame)
+    }
+
+    /// Reads the next frame into `frame` (replacing its contents, reusing its allocation).
+    pub async fn read_frame_into(&mut self, max_frame: usize, frame: &mut Vec<u8>) -> Result<(), NetError> {
+        frame.clear();
         loop {
             let mut len = [0u8; 2];
             match self.read.read_exact(&mut len).await {
@@ -173,11 +180,10 @@ impl SecureReader {
             self.record.resize(len, 0);
             self.read.read_exact(&mut self.record).await?;
             self.plain.resize(len, 0);
-            let n =
-                self.transport.read_message(self.nonce, &self.record, &mut self.plain).map_err(|_| NetError::Forged)?;
+            let n = self.transport.read_message(self.nonce, &self.record, &mut self.plain).map_err(|_| NetError::Forged)?;
             self.nonce += 1;
-            if let Some(frame) = reassembler.push(&self.plain[..n])? {
-                return Ok(frame);
+            if frame::append(&self.plain[..n], frame, max_frame)? {
+                return Ok(());
             }
         }
     }

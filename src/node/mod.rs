@@ -5,4 +5,4 @@ mod platform;
 pub mod telemetry;
 
 pub use identity::{DataDir, NodeId, NodeIdentity};
-pub use telemetry::{NodeTelemetry, TelemetrySampler};
+pub use telemetry::{measure_memory_bandwidth, NodeTelemetry, TelemetrySampler};

@@ -12,6 +12,11 @@ pub struct NodeTelemetry {
     pub memory_available: u64,
     /// Resident memory of this node's shoal processes (the agent and its workers).
     pub memory_used_by_shoal: u64,
+    /// What this node offers models: available memory less headroom for the OS and other apps, capped
+    /// by --memory-limit (less what shoal's workers already use) and, on macOS, by the GPU limit.
+    pub memory_offer: u64,
+    /// Measured memory read bandwidth in bytes/s (a decode step reads its weights once).
+    pub memory_bandwidth: Option<u64>,
     pub cpu_model: String,
     pub cpu_cores: usize,
     pub cpu_threads: usize,
@@ -34,10 +39,31 @@ pub struct TelemetrySampler {
     system: System,
     static_part: NodeTelemetry,
     pids: Vec<Pid>,
+    memory_limit: Option<u64>,
+}
+
+/// Memory kept free for the OS and other apps: a tenth of the machine, at most 2 GiB.
+fn headroom(total: u64) -> u64 {
+    (total / 10).min(2 << 30)
+}
+
+/// Reads a 64 MiB buffer a few times and keeps the best rate: about 50 ms, once per process.
+pub fn measure_memory_bandwidth() -> u64 {
+    let words = vec![1u64; 8 << 20];
+    let mut best = f64::MAX;
+    let mut sum = 0u64;
+    for _ in 0..4 {
+        let t = std::time::Instant::now();
+        sum = sum.wrapping_add(words.iter().fold(0u64, |a, &w| a.wrapping_add(w)));
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(sum);
+    ((words.len() * 8) as f64 / best.max(1e-9)) as u64
 }
 
 impl TelemetrySampler {
-    pub fn new() -> TelemetrySampler {
+    /// A sampler; `memory_limit` caps what the node offers (--memory-limit).
+    pub fn new(memory_limit: Option<u64>) -> TelemetrySampler {
         let mut system = System::new().expect("sysinfo supports this OS");
         system.refresh_cpu_list(sysinfo::CpuRefreshKind::nothing());
         let cpu_model = system.cpus().first().map(|c| c.brand().trim().to_string()).unwrap_or_default();
@@ -51,9 +77,10 @@ impl TelemetrySampler {
             arch: System::cpu_arch(),
             chip: platform::apple_chip(&cpu_model),
             cpu_model,
+            memory_bandwidth: Some(measure_memory_bandwidth()),
             ..NodeTelemetry::default()
         };
-        TelemetrySampler { system, static_part, pids: vec![Pid::from_u32(std::process::id())] }
+        TelemetrySampler { system, static_part, pids: vec![Pid::from_u32(std::process::id())], memory_limit }
     }
 
     /// Counts `pid` (a worker) in `memory_used_by_shoal` from now on.
@@ -74,10 +101,22 @@ impl TelemetrySampler {
             Some((bytes, source)) => (Some(bytes), Some(source.to_string())),
             None => (None, None),
         };
+        let memory_available = self.system.available_memory();
+        let memory_used_by_shoal: u64 = self.pids.iter().filter_map(|p| self.system.process(*p)).map(|p| p.memory()).sum();
+        let mut memory_offer = memory_available.saturating_sub(headroom(memory_total));
+        if let Some(limit) = self.memory_limit {
+            // The agent itself is not counted against the limit; its workers are.
+            let agent = self.system.process(self.pids[0]).map_or(0, |p| p.memory());
+            memory_offer = memory_offer.min(limit.saturating_sub(memory_used_by_shoal.saturating_sub(agent)));
+        }
+        if let Some(gpu) = gpu_memory_limit {
+            memory_offer = memory_offer.min(gpu.saturating_sub(memory_used_by_shoal));
+        }
         NodeTelemetry {
             memory_total,
-            memory_available: self.system.available_memory(),
-            memory_used_by_shoal: self.pids.iter().filter_map(|p| self.system.process(*p)).map(|p| p.memory()).sum(),
+            memory_available,
+            memory_used_by_shoal,
+            memory_offer,
             load_1m: System::load_average().map_or(0.0, |l| l.one),
             gpu_memory_limit,
             gpu_memory_limit_source,
@@ -87,11 +126,6 @@ impl TelemetrySampler {
     }
 }
 
-impl Default for TelemetrySampler {
-    fn default() -> Self {
-        Self::new()
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -99,9 +133,11 @@ mod tests {
 
     #[test]
     fn a_sample_reports_this_machine() {
-        let mut s = TelemetrySampler::new();
+        let mut s = TelemetrySampler::new(Some(64_000_000));
         let t = s.sample();
         assert!(t.memory_total > 0 && t.memory_available <= t.memory_total);
+        assert!(t.memory_offer <= 64_000_000 && t.memory_offer > 0, "the limit caps the offer");
+        assert!(t.memory_bandwidth.is_some_and(|b| b > 100_000_000), "{:?}", t.memory_bandwidth);
         assert!(t.memory_used_by_shoal > 0, "this test process is counted");
         assert!(t.cpu_threads >= 1 && !t.os.is_empty());
     }

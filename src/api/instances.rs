@@ -1,0 +1,53 @@
+//! Instance endpoints: `POST /api/placements/preview`, `POST /api/instances` (launch),
+//! `GET /api/instances[/{id}]`, `DELETE /api/instances/{id}`.
+
+use super::{ApiError, ApiState};
+use crate::instances::{self, InstanceInfo, LaunchError, LaunchRequest};
+use crate::placement::Plan;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::Json;
+use serde_json::Value;
+
+fn launch_request(body: Result<Json<Value>, JsonRejection>) -> Result<LaunchRequest, ApiError> {
+    let Json(value) = body.map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {}", e.body_text())))?;
+    serde_json::from_value(value).map_err(|e| ApiError::bad_request(format!("expected {{\"model\": \"/path/to/model.gguf\", ...}}: {e}")))
+}
+
+fn launch_error(e: LaunchError) -> ApiError {
+    match e {
+        LaunchError::Model(e) => ApiError::bad_param("model", e.to_string()),
+        LaunchError::Placement(e) => ApiError::unprocessable(e.to_string()),
+        LaunchError::Invalid(m) => ApiError::bad_request(m),
+    }
+}
+
+#[derive(serde::Serialize)]
+pub struct Preview {
+    pub model: String,
+    pub plan: Plan,
+}
+
+pub async fn preview(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejection>) -> Result<Json<Preview>, ApiError> {
+    let request = launch_request(body)?;
+    let (plan, model) = instances::preview(&state.agent, &request).await.map_err(launch_error)?;
+    Ok(Json(Preview { model, plan }))
+}
+
+pub async fn launch(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejection>) -> Result<Json<InstanceInfo>, ApiError> {
+    let request = launch_request(body)?;
+    Ok(Json(instances::launch(&state.agent, request).await.map_err(launch_error)?))
+}
+
+pub async fn list(State(state): State<ApiState>) -> Json<Vec<InstanceInfo>> {
+    Json(state.agent.registry().instances.values().cloned().collect())
+}
+
+pub async fn get(State(state): State<ApiState>, Path(id): Path<String>) -> Result<Json<InstanceInfo>, ApiError> {
+    let info = state.agent.registry().instances.get(&id).cloned();
+    info.map(Json).ok_or_else(|| ApiError::not_found(format!("no instance {id}"), "instance_not_found"))
+}
+
+pub async fn stop(State(state): State<ApiState>, Path(id): Path<String>) -> Result<Json<InstanceInfo>, ApiError> {
+    instances::stop(&state.agent, &id).map(Json).ok_or_else(|| ApiError::not_found(format!("no instance {id}"), "instance_not_found"))
+}

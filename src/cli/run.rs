@@ -1,0 +1,92 @@
+//! `shoal run MODEL_PATH`: launches a model on the cluster (placement preview, then the stages'
+//! progress), and returns once it is ready to serve.
+
+use super::client::NodeAddress;
+use shoal::instances::{InstanceInfo, InstanceState};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// The GGUF file (the same path on every node that runs a stage).
+    model: PathBuf,
+    #[command(flatten)]
+    node: NodeAddress,
+    /// Explicit placement: NODE:FIRST-LAST,… in ring order (NODE is a name or an id prefix).
+    #[arg(long)]
+    layers: Option<String>,
+    /// Context of each request, in tokens.
+    #[arg(long, default_value_t = 2048)]
+    context: usize,
+    /// Requests served at once.
+    #[arg(long, default_value_t = 4)]
+    sequences: usize,
+    /// Compute threads per stage (default: each node's cores divided by its stages).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// The name clients use (default: the model's own).
+    #[arg(long)]
+    name: Option<String>,
+    /// Only show the placement.
+    #[arg(long)]
+    preview: bool,
+}
+
+#[derive(serde::Deserialize)]
+struct Preview {
+    model: String,
+    plan: shoal::placement::Plan,
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    let model = std::fs::canonicalize(&args.model).unwrap_or(args.model.clone());
+    let body = serde_json::json!({
+        "model": model, "layers": args.layers, "context": args.context, "sequences": args.sequences,
+        "threads": args.threads, "name": args.name,
+    });
+    let preview: Preview = args.node.post("/api/placements/preview", body.clone())?;
+    println!("{}: {} stage(s), {:.1} MB in all", preview.model, preview.plan.stages.len(), preview.plan.total_bytes as f64 / 1e6);
+    for s in &preview.plan.stages {
+        println!(
+            "  {:<16} layers {:>3}-{:<3} {:>8.1} MB of {:>8.1} MB offered",
+            s.node_name,
+            s.layers.start,
+            s.layers.end - 1,
+            s.bytes.total() as f64 / 1e6,
+            s.offer as f64 / 1e6
+        );
+    }
+    if let Some(tps) = preview.plan.expected_decode_tokens_per_second {
+        println!("  expected decode ≈ {tps:.0} tokens/s (ring links {} µs per token)", preview.plan.ring_us);
+    }
+    if args.preview {
+        return Ok(());
+    }
+    let info: InstanceInfo = args.node.post("/api/instances", body)?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut shown = String::new();
+    loop {
+        let now: InstanceInfo = args.node.get(&format!("/api/instances/{}", info.id))?;
+        let line = now
+            .stages
+            .iter()
+            .map(|s| format!("{} {:?} {:.0}%", s.node_name, s.state, s.progress * 100.0).to_lowercase())
+            .collect::<Vec<_>>()
+            .join(" · ");
+        if line != shown {
+            eprintln!("  {line}");
+            shown = line;
+        }
+        match now.state {
+            InstanceState::Ready => {
+                println!("ready: instance {} serves `{}`; try  shoal chat --model {}", now.id, now.model, now.model);
+                return Ok(());
+            }
+            InstanceState::Failed | InstanceState::Stopped => {
+                anyhow::bail!("the instance {:?}: {}", now.state, now.error.unwrap_or_default())
+            }
+            InstanceState::Launching if Instant::now() > deadline => anyhow::bail!("the instance did not get ready in 10 minutes"),
+            InstanceState::Launching => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}

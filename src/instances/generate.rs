@@ -1,0 +1,159 @@
+//! Routing a generation request to the instance's stage 0, from any node: locally through the
+//! worker's front port, or through the control connection to the node that hosts stage 0, which
+//! streams the events back. Dropping the receiver cancels the request.
+
+use super::InstanceState;
+use crate::cluster::messages::ControlMessage;
+use crate::cluster::Agent;
+use crate::node::NodeId;
+use crate::worker::{FrontEvent, FrontRequest};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum GenerateError {
+    #[error("the model `{0}` does not exist on this cluster; GET /v1/models lists the running ones")]
+    UnknownModel(String),
+    #[error("the model `{0}` is not ready ({1})")]
+    NotReady(String, String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Starts `request` on the instance called `model` (its name or id); events arrive on the receiver.
+pub fn generate(agent: &Agent, model: &str, request: FrontRequest) -> Result<UnboundedReceiver<FrontEvent>, GenerateError> {
+    let (instance, head) = {
+        let registry = agent.registry();
+        let mut matching: Vec<_> = registry.instances.values().filter(|i| i.model == model || i.id == model).collect();
+        matching.sort_by_key(|i| (i.state != InstanceState::Ready, std::cmp::Reverse(i.created_at_ms)));
+        let Some(info) = matching.first() else { return Err(GenerateError::UnknownModel(model.to_string())) };
+        if info.state != InstanceState::Ready {
+            let why = info.error.clone().unwrap_or_else(|| format!("{:?}", info.state).to_lowercase());
+            return Err(GenerateError::NotReady(model.to_string(), why));
+        }
+        (info.id.clone(), info.head().expect("an instance has stages"))
+    };
+    let (tx, rx) = mpsc::unbounded_channel();
+    if head == agent.id() {
+        call_local(agent, &instance, request, tx)?;
+    } else {
+        let call = rand::random::<u64>();
+        agent.registry().calls.insert(call, (head, tx));
+        if !agent.send_to(head, ControlMessage::Generate { call, instance, request }) {
+            agent.registry().calls.remove(&call);
+            return Err(GenerateError::Failed("the node running the model's first stage is unreachable".into()));
+        }
+    }
+    Ok(rx)
+}
+
+/// Sends `request` to this node's stage-0 worker of `instance`; its events go to `events`.
+fn call_local(agent: &Agent, instance: &str, request: FrontRequest, events: UnboundedSender<FrontEvent>) -> Result<tokio::task::AbortHandle, GenerateError> {
+    let (port, token) = {
+        let registry = agent.registry();
+        let local = registry.local.get(&(instance.to_string(), 0));
+        match local.and_then(|l| l.front_port.map(|p| (p, l.handle.front_token.clone()))) {
+            Some(found) => found,
+            None => return Err(GenerateError::Failed("this node does not run the instance's first stage".into())),
+        }
+    };
+    let task = tokio::spawn(async move {
+        let fail = |events: &UnboundedSender<FrontEvent>, message: String| {
+            let _ = events.send(FrontEvent::Error { message, client_error: false });
+        };
+        let Ok(stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+            return fail(&events, "the model's first stage does not answer".into());
+        };
+        let _ = stream.set_nodelay(true);
+        let (read, mut write) = stream.into_split();
+        let mut opening = format!("{token}\n").into_bytes();
+        serde_json::to_writer(&mut opening, &request).expect("serialisable");
+        opening.push(b'\n');
+        if write.write_all(&opening).await.is_err() {
+            return fail(&events, "the model's first stage closed the connection".into());
+        }
+        let mut lines = BufReader::new(read).lines();
+        loop {
+            tokio::select! {
+                line = lines.next_line() => {
+                    let event = match line {
+                        Ok(Some(line)) => match serde_json::from_str::<FrontEvent>(&line) {
+                            Ok(e) => e,
+                            Err(e) => return fail(&events, format!("malformed answer from the first stage: {e}")),
+                        },
+                        _ => return fail(&events, "the model's first stage stopped in the middle of the request".into()),
+                    };
+                    let end = matches!(event, FrontEvent::Done { .. } | FrontEvent::Error { .. });
+                    if events.send(event).is_err() || end {
+                        return;
+                    }
+                }
+                // The client went away: dropping the connection cancels the request in the worker.
+                _ = events.closed() => return,
+            }
+        }
+    });
+    Ok(task.abort_handle())
+}
+
+/// Generation messages on the control connections.
+pub fn on_message(agent: &Agent, from: NodeId, message: ControlMessage) {
+    match message {
+        ControlMessage::Generate { call, instance, request } => {
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            match call_local(agent, &instance, request, tx) {
+                Ok(abort) => {
+                    agent.registry().serving.insert((from, call), abort);
+                    let agent = agent.clone();
+                    tokio::spawn(async move {
+                        while let Some(event) = rx.recv().await {
+                            let end = matches!(event, FrontEvent::Done { .. } | FrontEvent::Error { .. });
+                            if !agent.send_to(from, ControlMessage::GenerateEvent { call, event }) || end {
+                                break;
+                            }
+                        }
+                        agent.registry().serving.remove(&(from, call));
+                    });
+                }
+                Err(e) => {
+                    let event = FrontEvent::Error { message: e.to_string(), client_error: false };
+                    agent.send_to(from, ControlMessage::GenerateEvent { call, event });
+                }
+            }
+        }
+        ControlMessage::GenerateEvent { call, event } => {
+            let end = matches!(event, FrontEvent::Done { .. } | FrontEvent::Error { .. });
+            let sender = agent.registry().calls.get(&call).map(|(_, tx)| tx.clone());
+            let delivered = sender.is_some_and(|tx| tx.send(event).is_ok());
+            if end || !delivered {
+                agent.registry().calls.remove(&call);
+            }
+            if !delivered && !end {
+                agent.send_to(from, ControlMessage::CancelGenerate { call });
+            }
+        }
+        ControlMessage::CancelGenerate { call } => {
+            if let Some(abort) = agent.registry().serving.remove(&(from, call)) {
+                abort.abort();
+            }
+        }
+        other => tracing::debug!("ignoring {other:?} from {}", from.short()),
+    }
+}
+
+/// Calls routed through `peer` end with an error; calls served for it are dropped.
+pub fn fail_calls_through(agent: &Agent, peer: NodeId) {
+    let mut registry = agent.registry();
+    let lost: Vec<u64> = registry.calls.iter().filter(|(_, (p, _))| *p == peer).map(|(c, _)| *c).collect();
+    for call in lost {
+        if let Some((_, tx)) = registry.calls.remove(&call) {
+            let _ = tx.send(FrontEvent::Error { message: "the node running the model's first stage is gone".into(), client_error: false });
+        }
+    }
+    registry.serving.retain(|(p, _), abort| {
+        if *p == peer {
+            abort.abort();
+        }
+        *p != peer
+    });
+}

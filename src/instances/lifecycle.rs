@@ -1,0 +1,420 @@
+//! Launching, wiring, watching and stopping instances, on the owner and on the nodes that run stages.
+
+use super::{InstanceInfo, InstanceState, LocalStage, StageStatus};
+use crate::cluster::messages::ControlMessage;
+use crate::cluster::state::ClusterEvent;
+use crate::cluster::Agent;
+use crate::model::{Model, ModelError};
+use crate::node::NodeId;
+use crate::placement::{self, LinkCost, ModelNeeds, NodeOffer, Plan, PlacementError};
+use crate::worker::supervisor::{self, StageSpec};
+use crate::worker::{WorkerCommand, WorkerEvent, WorkerState};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Prompt chunk size of every stage.
+const BATCH: usize = 512;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LaunchRequest {
+    /// Path of the GGUF file (the same path on every node that runs a stage).
+    pub model: PathBuf,
+    /// Explicit placement, `NODE:0-9,NODE:10-29`.
+    #[serde(default)]
+    pub layers: Option<String>,
+    /// Context of each request, in tokens (default 2048).
+    #[serde(default)]
+    pub context: Option<usize>,
+    /// Requests served at once (default 4).
+    #[serde(default)]
+    pub sequences: Option<usize>,
+    /// Compute threads per stage (default: the node's cores divided by its stages).
+    #[serde(default)]
+    pub threads: Option<usize>,
+    /// The name clients use (default: the file name without `.gguf`).
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Placement(#[from] PlacementError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The nodes that are up, what they offer, and the measured links between them.
+fn cluster_offers(agent: &Agent) -> (Vec<NodeOffer>, Vec<LinkCost>) {
+    let snapshot = agent.snapshot();
+    let offers = snapshot
+        .nodes
+        .iter()
+        .filter(|n| n.status == "self" || n.status == "alive")
+        .filter_map(|n| {
+            let t = n.telemetry.as_ref()?;
+            Some(NodeOffer { id: n.id, name: n.name.clone(), bytes: t.memory_offer, memory_bandwidth: t.memory_bandwidth })
+        })
+        .collect();
+    let links = snapshot
+        .links
+        .iter()
+        .map(|l| LinkCost {
+            a: l.a,
+            b: l.b,
+            rtt_us: l.rtt_p50_us,
+            throughput_bps: match (l.throughput_a_to_b_bps, l.throughput_b_to_a_bps) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (x, y) => x.or(y),
+            },
+        })
+        .collect();
+    (offers, links)
+}
+
+/// The plan a launch would use.
+pub async fn preview(agent: &Agent, request: &LaunchRequest) -> Result<(Plan, String), LaunchError> {
+    let path = request.model.clone();
+    let model = tokio::task::spawn_blocking(move || Model::open(&path))
+        .await
+        .map_err(|e| LaunchError::Invalid(e.to_string()))??;
+    let context = request.context.unwrap_or(2048).clamp(16, model.config().training_context.max(16));
+    let sequences = request.sequences.unwrap_or(4).clamp(1, 64);
+    let needs = ModelNeeds::of(&model, context, sequences, BATCH);
+    let (offers, links) = cluster_offers(agent);
+    let plan = match &request.layers {
+        Some(spec) => placement::plan_override(&needs, &offers, &links, &placement::parse_layers(spec)?)?,
+        None => placement::plan(&needs, &offers, &links)?,
+    };
+    // Clients name models by id; the file name has no spaces, unlike many models' own names.
+    let default_name = request.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| model.name());
+    Ok((plan, request.name.clone().unwrap_or(default_name)))
+}
+
+/// Launches an instance; this node owns it. Returns as soon as the stages are starting.
+pub async fn launch(agent: &Agent, request: LaunchRequest) -> Result<InstanceInfo, LaunchError> {
+    let (plan, name) = preview(agent, &request).await?;
+    let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let me = agent.id();
+    let info = InstanceInfo {
+        id: id.clone(),
+        model: name,
+        model_path: request.model.clone(),
+        owner: me,
+        state: InstanceState::Launching,
+        error: None,
+        context: plan.context,
+        sequences: request.sequences.unwrap_or(4).clamp(1, 64),
+        created_at_ms: crate::util::now_ms(),
+        stages: plan
+            .stages
+            .iter()
+            .map(|s| StageStatus {
+                node: s.node,
+                node_name: s.node_name.clone(),
+                layers: s.layers.clone(),
+                state: WorkerState::Starting,
+                progress: 0.0,
+                data_port: None,
+                memory: None,
+                stats: None,
+                error: None,
+            })
+            .collect(),
+        plan,
+    };
+    agent.registry().instances.insert(id.clone(), info.clone());
+    publish(agent, &info);
+    for (i, stage) in info.stages.iter().enumerate() {
+        let spec = StageSpec {
+            instance: id.clone(),
+            stage: i,
+            stages: info.stages.len(),
+            model_path: request.model.clone(),
+            layers: stage.layers.clone(),
+            context: info.context,
+            sequences: info.sequences,
+            batch: BATCH,
+            threads: request.threads.unwrap_or(0),
+        };
+        if stage.node == me {
+            start_local(agent, spec, me);
+        } else if !agent.send_to(stage.node, ControlMessage::StartStage { spec }) {
+            fail(agent, &id, format!("cannot reach {} to start stage {i}", stage.node_name));
+        }
+    }
+    Ok(info)
+}
+
+/// Sends the owner's view of an instance to every node and to the local event stream.
+fn publish(agent: &Agent, info: &InstanceInfo) {
+    agent.broadcast(ControlMessage::Instance { info: Box::new(info.clone()) });
+    agent.emit(ClusterEvent::Instance { info: Box::new(info.clone()) });
+}
+
+/// Starts a worker for a stage on this node and relays its events to the owner.
+fn start_local(agent: &Agent, spec: StageSpec, owner: NodeId) {
+    let key = (spec.instance.clone(), spec.stage);
+    let threads = if spec.threads > 0 { spec.threads } else { crate::engine::default_threads() };
+    let secret = agent.secret_bytes();
+    let log_dir = agent.config.data_dir.file("logs");
+    let (events_agent, exit_agent) = (agent.clone(), agent.clone());
+    let (instance, stage) = (spec.instance.clone(), spec.stage);
+    let (instance2, stage2) = (spec.instance.clone(), spec.stage);
+    let spawned = supervisor::spawn(
+        &spec,
+        threads,
+        &secret,
+        &log_dir,
+        move |event| on_worker_event(&events_agent, owner, &instance, stage, event),
+        move |ended| {
+            let stopped = exit_agent.registry().local.remove(&(instance2.clone(), stage2)).is_none();
+            let update = if stopped { (WorkerState::Stopped, None) } else { (WorkerState::Failed, Some(ended)) };
+            report(&exit_agent, owner, &instance2, stage2, StageReport { state: update.0, error: update.1, ..Default::default() });
+        },
+    );
+    match spawned {
+        Ok(handle) => {
+            if let Some(pid) = handle.pid {
+                agent.track_process(pid);
+            }
+            agent.registry().local.insert(key, LocalStage { handle: Arc::new(handle), front_port: None });
+        }
+        Err(e) => report(agent, owner, &spec.instance, spec.stage, StageReport { state: WorkerState::Failed, error: Some(e.to_string()), ..Default::default() }),
+    }
+}
+
+/// A stage's change of state, as its node reports it to the owner.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StageReport {
+    pub state: WorkerState,
+    pub progress: Option<f32>,
+    pub data_port: Option<u16>,
+    pub memory: Option<crate::engine::StageMemory>,
+    pub stats: Option<crate::worker::StageStats>,
+    pub error: Option<String>,
+}
+
+impl Default for WorkerState {
+    fn default() -> Self {
+        WorkerState::Starting
+    }
+}
+
+fn on_worker_event(agent: &Agent, owner: NodeId, instance: &str, stage: usize, event: WorkerEvent) {
+    let report_of = match event {
+        WorkerEvent::Loading { progress } => StageReport { state: WorkerState::Loading, progress: Some(progress), ..Default::default() },
+        WorkerEvent::Listening { data_port, front_port, memory } => {
+            if let Some(local) = agent.registry().local.get_mut(&(instance.to_string(), stage)) {
+                local.front_port = front_port;
+            }
+            StageReport { state: WorkerState::Connecting, progress: Some(1.0), data_port: Some(data_port), memory: Some(memory), ..Default::default() }
+        }
+        WorkerEvent::Ready => StageReport { state: WorkerState::Ready, progress: Some(1.0), ..Default::default() },
+        WorkerEvent::Stats { stats } => {
+            let state = if stats.active_requests > 0 { WorkerState::Serving } else { WorkerState::Ready };
+            StageReport { state, stats: Some(stats), ..Default::default() }
+        }
+        WorkerEvent::Failed { error } => StageReport { state: WorkerState::Failed, error: Some(error), ..Default::default() },
+    };
+    report(agent, owner, instance, stage, report_of);
+}
+
+fn report(agent: &Agent, owner: NodeId, instance: &str, stage: usize, report: StageReport) {
+    if owner == agent.id() {
+        apply_report(agent, instance, stage, report);
+    } else {
+        agent.send_to(owner, ControlMessage::StageUpdate { instance: instance.to_string(), stage, report });
+    }
+}
+
+/// The owner takes in a stage's report: wires the ring once every stage listens, marks the instance
+/// ready once every stage is, and fails it when a stage fails.
+fn apply_report(agent: &Agent, instance: &str, stage: usize, report: StageReport) {
+    let mut failed = None;
+    let mut wire = None;
+    let info = {
+        let mut registry = agent.registry();
+        let Some(info) = registry.instances.get_mut(instance) else { return };
+        let Some(s) = info.stages.get_mut(stage) else { return };
+        if matches!(info.state, InstanceState::Stopped | InstanceState::Failed) && report.state != WorkerState::Stopped {
+            return;
+        }
+        // Stats only move a ready stage between ready and serving.
+        if report.stats.is_none() || matches!(s.state, WorkerState::Ready | WorkerState::Serving) {
+            s.state = report.state;
+        }
+        if let Some(p) = report.progress {
+            s.progress = p;
+        }
+        if report.data_port.is_some() {
+            s.data_port = report.data_port;
+        }
+        if report.memory.is_some() {
+            s.memory = report.memory;
+        }
+        if report.stats.is_some() {
+            s.stats = report.stats;
+        }
+        if let Some(e) = &report.error {
+            s.error = Some(e.clone());
+            failed = Some(format!("stage {stage} on {} failed: {e}", s.node_name));
+        }
+        if info.state == InstanceState::Launching
+            && report.data_port.is_some()
+            && info.stages.iter().all(|s| s.data_port.is_some())
+        {
+            wire = Some(info.stages.iter().map(|s| (s.node, s.data_port.expect("checked"))).collect::<Vec<_>>());
+        }
+        if info.state == InstanceState::Launching
+            && info.stages.iter().all(|s| matches!(s.state, WorkerState::Ready | WorkerState::Serving))
+        {
+            info.state = InstanceState::Ready;
+        }
+        info.clone()
+    };
+    if let Some(error) = failed {
+        return fail(agent, instance, error);
+    }
+    if let Some(ring) = wire.filter(|r| r.len() > 1) {
+        for i in 0..ring.len() {
+            let (next_node, next_port) = ring[(i + 1) % ring.len()];
+            let message = ControlMessage::ConnectStage { instance: instance.to_string(), stage: i, next_node, next_port };
+            if ring[i].0 == agent.id() {
+                connect_local(agent, instance, i, next_node, next_port);
+            } else {
+                agent.send_to(ring[i].0, message);
+            }
+        }
+    }
+    publish(agent, &info);
+}
+
+/// Tells a local worker where the next stage listens.
+fn connect_local(agent: &Agent, instance: &str, stage: usize, next_node: NodeId, next_port: u16) {
+    let ip = if next_node == agent.id() { Some(std::net::IpAddr::from([127, 0, 0, 1])) } else { agent.peer_ip(next_node) };
+    let handle = agent.registry().local.get(&(instance.to_string(), stage)).map(|l| l.handle.clone());
+    let (Some(ip), Some(handle)) = (ip, handle) else { return };
+    let next = SocketAddr::new(ip, next_port);
+    tokio::spawn(async move {
+        let _ = handle.command(&WorkerCommand::Connect { next }).await;
+    });
+}
+
+/// Marks an instance failed (on the owner) and stops its stages everywhere.
+fn fail(agent: &Agent, instance: &str, error: String) {
+    let info = {
+        let mut registry = agent.registry();
+        let Some(info) = registry.instances.get_mut(instance) else { return };
+        if matches!(info.state, InstanceState::Failed | InstanceState::Stopped) {
+            return;
+        }
+        info.state = InstanceState::Failed;
+        info.error = Some(error.clone());
+        info.clone()
+    };
+    tracing::warn!("instance {instance} ({}) failed: {error}", info.model);
+    agent.emit(ClusterEvent::InstanceFailed { instance: instance.to_string(), model: info.model.clone(), error });
+    publish(agent, &info);
+    stop_stages(agent, &info);
+}
+
+fn stop_stages(agent: &Agent, info: &InstanceInfo) {
+    let mut nodes: Vec<NodeId> = info.stages.iter().map(|s| s.node).collect();
+    nodes.sort();
+    nodes.dedup();
+    for node in nodes {
+        if node == agent.id() {
+            stop_local(agent, &info.id);
+        } else {
+            agent.send_to(node, ControlMessage::StopInstance { instance: info.id.clone() });
+        }
+    }
+}
+
+fn stop_local(agent: &Agent, instance: &str) {
+    let handles: Vec<_> = {
+        let mut registry = agent.registry();
+        let keys: Vec<_> = registry.local.keys().filter(|(i, _)| i == instance).cloned().collect();
+        keys.into_iter().filter_map(|k| registry.local.remove(&k)).map(|l| l.handle).collect()
+    };
+    for handle in handles {
+        tokio::spawn(async move { handle.stop().await });
+    }
+}
+
+/// Stops an instance (any node may ask; the owner records it).
+pub fn stop(agent: &Agent, instance: &str) -> Option<InstanceInfo> {
+    let info = agent.registry().instances.get(instance).cloned()?;
+    if info.owner == agent.id() {
+        let updated = {
+            let mut registry = agent.registry();
+            let i = registry.instances.get_mut(instance)?;
+            i.state = InstanceState::Stopped;
+            i.clone()
+        };
+        publish(agent, &updated);
+        stop_stages(agent, &updated);
+        Some(updated)
+    } else {
+        agent.send_to(info.owner, ControlMessage::StopInstance { instance: instance.to_string() });
+        stop_stages(agent, &info);
+        Some(info)
+    }
+}
+
+/// Instance messages on the control connections.
+pub fn on_message(agent: &Agent, from: NodeId, message: ControlMessage) {
+    match message {
+        ControlMessage::StartStage { spec } => start_local(agent, spec, from),
+        ControlMessage::StageUpdate { instance, stage, report } => apply_report(agent, &instance, stage, report),
+        ControlMessage::ConnectStage { instance, stage, next_node, next_port } => connect_local(agent, &instance, stage, next_node, next_port),
+        ControlMessage::StopInstance { instance } => {
+            let owned = agent.registry().instances.get(&instance).is_some_and(|i| i.owner == agent.id());
+            if owned {
+                stop(agent, &instance);
+            } else {
+                stop_local(agent, &instance);
+            }
+        }
+        ControlMessage::Instance { info } => {
+            if info.owner == from {
+                agent.registry().instances.insert(info.id.clone(), (*info).clone());
+                agent.emit(ClusterEvent::Instance { info });
+            }
+        }
+        other => super::generate::on_message(agent, from, other),
+    }
+}
+
+/// A node went down: instances that used it fail; instances it owned end here; calls through it fail.
+pub fn on_peer_down(agent: &Agent, peer: NodeId) {
+    let me = agent.id();
+    let affected: Vec<InstanceInfo> = agent
+        .registry()
+        .instances
+        .values()
+        .filter(|i| i.uses(peer) && matches!(i.state, InstanceState::Launching | InstanceState::Ready))
+        .cloned()
+        .collect();
+    for info in affected {
+        let name = info.stages.iter().find(|s| s.node == peer).map_or_else(|| peer.short(), |s| s.node_name.clone());
+        if info.owner == me {
+            fail(agent, &info.id, format!("node {name} is down"));
+        } else if info.owner == peer {
+            {
+                let mut registry = agent.registry();
+                if let Some(i) = registry.instances.get_mut(&info.id) {
+                    i.state = InstanceState::Failed;
+                    i.error = Some("its owner node is down".into());
+                }
+            }
+            stop_local(agent, &info.id);
+        }
+    }
+    super::generate::fail_calls_through(agent, peer);
+}

@@ -1,0 +1,95 @@
+//! Model instances: a model split over nodes by a placement, one worker per stage. The node that
+//! launches an instance owns it: it plans the placement, starts the stages on their nodes, wires the
+//! ring, tracks every stage's state and tells the cluster (every node can list instances and route
+//! requests to stage 0). When a stage fails or a node hosting one goes down, the instance is marked
+//! failed and its workers stopped; when the owner goes down, its instances end everywhere. Nothing else
+//! restarts.
+
+mod generate;
+mod lifecycle;
+
+pub use generate::{generate, GenerateError};
+pub use lifecycle::{launch, on_message, on_peer_down, preview, stop, LaunchError, LaunchRequest};
+
+/// Types the control messages carry.
+pub mod lifecycle_types {
+    pub use super::lifecycle::StageReport;
+}
+
+use crate::engine::StageMemory;
+use crate::node::NodeId;
+use crate::placement::Plan;
+use crate::worker::supervisor::WorkerHandle;
+use crate::worker::{FrontEvent, StageStats, WorkerState};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::mpsc::UnboundedSender;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InstanceState {
+    Launching,
+    Ready,
+    Failed,
+    Stopped,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageStatus {
+    pub node: NodeId,
+    pub node_name: String,
+    pub layers: Range<usize>,
+    pub state: WorkerState,
+    /// Loading progress, 0..=1.
+    pub progress: f32,
+    pub data_port: Option<u16>,
+    pub memory: Option<StageMemory>,
+    pub stats: Option<StageStats>,
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InstanceInfo {
+    pub id: String,
+    /// The name clients use (`model` in the OpenAI API).
+    pub model: String,
+    pub model_path: PathBuf,
+    pub owner: NodeId,
+    pub state: InstanceState,
+    pub error: Option<String>,
+    pub context: usize,
+    pub sequences: usize,
+    pub created_at_ms: u64,
+    pub plan: Plan,
+    pub stages: Vec<StageStatus>,
+}
+
+impl InstanceInfo {
+    pub fn head(&self) -> Option<NodeId> {
+        self.stages.first().map(|s| s.node)
+    }
+
+    pub fn uses(&self, node: NodeId) -> bool {
+        self.owner == node || self.stages.iter().any(|s| s.node == node)
+    }
+}
+
+/// A worker this node runs.
+pub(crate) struct LocalStage {
+    pub handle: Arc<WorkerHandle>,
+    pub front_port: Option<u16>,
+}
+
+/// Instances known to this node, the workers it runs, and the generation calls it has in flight.
+#[derive(Default)]
+pub struct Registry {
+    pub instances: BTreeMap<String, InstanceInfo>,
+    pub(crate) local: HashMap<(String, usize), LocalStage>,
+    /// Calls this node sent to another node's stage 0: where their events go, and which peer serves them.
+    pub(crate) calls: HashMap<u64, (NodeId, UnboundedSender<FrontEvent>)>,
+    /// Calls this node serves for other nodes: a handle to cancel each.
+    pub(crate) serving: HashMap<(NodeId, u64), tokio::task::AbortHandle>,
+}

@@ -1,0 +1,67 @@
+//! The data plane: frames between the stages of a model instance. A [`FrameSink`] / [`FrameSource`]
+//! pair is the seam a transport implements; TCP (authenticated and encrypted with the cluster secret,
+//! TCP_NODELAY) is the one here, and the RDMA transport plugs in beside it.
+
+pub mod frame;
+
+pub use frame::{RingFrame, RingFrameError};
+
+use crate::net::secure::{self, Psk};
+use crate::net::{ConnectionKind, NetError, SecureReader, SecureWriter};
+use std::future::Future;
+use std::net::SocketAddr;
+use tokio::net::TcpListener;
+
+/// Largest frame between stages (a prefill chunk of 512 tokens of an 8192-wide model is 16 MiB).
+pub const MAX_RING_FRAME: usize = 256 << 20;
+
+/// Sends frames to the next stage.
+pub trait FrameSink: Send {
+    fn send(&mut self, frame: &[u8]) -> impl Future<Output = Result<(), NetError>> + Send;
+}
+
+/// Receives frames from the previous stage, into a reused buffer.
+pub trait FrameSource: Send {
+    fn recv_into(&mut self, frame: &mut Vec<u8>) -> impl Future<Output = Result<(), NetError>> + Send;
+}
+
+pub struct TcpSink(SecureWriter);
+pub struct TcpSource(SecureReader);
+
+impl FrameSink for TcpSink {
+    async fn send(&mut self, frame: &[u8]) -> Result<(), NetError> {
+        self.0.write_frame(frame).await
+    }
+}
+
+impl FrameSource for TcpSource {
+    async fn recv_into(&mut self, frame: &mut Vec<u8>) -> Result<(), NetError> {
+        self.0.read_frame_into(MAX_RING_FRAME, frame).await
+    }
+}
+
+/// Connects to the stage listening at `addr`.
+pub async fn connect_tcp(addr: SocketAddr, secret: &Psk) -> Result<(TcpSource, TcpSink), NetError> {
+    let (r, w) = secure::connect(addr, ConnectionKind::Stage, secret).await?;
+    Ok((TcpSource(r), TcpSink(w)))
+}
+
+/// Accepts the previous stage's connection on `listener` (connections without the secret are dropped
+/// and the wait goes on).
+pub async fn accept_tcp(listener: &TcpListener, secret: &Psk) -> Result<(TcpSource, TcpSink), NetError> {
+    loop {
+        let (mut stream, from) = listener.accept().await?;
+        stream.set_nodelay(true)?;
+        let attempt = async {
+            let preamble = secure::read_preamble(&mut stream).await?;
+            if preamble.kind != ConnectionKind::Stage {
+                return Err(NetError::BadPreamble("not a stage connection".into()));
+            }
+            secure::respond(stream, preamble, secret).await
+        };
+        match attempt.await {
+            Ok((r, w)) => return Ok((TcpSource(r), TcpSink(w))),
+            Err(e) => tracing::warn!("refused a stage connection from {from}: {e}"),
+        }
+    }
+}

@@ -1,0 +1,453 @@
+//! A worker's compute thread: it owns the stage and handles, in arrival order, frames from the previous
+//! stage and (on stage 0) requests from clients. Stage 0 schedules requests onto KV slots, tokenizes,
+//! processes prompts in batches, turns returning tokens into text and decides when a request ends; the
+//! last stage samples; stages in between run their layers and pass the hidden states on. Several
+//! requests can be in the ring at once, each in its own slot, so no stage has to wait for one request.
+
+use super::protocol::{FrontEvent, FrontRequest, GenerationReport, PromptInput, StageStats};
+use crate::engine::{self, FinishReason, HiddenStates, Sampler, Stage, StageInput, TokenStream, WireFormat};
+use crate::links::RttWindow;
+use crate::model::{ChatTemplate, Tokenizer};
+use crate::transport::RingFrame;
+use std::collections::{HashMap, VecDeque};
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedSender;
+
+pub enum Work {
+    /// A frame from the previous stage (its buffer goes back to the reader afterwards).
+    Frame(Vec<u8>),
+    Request { id: u64, request: FrontRequest, events: UnboundedSender<FrontEvent> },
+    /// The client went away.
+    Cancel { id: u64 },
+    /// The ring is broken: fail everything and stop.
+    RingBroken(String),
+}
+
+/// Sends frames to the next stage, reusing buffers the writer hands back.
+pub struct Outbox {
+    pub frames: UnboundedSender<Vec<u8>>,
+    pub spare: Receiver<Vec<u8>>,
+}
+
+impl Outbox {
+    fn send(&self, frame: &RingFrame<'_>) {
+        let mut buf = self.spare.try_recv().unwrap_or_default();
+        frame.encode(&mut buf);
+        let _ = self.frames.send(buf);
+    }
+}
+
+struct Active {
+    slot: u32,
+    events: UnboundedSender<FrontEvent>,
+    stream: TokenStream,
+    max_tokens: usize,
+    generated: usize,
+    /// The position the next token is fed at.
+    pos: usize,
+    prompt_tokens: usize,
+    started: Instant,
+    prefill_done: Option<Instant>,
+    first_token: Option<Instant>,
+    /// When the last decode step left this stage (for the hop time).
+    sent_at: Option<Instant>,
+    hops: RttWindow,
+    /// Single-stage instances sample here.
+    sampler: Option<Sampler>,
+}
+
+/// Stage 0's state.
+pub struct Head {
+    pub tokenizer: Tokenizer,
+    pub template: ChatTemplate,
+    active: HashMap<u64, Active>,
+    free_slots: Vec<u32>,
+    waiting: VecDeque<(u64, FrontRequest, UnboundedSender<FrontEvent>)>,
+    hops: RttWindow,
+}
+
+impl Head {
+    pub fn new(tokenizer: Tokenizer, template: ChatTemplate, slots: usize) -> Head {
+        Head {
+            tokenizer,
+            template,
+            active: HashMap::new(),
+            free_slots: (0..slots as u32).rev().collect(),
+            waiting: VecDeque::new(),
+            hops: RttWindow::default(),
+        }
+    }
+}
+
+pub struct Compute {
+    pub stage: Stage,
+    pub stages: usize,
+    pub head: Option<Head>,
+    pub outbox: Option<Outbox>,
+    /// Buffers of processed frames, back to the reader.
+    pub recycle: Option<std::sync::mpsc::Sender<Vec<u8>>>,
+    pub stats: Arc<Mutex<StageStats>>,
+    samplers: HashMap<u32, Sampler>,
+    wire: Vec<u8>,
+    hidden: HiddenStates,
+}
+
+impl Compute {
+    pub fn new(stage: Stage, stages: usize, head: Option<Head>, outbox: Option<Outbox>, recycle: Option<std::sync::mpsc::Sender<Vec<u8>>>, stats: Arc<Mutex<StageStats>>) -> Compute {
+        Compute { stage, stages, head, outbox, recycle, stats, samplers: HashMap::new(), wire: Vec::new(), hidden: HiddenStates::default() }
+    }
+
+    /// Handles work until the ring breaks or every sender is gone; returns why it stopped.
+    pub fn run(mut self, work: Receiver<Work>) -> String {
+        while let Ok(item) = work.recv() {
+            match item {
+                Work::Frame(buf) => {
+                    self.on_frame(&buf);
+                    if let Some(r) = &self.recycle {
+                        let _ = r.send(buf);
+                    }
+                }
+                Work::Request { id, request, events } => self.on_request(id, request, events),
+                Work::Cancel { id } => self.on_cancel(id),
+                Work::RingBroken(reason) => {
+                    self.fail_all(&format!("the instance lost a stage: {reason}"));
+                    return reason;
+                }
+            }
+        }
+        "stopped".into()
+    }
+
+    fn send(&self, frame: &RingFrame<'_>) {
+        if let Some(out) = &self.outbox {
+            out.send(frame);
+        }
+    }
+
+    fn record_step(&self, tokens: usize, compute: Duration) {
+        let mut s = self.stats.lock().expect("stats");
+        s.steps += 1;
+        s.tokens += tokens as u64;
+        s.compute_us_total += compute.as_micros() as u64;
+    }
+
+    /// Runs this stage on a step (the output stays in the stage); returns the time it took.
+    fn step(&mut self, slot: u32, start: usize, input: StageInput<'_>) -> Result<Duration, engine::EngineError> {
+        let tokens = match &input {
+            StageInput::Tokens(t) => t.len(),
+            StageInput::Hidden { tokens, .. } => *tokens,
+        };
+        let t = Instant::now();
+        self.stage.forward(slot as usize, start, input)?;
+        let took = t.elapsed();
+        self.record_step(tokens, took);
+        Ok(took)
+    }
+
+    // ---- every stage but the first ----
+
+    fn on_frame(&mut self, bytes: &[u8]) {
+        let frame = match RingFrame::decode(bytes) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::error!("malformed frame from the previous stage: {e}");
+                return;
+            }
+        };
+        if self.head.is_some() {
+            return self.on_frame_at_head(frame);
+        }
+        let last = self.stage.is_last();
+        match frame {
+            RingFrame::Begin { slot, ref sampling, ref recent, .. } if last => {
+                let mut sampler = Sampler::new(sampling.clone());
+                recent.iter().for_each(|&t| sampler.accept(t));
+                self.samplers.insert(slot, sampler);
+            }
+            RingFrame::End { slot, .. } if last => {
+                self.samplers.remove(&slot);
+            }
+            RingFrame::Forward { request, slot, start, tokens, sample, compute_us, hidden } => {
+                if let Err(e) = self.hidden.decode_from(hidden) {
+                    self.send(&RingFrame::Failed { request, slot, message: e.to_string() });
+                    return;
+                }
+                let values = std::mem::take(&mut self.hidden.values);
+                let result = self.step(slot, start as usize, StageInput::Hidden { values: &values, tokens: tokens as usize });
+                self.hidden.values = values;
+                let took = match result {
+                    Ok(took) => took,
+                    Err(e) => {
+                        self.send(&RingFrame::Failed { request, slot, message: e.to_string() });
+                        return;
+                    }
+                };
+                let compute_us = compute_us.saturating_add(took.as_micros() as u32);
+                if last {
+                    if sample {
+                        let Some(sampler) = self.samplers.get_mut(&slot) else {
+                            self.send(&RingFrame::Failed { request, slot, message: "no sampler for this request".into() });
+                            return;
+                        };
+                        let token = sampler.sample(self.stage.last_output());
+                        sampler.accept(token);
+                        self.send(&RingFrame::Token { request, slot, token, compute_us });
+                    }
+                } else {
+                    let out = self.stage.last_output();
+                    let width = self.stage.config().embedding;
+                    HiddenStates::encode(width, out.len() / width, out, WireFormat::F32, &mut self.wire);
+                    let wire = std::mem::take(&mut self.wire);
+                    self.send(&RingFrame::Forward { request, slot, start, tokens, sample, compute_us, hidden: &wire });
+                    self.wire = wire;
+                }
+            }
+            // Begin and End pass through the middle; Failed travels on to stage 0.
+            other => self.send(&other),
+        }
+    }
+
+    // ---- stage 0 ----
+
+    fn on_frame_at_head(&mut self, frame: RingFrame<'_>) {
+        match frame {
+            RingFrame::Token { request, token, compute_us, .. } => self.on_token(request, token, Some(compute_us)),
+            RingFrame::Failed { request, message, .. } => self.finish(request, Err(message)),
+            other => tracing::debug!("stage 0 ignores a returning {:?} frame", other.request()),
+        }
+    }
+
+    fn on_request(&mut self, id: u64, request: FrontRequest, events: UnboundedSender<FrontEvent>) {
+        let head = self.head.as_mut().expect("requests go to stage 0");
+        match head.free_slots.pop() {
+            Some(slot) => self.start(id, slot, request, events),
+            None => head.waiting.push_back((id, request, events)),
+        }
+    }
+
+    fn reject(events: &UnboundedSender<FrontEvent>, message: String) {
+        let _ = events.send(FrontEvent::Error { message, client_error: true });
+    }
+
+    fn start(&mut self, id: u64, slot: u32, request: FrontRequest, events: UnboundedSender<FrontEvent>) {
+        let context = self.stage.context();
+        let head = self.head.as_mut().expect("stage 0");
+        let prompt = match &request.prompt {
+            PromptInput::Text(t) => head.tokenizer.encode(t).map_err(|e| e.to_string()),
+            PromptInput::Messages(m) => head
+                .template
+                .render(m)
+                .map_err(|e| e.to_string())
+                .and_then(|text| head.tokenizer.encode(&text).map_err(|e| e.to_string())),
+            PromptInput::Tokens(t) => Ok(t.clone()),
+        };
+        let vocabulary = head.tokenizer.vocabulary_size();
+        let prompt = match prompt {
+            Ok(p) if p.is_empty() => Err("the prompt is empty".to_string()),
+            Ok(p) if p.len() >= context => {
+                Err(format!("the prompt is {} tokens but the instance's context holds {context}; shorten it", p.len()))
+            }
+            Ok(p) if p.iter().any(|&t| t as usize >= vocabulary) => Err("a prompt token is outside the vocabulary".into()),
+            Ok(p) => Ok(p),
+            Err(e) => Err(e),
+        };
+        let prompt = match prompt.and_then(|p| request.sampling.validate().map(|_| p)) {
+            Ok(p) => p,
+            Err(message) => {
+                Self::reject(&events, message);
+                head.free_slots.push(slot);
+                return self.start_waiting();
+            }
+        };
+        let _ = events.send(FrontEvent::Started { prompt_tokens: prompt.len() });
+        let single = self.stages == 1;
+        let mut sampler = single.then(|| Sampler::new(request.sampling.clone()));
+        if let Some(s) = sampler.as_mut() {
+            prompt.iter().for_each(|&t| s.accept(t));
+        }
+        let recent_from = prompt.len().saturating_sub(request.sampling.repeat_last_n);
+        head.active.insert(
+            id,
+            Active {
+                slot,
+                events,
+                stream: TokenStream::new(&request.stop, request.ignore_eos),
+                max_tokens: request.max_tokens,
+                generated: 0,
+                pos: prompt.len(),
+                prompt_tokens: prompt.len(),
+                started: Instant::now(),
+                prefill_done: None,
+                first_token: None,
+                sent_at: None,
+                hops: RttWindow::default(),
+                sampler,
+            },
+        );
+        self.stats.lock().expect("stats").active_requests = head.active.len();
+        if request.max_tokens == 0 {
+            return self.finish(id, Ok(FinishReason::Length));
+        }
+        if !single {
+            self.send(&RingFrame::Begin { request: id, slot, sampling: request.sampling.clone(), recent: prompt[recent_from..].to_vec() });
+        }
+        let batch = self.stage.options().batch;
+        let chunks: Vec<&[u32]> = prompt.chunks(batch).collect();
+        let mut pos = 0;
+        for (i, chunk) in chunks.iter().enumerate() {
+            let last_chunk = i + 1 == chunks.len();
+            if let Err(e) = self.step(slot, pos, StageInput::Tokens(chunk)) {
+                return self.finish(id, Err(e.to_string()));
+            }
+            if !single {
+                self.forward_hidden(id, slot, pos, chunk.len(), last_chunk);
+            }
+            pos += chunk.len();
+        }
+        if let Some(a) = self.head.as_mut().and_then(|h| h.active.get_mut(&id)) {
+            a.prefill_done = Some(Instant::now());
+        }
+        if single {
+            self.sample_locally(id);
+        }
+    }
+
+    fn forward_hidden(&mut self, request: u64, slot: u32, start: usize, tokens: usize, sample: bool) {
+        let out = self.stage.last_output();
+        let width = self.stage.config().embedding;
+        HiddenStates::encode(width, out.len() / width, out, WireFormat::F32, &mut self.wire);
+        let wire = std::mem::take(&mut self.wire);
+        self.send(&RingFrame::Forward { request, slot, start: start as u32, tokens: tokens as u32, sample, compute_us: 0, hidden: &wire });
+        self.wire = wire;
+        if sample {
+            if let Some(a) = self.head.as_mut().and_then(|h| h.active.get_mut(&request)) {
+                a.sent_at = Some(Instant::now());
+            }
+        }
+    }
+
+    /// Single-stage instances: sample from this stage's logits and go on.
+    fn sample_locally(&mut self, id: u64) {
+        let Some(active) = self.head.as_mut().and_then(|h| h.active.get_mut(&id)) else { return };
+        let Some(sampler) = active.sampler.as_mut() else { return };
+        let token = sampler.sample(self.stage.last_output());
+        sampler.accept(token);
+        self.on_token(id, token, None);
+    }
+
+    fn on_token(&mut self, id: u64, token: u32, others_us: Option<u32>) {
+        let stages = self.stages as u64;
+        let context = self.stage.context();
+        let Some(head) = self.head.as_mut() else { return };
+        let Some(a) = head.active.get_mut(&id) else { return };
+        let now = Instant::now();
+        a.first_token.get_or_insert(now);
+        if let (Some(sent), Some(others)) = (a.sent_at.take(), others_us) {
+            // The ring time of a decode step, less the other stages' compute, shared by the hops.
+            let ring_us = now.duration_since(sent).as_micros() as u64;
+            let hop = Duration::from_micros(ring_us.saturating_sub(others as u64) / stages.max(1));
+            a.hops.record(hop);
+            head.hops.record(hop);
+        }
+        a.generated += 1;
+        let (text, stop) = a.stream.push(&head.tokenizer, token);
+        if !text.is_empty() && a.events.send(FrontEvent::Text { text }).is_err() {
+            return self.finish(id, Ok(FinishReason::Cancelled));
+        }
+        if stop {
+            return self.finish(id, Ok(FinishReason::Stop));
+        }
+        if a.generated >= a.max_tokens || a.pos + 1 > context {
+            return self.finish(id, Ok(FinishReason::Length));
+        }
+        let (slot, pos) = (a.slot, a.pos);
+        a.pos += 1;
+        if let Err(e) = self.step(slot, pos, StageInput::Tokens(&[token])) {
+            return self.finish(id, Err(e.to_string()));
+        }
+        if self.stages == 1 {
+            self.sample_locally(id);
+        } else {
+            self.forward_hidden(id, slot, pos, 1, true);
+        }
+    }
+
+    fn on_cancel(&mut self, id: u64) {
+        let Some(head) = self.head.as_mut() else { return };
+        head.waiting.retain(|(w, _, _)| *w != id);
+        if head.active.contains_key(&id) {
+            self.finish(id, Ok(FinishReason::Cancelled));
+        }
+    }
+
+    /// Ends request `id`: the last text and the report (or the error) to the client, the slot freed
+    /// along the ring, and the next waiting request started.
+    fn finish(&mut self, id: u64, outcome: Result<FinishReason, String>) {
+        let stages = self.stages;
+        let Some(head) = self.head.as_mut() else { return };
+        let Some(mut a) = head.active.remove(&id) else { return };
+        head.free_slots.push(a.slot);
+        match outcome {
+            Ok(reason) => {
+                if reason != FinishReason::Stop {
+                    let tail = a.stream.finish();
+                    if !tail.is_empty() {
+                        let _ = a.events.send(FrontEvent::Text { text: tail });
+                    }
+                }
+                let now = Instant::now();
+                let prefill = a.prefill_done.unwrap_or(now).duration_since(a.started);
+                let ttft = a.first_token.unwrap_or(now).duration_since(a.started);
+                let decode = now.duration_since(a.first_token.unwrap_or(now));
+                let report = GenerationReport {
+                    prompt_tokens: a.prompt_tokens,
+                    generated_tokens: a.generated,
+                    time_to_first_token_ms: ttft.as_secs_f64() * 1000.0,
+                    prefill_tokens_per_second: engine::rate(a.prompt_tokens, prefill),
+                    decode_tokens_per_second: engine::rate(a.generated.saturating_sub(1), decode),
+                    hop_p50_us: a.hops.quantile(0.5).map(|d| d.as_micros() as u64),
+                };
+                let _ = a.events.send(FrontEvent::Done { finish_reason: reason, report });
+            }
+            Err(message) => {
+                let _ = a.events.send(FrontEvent::Error { message, client_error: false });
+            }
+        }
+        {
+            let mut s = self.stats.lock().expect("stats");
+            s.requests += 1;
+            s.generated_tokens += a.generated as u64;
+            s.active_requests = head.active.len();
+            s.hop_p50_us = head.hops.quantile(0.5).map(|d| d.as_micros() as u64);
+            s.hop_p99_us = head.hops.quantile(0.99).map(|d| d.as_micros() as u64);
+        }
+        if stages > 1 {
+            self.send(&RingFrame::End { request: id, slot: a.slot });
+        }
+        self.start_waiting();
+    }
+
+    fn start_waiting(&mut self) {
+        let Some(head) = self.head.as_mut() else { return };
+        if head.free_slots.is_empty() {
+            return;
+        }
+        if let Some((id, request, events)) = head.waiting.pop_front() {
+            let slot = head.free_slots.pop().expect("checked");
+            self.start(id, slot, request, events);
+        }
+    }
+
+    fn fail_all(&mut self, message: &str) {
+        let Some(head) = self.head.as_mut() else { return };
+        let ids: Vec<u64> = head.active.keys().copied().collect();
+        for (_, _, events) in head.waiting.drain(..) {
+            let _ = events.send(FrontEvent::Error { message: message.to_string(), client_error: false });
+        }
+        for id in ids {
+            self.finish(id, Err(message.to_string()));
+        }
+    }
+}

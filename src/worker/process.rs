@@ -1,0 +1,248 @@
+//! The `shoal worker` process: loads one stage, reports its progress to the node agent on stdout,
+//! connects into the ring when told, and serves until the agent closes its stdin or the ring breaks.
+//! A compute thread owns the stage; async tasks move frames to and from the neighbouring stages and
+//! (on stage 0) serve generation requests on localhost.
+
+use super::compute::{Compute, Head, Outbox, Work};
+use super::protocol::{FrontEvent, FrontRequest, StageStats, WorkerCommand, WorkerEvent};
+use crate::engine::{Stage, StageOptions};
+use crate::model::Model;
+use crate::transport::{self, FrameSink, FrameSource};
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Environment variables the agent passes secrets in (never on the command line, which others can read).
+pub const SECRET_ENV: &str = "SHOAL_CLUSTER_SECRET";
+pub const FRONT_TOKEN_ENV: &str = "SHOAL_FRONT_TOKEN";
+
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    pub model: PathBuf,
+    pub layers: Range<usize>,
+    pub stage: usize,
+    pub stages: usize,
+    pub context: usize,
+    pub sequences: usize,
+    pub batch: usize,
+    pub threads: usize,
+    pub listen: IpAddr,
+}
+
+fn emit(event: &WorkerEvent) {
+    let mut out = std::io::stdout().lock();
+    let _ = serde_json::to_writer(&mut out, event);
+    let _ = out.write_all(b"\n");
+    let _ = out.flush();
+}
+
+/// Runs the worker; reports a failure as its last event and returns it.
+pub fn run(config: WorkerConfig, secret: [u8; 32], front_token: String) -> anyhow::Result<()> {
+    let result = run_inner(config, secret, front_token);
+    if let Err(e) = &result {
+        emit(&WorkerEvent::Failed { error: format!("{e:#}") });
+    }
+    result
+}
+
+fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> anyhow::Result<()> {
+    emit(&WorkerEvent::Loading { progress: 0.0 });
+    let model = Model::open(&config.model)?;
+    let options = StageOptions { context: config.context, sequences: config.sequences, threads: config.threads, batch: config.batch };
+    let stage = Stage::load(&model, config.layers.clone(), options)?;
+    let mut last = 0.0;
+    stage.weights().prefault(|p| {
+        if p - last >= 0.05 || p >= 1.0 {
+            last = p;
+            emit(&WorkerEvent::Loading { progress: p });
+        }
+    });
+    let head = if config.stage == 0 {
+        let tokenizer = model.tokenizer()?;
+        let template = model.chat_template(&tokenizer)?;
+        Some(Head::new(tokenizer, template, config.sequences))
+    } else {
+        None
+    };
+    drop(model);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    runtime.block_on(serve(config, stage, head, secret, front_token))
+}
+
+async fn serve(config: WorkerConfig, stage: Stage, head: Option<Head>, secret: [u8; 32], front_token: String) -> anyhow::Result<()> {
+    let data = TcpListener::bind(SocketAddr::new(config.listen, 0)).await?;
+    let front = if head.is_some() { Some(TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?) } else { None };
+    emit(&WorkerEvent::Listening {
+        data_port: data.local_addr()?.port(),
+        front_port: front.as_ref().map(|f| f.local_addr().map(|a| a.port())).transpose()?,
+        memory: stage.memory(),
+    });
+
+    let (work_tx, work_rx) = std::sync::mpsc::channel::<Work>();
+    let stats = Arc::new(Mutex::new(StageStats::default()));
+    let ring = config.stages > 1;
+    let (out_tx, mut out_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let (spare_tx, spare_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    let (recycle_tx, recycle_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    let compute = Compute::new(
+        stage,
+        config.stages,
+        head,
+        ring.then(|| Outbox { frames: out_tx, spare: spare_rx }),
+        ring.then_some(recycle_tx),
+        stats.clone(),
+    );
+    let compute_thread = std::thread::spawn(move || compute.run(work_rx));
+
+    // Commands from the agent; closing stdin ends the worker.
+    let (next_tx, next_rx) = tokio::sync::oneshot::channel::<SocketAddr>();
+    tokio::spawn(async move {
+        let mut next_tx = Some(next_tx);
+        let mut lines = BufReader::new(tokio::io::stdin()).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            match serde_json::from_str::<WorkerCommand>(&line) {
+                Ok(WorkerCommand::Connect { next }) => {
+                    if let Some(tx) = next_tx.take() {
+                        let _ = tx.send(next);
+                    }
+                }
+                Ok(WorkerCommand::Stop) => break,
+                Err(e) => tracing::warn!("ignoring a malformed command from the agent: {e}"),
+            }
+        }
+        std::process::exit(0);
+    });
+
+    if ring {
+        let accept = transport::accept_tcp(&data, &secret);
+        let connect = async {
+            let next = next_rx.await.map_err(|_| anyhow::anyhow!("the agent never said where the next stage is"))?;
+            // The next stage may still be starting; keep trying for a while.
+            let mut tries = 0;
+            loop {
+                match transport::connect_tcp(next, &secret).await {
+                    Ok(c) => return Ok::<_, anyhow::Error>(c),
+                    Err(e) if tries < 50 => {
+                        tries += 1;
+                        tracing::debug!("connecting to the next stage at {next}: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Err(e) => return Err(anyhow::anyhow!("cannot connect to the next stage at {next}: {e}")),
+                }
+            }
+        };
+        let (inbound, outbound) = tokio::join!(accept, connect);
+        let (mut source, _) = inbound?;
+        let (_, mut sink) = outbound?;
+        let work = work_tx.clone();
+        tokio::spawn(async move {
+            loop {
+                let mut buf = recycle_rx.try_recv().unwrap_or_default();
+                if let Err(e) = source.recv_into(&mut buf).await {
+                    let _ = work.send(Work::RingBroken(format!("the previous stage is gone ({e})")));
+                    return;
+                }
+                if work.send(Work::Frame(buf)).is_err() {
+                    return;
+                }
+            }
+        });
+        let work = work_tx.clone();
+        tokio::spawn(async move {
+            while let Some(frame) = out_rx.recv().await {
+                if let Err(e) = sink.send(&frame).await {
+                    let _ = work.send(Work::RingBroken(format!("the next stage is gone ({e})")));
+                    return;
+                }
+                let _ = spare_tx.send(frame);
+            }
+        });
+    }
+
+    if let Some(front) = front {
+        let work = work_tx.clone();
+        let token: Arc<str> = front_token.into();
+        tokio::spawn(async move {
+            let ids = Arc::new(AtomicU64::new(1));
+            while let Ok((stream, _)) = front.accept().await {
+                let (work, token, ids) = (work.clone(), token.clone(), ids.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = serve_front(stream, &token, work, ids).await {
+                        tracing::debug!("a front connection ended: {e}");
+                    }
+                });
+            }
+        });
+    }
+
+    let stats_task = {
+        let stats = stats.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let s = stats.lock().expect("stats").clone();
+                emit(&WorkerEvent::Stats { stats: s });
+            }
+        })
+    };
+    emit(&WorkerEvent::Ready);
+    drop(work_tx);
+    let reason = tokio::task::spawn_blocking(move || compute_thread.join()).await;
+    stats_task.abort();
+    let reason = match reason {
+        Ok(Ok(reason)) => reason,
+        _ => "the compute thread panicked".to_string(),
+    };
+    anyhow::bail!("{reason}")
+}
+
+/// One client on the front port: a token line, a request line, then events until the request ends.
+async fn serve_front(stream: TcpStream, token: &str, work: std::sync::mpsc::Sender<Work>, ids: Arc<AtomicU64>) -> anyhow::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    let given = lines.next_line().await?.unwrap_or_default();
+    if given.len() != token.len() || !given.bytes().zip(token.bytes()).fold(true, |ok, (a, b)| ok & (a == b)) {
+        anyhow::bail!("wrong front token");
+    }
+    let line = lines.next_line().await?.unwrap_or_default();
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let request: FrontRequest = match serde_json::from_str(&line) {
+        Ok(r) => r,
+        Err(e) => {
+            let event = FrontEvent::Error { message: format!("malformed request: {e}"), client_error: true };
+            write.write_all(format!("{}\n", serde_json::to_string(&event)?).as_bytes()).await?;
+            return Ok(());
+        }
+    };
+    let id = ids.fetch_add(1, Ordering::Relaxed);
+    work.send(Work::Request { id, request, events: events_tx }).map_err(|_| anyhow::anyhow!("the stage stopped"))?;
+    loop {
+        tokio::select! {
+            event = events.recv() => {
+                let Some(event) = event else { return Ok(()) };
+                let end = matches!(event, FrontEvent::Done { .. } | FrontEvent::Error { .. });
+                let line = format!("{}\n", serde_json::to_string(&event)?);
+                if write.write_all(line.as_bytes()).await.is_err() {
+                    let _ = work.send(Work::Cancel { id });
+                    return Ok(());
+                }
+                if end {
+                    return Ok(());
+                }
+            }
+            closed = lines.next_line() => {
+                if matches!(closed, Ok(None) | Err(_)) {
+                    let _ = work.send(Work::Cancel { id });
+                    return Ok(());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! What a worker says to its node agent (JSON lines on stdout) and hears from it (JSON lines on stdin),
+//! and the "front" protocol stage 0 serves on localhost for generation requests (JSON lines over TCP,
+//! opened with the instance's front token).
+
+use crate::engine::{FinishReason, SamplingParams};
+use crate::model::ChatMessage;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+
+/// A worker's lifecycle, as the API shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkerState {
+    Starting,
+    Loading,
+    Connecting,
+    Ready,
+    Serving,
+    Failed,
+    Stopped,
+}
+
+/// Worker → agent, one JSON object per line on stdout.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum WorkerEvent {
+    Loading { progress: f32 },
+    /// Listening for the previous stage on `data_port` (and, on stage 0, for requests on `front_port`).
+    Listening { data_port: u16, front_port: Option<u16>, memory: crate::engine::StageMemory },
+    Ready,
+    Stats { stats: StageStats },
+    Failed { error: String },
+}
+
+/// Agent → worker, one JSON object per line on stdin. Closing stdin stops the worker.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum WorkerCommand {
+    /// Connect to the next stage.
+    Connect { next: SocketAddr },
+    Stop,
+}
+
+/// A stage's counters since it started.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StageStats {
+    pub steps: u64,
+    pub tokens: u64,
+    pub compute_us_total: u64,
+    /// Stage 0: requests served and generated tokens.
+    pub requests: u64,
+    pub generated_tokens: u64,
+    /// Stage 0: per decode step, the time on the ring's links divided by the hops (p50/p99, µs).
+    pub hop_p50_us: Option<u64>,
+    pub hop_p99_us: Option<u64>,
+    pub active_requests: usize,
+}
+
+/// The prompt of a request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptInput {
+    Text(String),
+    /// Rendered with the model's chat template.
+    Messages(Vec<ChatMessage>),
+    Tokens(Vec<u32>),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FrontRequest {
+    pub prompt: PromptInput,
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    #[serde(default)]
+    pub stop: Vec<String>,
+    #[serde(default)]
+    pub ignore_eos: bool,
+}
+
+/// Counts and rates of one finished request.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GenerationReport {
+    pub prompt_tokens: usize,
+    pub generated_tokens: usize,
+    pub time_to_first_token_ms: f64,
+    pub prefill_tokens_per_second: f64,
+    pub decode_tokens_per_second: f64,
+    /// Median per-hop link time of this request's decode steps (µs), on multi-stage instances.
+    pub hop_p50_us: Option<u64>,
+}
+
+/// Stage 0 → client, one JSON object per line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FrontEvent {
+    Started { prompt_tokens: usize },
+    Text { text: String },
+    Done { finish_reason: FinishReason, report: GenerationReport },
+    Error { message: String, client_error: bool },
+}

@@ -1,0 +1,138 @@
+//! The agent's side of a worker: spawns `shoal worker` (this same binary) with the secret in its
+//! environment, turns its stdout into events, keeps its stderr in a log file, sends it commands, and
+//! reports how it ended. Closing its stdin (or dropping the handle) stops it.
+
+use super::process::{FRONT_TOKEN_ENV, SECRET_ENV};
+use super::protocol::{WorkerCommand, WorkerEvent};
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{ChildStdin, Command};
+
+/// Everything a node needs to start one stage of an instance.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StageSpec {
+    pub instance: String,
+    pub stage: usize,
+    pub stages: usize,
+    pub model_path: PathBuf,
+    pub layers: Range<usize>,
+    pub context: usize,
+    pub sequences: usize,
+    pub batch: usize,
+    /// Compute threads (0: the node decides: its cores divided by the stages it runs).
+    pub threads: usize,
+}
+
+/// A running worker.
+pub struct WorkerHandle {
+    pub pid: Option<u32>,
+    pub log: PathBuf,
+    pub front_token: String,
+    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    kill: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    exited: Arc<AtomicBool>,
+}
+
+impl WorkerHandle {
+    pub async fn command(&self, command: &WorkerCommand) -> std::io::Result<()> {
+        let mut stdin = self.stdin.lock().await;
+        let Some(stdin) = stdin.as_mut() else { return Err(std::io::ErrorKind::BrokenPipe.into()) };
+        let mut line = serde_json::to_vec(command).expect("serialisable");
+        line.push(b'\n');
+        stdin.write_all(&line).await?;
+        stdin.flush().await
+    }
+
+    /// Stops the worker: closes its stdin, and kills it if it has not exited a second later.
+    pub async fn stop(&self) {
+        self.stdin.lock().await.take();
+        for _ in 0..20 {
+            if self.exited.load(Ordering::Relaxed) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        if let Some(kill) = self.kill.lock().expect("kill").take() {
+            let _ = kill.send(());
+        }
+    }
+}
+
+/// Starts a worker for `spec`. `on_event` receives its events in order; `on_exit` is called once with
+/// how it ended (after its last event).
+pub fn spawn(
+    spec: &StageSpec,
+    threads: usize,
+    secret: &[u8; 32],
+    log_dir: &Path,
+    on_event: impl Fn(WorkerEvent) + Send + 'static,
+    on_exit: impl FnOnce(String) + Send + 'static,
+) -> anyhow::Result<WorkerHandle> {
+    std::fs::create_dir_all(log_dir)?;
+    let log = log_dir.join(format!("{}-stage{}.log", spec.instance, spec.stage));
+    let log_file = std::fs::File::create(&log)?;
+    let front_token = hex::encode(rand::random::<[u8; 16]>());
+    let exe = std::env::current_exe()?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("worker")
+        .arg("--model")
+        .arg(&spec.model_path)
+        .args(["--layers", &format!("{}-{}", spec.layers.start, spec.layers.end - 1)])
+        .args(["--stage", &spec.stage.to_string(), "--stages", &spec.stages.to_string()])
+        .args(["--context", &spec.context.to_string(), "--sequences", &spec.sequences.to_string()])
+        .args(["--batch", &spec.batch.to_string(), "--threads", &threads.to_string()])
+        .env(SECRET_ENV, hex::encode(secret))
+        .env(FRONT_TOKEN_ENV, &front_token)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log_file))
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot start a worker: {e}"))?;
+    let pid = child.id();
+    let stdout = child.stdout.take().expect("piped");
+    let stdin = child.stdin.take();
+    let (kill_tx, mut kill_rx) = tokio::sync::oneshot::channel::<()>();
+    let exited = Arc::new(AtomicBool::new(false));
+    let handle = WorkerHandle {
+        pid,
+        log: log.clone(),
+        front_token,
+        stdin: tokio::sync::Mutex::new(stdin),
+        kill: Mutex::new(Some(kill_tx)),
+        exited: exited.clone(),
+    };
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        let mut last_failure = None;
+        let mut killing = false;
+        loop {
+            tokio::select! {
+                line = lines.next_line() => {
+                    let Ok(Some(line)) = line else { break };
+                    match serde_json::from_str::<WorkerEvent>(&line) {
+                        Ok(event) => {
+                            if let WorkerEvent::Failed { error } = &event {
+                                last_failure = Some(error.clone());
+                            }
+                            on_event(event)
+                        }
+                        Err(_) => tracing::debug!("worker said: {line}"),
+                    }
+                }
+                _ = &mut kill_rx, if !killing => {
+                    killing = true;
+                    let _ = child.start_kill();
+                }
+            }
+        }
+        let status = child.wait().await.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+        exited.store(true, Ordering::Relaxed);
+        on_exit(last_failure.unwrap_or_else(|| format!("the worker exited ({status}); its log is {}", log.display())));
+    });
+    Ok(handle)
+}
