@@ -15,7 +15,13 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::BAD_REQUEST, kind: "invalid_request_error", message: message.into(), code: None, param: None }
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            kind: "invalid_request_error",
+            message: message.into(),
+            code: None,
+            param: None,
+        }
     }
 
     pub fn unauthorized() -> ApiError {
@@ -29,7 +35,13 @@ impl ApiError {
     }
 
     pub fn failed(message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::BAD_GATEWAY, kind: "cluster_error", message: message.into(), code: None, param: None }
+        ApiError {
+            status: StatusCode::BAD_GATEWAY,
+            kind: "cluster_error",
+            message: message.into(),
+            code: None,
+            param: None,
+        }
     }
 
     /// A bad value of request parameter `param`.

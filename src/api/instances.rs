@@ -10,8 +10,10 @@ use axum::Json;
 use serde_json::Value;
 
 fn launch_request(body: Result<Json<Value>, JsonRejection>) -> Result<LaunchRequest, ApiError> {
-    let Json(value) = body.map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {}", e.body_text())))?;
-    serde_json::from_value(value).map_err(|e| ApiError::bad_request(format!("expected {{\"model\": \"/path/to/model.gguf\", ...}}: {e}")))
+    let Json(value) =
+        body.map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {}", e.body_text())))?;
+    serde_json::from_value(value)
+        .map_err(|e| ApiError::bad_request(format!("expected {{\"model\": \"/path/to/model.gguf\", ...}}: {e}")))
 }
 
 fn launch_error(e: LaunchError) -> ApiError {
@@ -28,13 +30,19 @@ pub struct Preview {
     pub plan: Plan,
 }
 
-pub async fn preview(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejection>) -> Result<Json<Preview>, ApiError> {
+pub async fn preview(
+    State(state): State<ApiState>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Json<Preview>, ApiError> {
     let request = launch_request(body)?;
     let (plan, model) = instances::preview(&state.agent, &request).await.map_err(launch_error)?;
     Ok(Json(Preview { model, plan }))
 }
 
-pub async fn launch(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejection>) -> Result<Json<InstanceInfo>, ApiError> {
+pub async fn launch(
+    State(state): State<ApiState>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Json<InstanceInfo>, ApiError> {
     let request = launch_request(body)?;
     Ok(Json(instances::launch(&state.agent, request).await.map_err(launch_error)?))
 }
@@ -49,5 +57,7 @@ pub async fn get(State(state): State<ApiState>, Path(id): Path<String>) -> Resul
 }
 
 pub async fn stop(State(state): State<ApiState>, Path(id): Path<String>) -> Result<Json<InstanceInfo>, ApiError> {
-    instances::stop(&state.agent, &id).map(Json).ok_or_else(|| ApiError::not_found(format!("no instance {id}"), "instance_not_found"))
+    instances::stop(&state.agent, &id)
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("no instance {id}"), "instance_not_found"))
 }

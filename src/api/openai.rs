@@ -98,18 +98,25 @@ struct CompletionRequest {
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(body: Result<Json<Value>, JsonRejection>) -> Result<T, ApiError> {
-    let Json(value) = body.map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {}", e.body_text())))?;
+    let Json(value) =
+        body.map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {}", e.body_text())))?;
     serde_json::from_value(value).map_err(|e| ApiError::bad_request(format!("invalid request: {e}")))
 }
 
 impl Common {
     fn to_front(&self, prompt: PromptInput) -> Result<(String, FrontRequest), ApiError> {
-        let model = self.model.clone().filter(|m| !m.is_empty()).ok_or_else(|| ApiError::bad_param("model", "`model` is required"))?;
+        let model = self
+            .model
+            .clone()
+            .filter(|m| !m.is_empty())
+            .ok_or_else(|| ApiError::bad_param("model", "`model` is required"))?;
         if self.n.is_some_and(|n| n != 1) {
             return Err(ApiError::bad_param("n", "only n = 1 is supported"));
         }
         let max_tokens = match self.max_completion_tokens.or(self.max_tokens) {
-            Some(n) if n < 0 => return Err(ApiError::bad_param("max_tokens", format!("max_tokens must be 0 or more, not {n}"))),
+            Some(n) if n < 0 => {
+                return Err(ApiError::bad_param("max_tokens", format!("max_tokens must be 0 or more, not {n}")))
+            }
             Some(n) => n as usize,
             None => u32::MAX as usize,
         };
@@ -130,7 +137,7 @@ impl Common {
         if sampling.temperature > 2.0 {
             return Err(ApiError::bad_param("temperature", "temperature must be between 0 and 2"));
         }
-        sampling.validate().map_err(|m| ApiError::bad_request(m))?;
+        sampling.validate().map_err(ApiError::bad_request)?;
         let stop = match &self.stop {
             None => vec![],
             Some(Stop::One(s)) => vec![s.clone()],
@@ -142,7 +149,9 @@ impl Common {
 }
 
 fn chat_messages(messages: Option<Vec<MessageIn>>) -> Result<Vec<ChatMessage>, ApiError> {
-    let messages = messages.filter(|m| !m.is_empty()).ok_or_else(|| ApiError::bad_param("messages", "`messages` must be a non-empty list"))?;
+    let messages = messages
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| ApiError::bad_param("messages", "`messages` must be a non-empty list"))?;
     messages
         .into_iter()
         .map(|m| {
@@ -154,7 +163,10 @@ fn chat_messages(messages: Option<Vec<MessageIn>>) -> Result<Vec<ChatMessage>, A
                 Some(Content::Text(t)) => t,
                 Some(Content::Parts(parts)) => {
                     if let Some(p) = parts.iter().find(|p| p.kind != "text") {
-                        return Err(ApiError::bad_param("messages", format!("content of type {:?} is not supported (text only)", p.kind)));
+                        return Err(ApiError::bad_param(
+                            "messages",
+                            format!("content of type {:?} is not supported (text only)", p.kind),
+                        ));
                     }
                     parts.into_iter().filter_map(|p| p.text).collect::<Vec<_>>().join("")
                 }
@@ -165,7 +177,10 @@ fn chat_messages(messages: Option<Vec<MessageIn>>) -> Result<Vec<ChatMessage>, A
         .collect()
 }
 
-pub async fn chat_completions(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejection>) -> Result<Response, ApiError> {
+pub async fn chat_completions(
+    State(state): State<ApiState>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Response, ApiError> {
     let request: ChatRequest = parse(body)?;
     let messages = chat_messages(request.messages)?;
     let (model, front) = request.common.to_front(PromptInput::Messages(messages))?;
@@ -173,7 +188,10 @@ pub async fn chat_completions(State(state): State<ApiState>, body: Result<Json<V
     respond(state, model, front, request.common.stream, include_usage, Kind::Chat).await
 }
 
-pub async fn completions(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejection>) -> Result<Response, ApiError> {
+pub async fn completions(
+    State(state): State<ApiState>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Response, ApiError> {
     let request: CompletionRequest = parse(body)?;
     let prompt = match request.prompt {
         Some(PromptField::Text(t)) => PromptInput::Text(t),
@@ -210,7 +228,11 @@ fn usage(report: &GenerationReport) -> Value {
 
 /// Starts the request and waits for its first event, so that a request the model refuses (a prompt
 /// beyond the context) is a 4xx rather than a broken stream.
-async fn start(state: &ApiState, model: &str, front: FrontRequest) -> Result<(UnboundedReceiver<FrontEvent>, usize), ApiError> {
+async fn start(
+    state: &ApiState,
+    model: &str,
+    front: FrontRequest,
+) -> Result<(UnboundedReceiver<FrontEvent>, usize), ApiError> {
     let mut events = instances::generate(&state.agent, model, front).map_err(|e| match e {
         GenerateError::UnknownModel(_) => ApiError::not_found(e.to_string(), "model_not_found"),
         GenerateError::NotReady(..) => ApiError::unavailable(e.to_string()),
@@ -228,7 +250,14 @@ fn record(state: &ApiState, model: &str, report: &GenerationReport) {
     state.agent.record_request(model, report);
 }
 
-async fn respond(state: ApiState, model: String, front: FrontRequest, stream: bool, include_usage: bool, kind: Kind) -> Result<Response, ApiError> {
+async fn respond(
+    state: ApiState,
+    model: String,
+    front: FrontRequest,
+    stream: bool,
+    include_usage: bool,
+    kind: Kind,
+) -> Result<Response, ApiError> {
     let (mut events, _) = start(&state, &model, front).await?;
     let id = format!("{}-{}", if kind == Kind::Chat { "chatcmpl" } else { "cmpl" }, uuid::Uuid::new_v4().simple());
     let created = crate::util::now_ms() / 1000;
@@ -240,8 +269,12 @@ async fn respond(state: ApiState, model: String, front: FrontRequest, stream: bo
                 Some(FrontEvent::Done { finish_reason: reason, report }) => {
                     record(&state, &model, &report);
                     let choice = match kind {
-                        Kind::Chat => json!({ "index": 0, "message": { "role": "assistant", "content": text }, "finish_reason": finish_reason(reason), "logprobs": null }),
-                        Kind::Completion => json!({ "index": 0, "text": text, "finish_reason": finish_reason(reason), "logprobs": null }),
+                        Kind::Chat => {
+                            json!({ "index": 0, "message": { "role": "assistant", "content": text }, "finish_reason": finish_reason(reason), "logprobs": null })
+                        }
+                        Kind::Completion => {
+                            json!({ "index": 0, "text": text, "finish_reason": finish_reason(reason), "logprobs": null })
+                        }
                     };
                     let object = if kind == Kind::Chat { "chat.completion" } else { "text_completion" };
                     let body = json!({ "id": id, "object": object, "created": created, "model": model, "choices": [choice], "usage": usage(&report), "shoal": report });
@@ -284,7 +317,9 @@ fn sse_stream(
             };
             json!({ "index": 0, "delta": d, "finish_reason": reason, "logprobs": null })
         }
-        Kind::Completion => json!({ "index": 0, "text": text.unwrap_or(""), "finish_reason": reason, "logprobs": null }),
+        Kind::Completion => {
+            json!({ "index": 0, "text": text.unwrap_or(""), "finish_reason": reason, "logprobs": null })
+        }
     };
     async_stream(move |tx| async move {
         if kind == Kind::Chat && tx.send(chunk(delta(None, None), None)).is_err() {
@@ -298,7 +333,10 @@ fn sse_stream(
                     record(&state, &model_name, &report);
                     let mut out = vec![chunk(delta(None, Some(finish_reason(reason))), Some(("shoal", json!(report))))];
                     if include_usage {
-                        out.push(Event::default().data(json!({ "object": object, "choices": [], "usage": usage(&report) }).to_string()));
+                        out.push(
+                            Event::default()
+                                .data(json!({ "object": object, "choices": [], "usage": usage(&report) }).to_string()),
+                        );
                     }
                     out.push(Event::default().data("[DONE]"));
                     for e in out {

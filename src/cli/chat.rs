@@ -28,7 +28,10 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         Some(m) => m.clone(),
         None => {
             let models: serde_json::Value = args.node.get("/v1/models")?;
-            models["data"][0]["id"].as_str().map(str::to_string).ok_or_else(|| anyhow::anyhow!("no model is running; start one with `shoal run MODEL.gguf`"))?
+            models["data"][0]["id"]
+                .as_str()
+                .map(str::to_string)
+                .ok_or_else(|| anyhow::anyhow!("no model is running; start one with `shoal run MODEL.gguf`"))?
         }
     };
     let mut messages = Vec::new();

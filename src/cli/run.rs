@@ -45,7 +45,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         "threads": args.threads, "name": args.name,
     });
     let preview: Preview = args.node.post("/api/placements/preview", body.clone())?;
-    println!("{}: {} stage(s), {:.1} MB in all", preview.model, preview.plan.stages.len(), preview.plan.total_bytes as f64 / 1e6);
+    println!(
+        "{}: {} stage(s), {:.1} MB in all",
+        preview.model,
+        preview.plan.stages.len(),
+        preview.plan.total_bytes as f64 / 1e6
+    );
     for s in &preview.plan.stages {
         println!(
             "  {:<16} layers {:>3}-{:<3} {:>8.1} MB of {:>8.1} MB offered",
@@ -85,7 +90,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             InstanceState::Failed | InstanceState::Stopped => {
                 anyhow::bail!("the instance {:?}: {}", now.state, now.error.unwrap_or_default())
             }
-            InstanceState::Launching if Instant::now() > deadline => anyhow::bail!("the instance did not get ready in 10 minutes"),
+            InstanceState::Launching if Instant::now() > deadline => {
+                anyhow::bail!("the instance did not get ready in 10 minutes")
+            }
             InstanceState::Launching => std::thread::sleep(Duration::from_millis(200)),
         }
     }

@@ -44,7 +44,9 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .ok()
         .and_then(|s| hex::decode(s).ok())
         .and_then(|b| <[u8; 32]>::try_from(b).ok())
-        .ok_or_else(|| anyhow::anyhow!("shoal worker is started by `shoal node`, which passes it the cluster secret"))?;
+        .ok_or_else(|| {
+            anyhow::anyhow!("shoal worker is started by `shoal node`, which passes it the cluster secret")
+        })?;
     let front_token = std::env::var(FRONT_TOKEN_ENV).unwrap_or_default();
     let config = WorkerConfig {
         model: args.model,

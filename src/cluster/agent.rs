@@ -266,7 +266,12 @@ impl Shared {
             .registry()
             .instances
             .values()
-            .filter_map(|i| i.stages.first().and_then(|s| s.stats.as_ref()).map(|s| (i.id.clone(), s.tokens.saturating_sub(s.generated_tokens), s.generated_tokens)))
+            .filter_map(|i| {
+                i.stages
+                    .first()
+                    .and_then(|s| s.stats.as_ref())
+                    .map(|s| (i.id.clone(), s.tokens.saturating_sub(s.generated_tokens), s.generated_tokens))
+            })
             .collect();
         self.counters.lock().expect("counters").rates(&counters)
     }

@@ -2,9 +2,9 @@
 //! then JSON. Anything that does not parse is an error that closes the connection.
 
 use super::membership::{ClusterSecret, MemberRecord};
-use crate::links::LinkReport;
 use crate::instances::lifecycle_types::StageReport;
 use crate::instances::InstanceInfo;
+use crate::links::LinkReport;
 use crate::node::{NodeId, NodeTelemetry};
 use crate::worker::supervisor::StageSpec;
 use crate::worker::{FrontEvent, FrontRequest};
@@ -55,19 +55,43 @@ pub enum ControlMessage {
     /// The sender is leaving the cluster for good.
     Leaving,
     /// Owner → node: start a worker for one stage of an instance.
-    StartStage { spec: StageSpec },
+    StartStage {
+        spec: StageSpec,
+    },
     /// Node → owner: a stage's state changed.
-    StageUpdate { instance: String, stage: usize, report: StageReport },
+    StageUpdate {
+        instance: String,
+        stage: usize,
+        report: StageReport,
+    },
     /// Owner → node: tell the stage where the next stage listens.
-    ConnectStage { instance: String, stage: usize, next_node: NodeId, next_port: u16 },
+    ConnectStage {
+        instance: String,
+        stage: usize,
+        next_node: NodeId,
+        next_port: u16,
+    },
     /// Stop every worker of an instance (to the owner: stop the instance).
-    StopInstance { instance: String },
+    StopInstance {
+        instance: String,
+    },
     /// Owner → all: the instance as it stands.
-    Instance { info: Box<InstanceInfo> },
+    Instance {
+        info: Box<InstanceInfo>,
+    },
     /// Run a request on the instance's stage 0, which this node hosts; answer with `GenerateEvent`s.
-    Generate { call: u64, instance: String, request: FrontRequest },
-    GenerateEvent { call: u64, event: FrontEvent },
-    CancelGenerate { call: u64 },
+    Generate {
+        call: u64,
+        instance: String,
+        request: FrontRequest,
+    },
+    GenerateEvent {
+        call: u64,
+        event: FrontEvent,
+    },
+    CancelGenerate {
+        call: u64,
+    },
 }
 
 /// Messages on a join connection, after the code's key exchange.

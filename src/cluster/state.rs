@@ -311,15 +311,28 @@ pub enum ClusterEvent {
         reason: String,
     },
     /// This node now belongs to another cluster (it joined one, or left and started its own).
-    ClusterChanged { cluster_id: String },
+    ClusterChanged {
+        cluster_id: String,
+    },
     /// An instance as its owner sees it (launch progress, stage states, stats).
-    Instance { info: Box<crate::instances::InstanceInfo> },
+    Instance {
+        info: Box<crate::instances::InstanceInfo>,
+    },
     /// An instance failed (for notifications).
-    InstanceFailed { instance: String, model: String, error: String },
+    InstanceFailed {
+        instance: String,
+        model: String,
+        error: String,
+    },
     /// A request finished, with its rates.
-    RequestFinished { model: String, report: crate::worker::GenerationReport },
+    RequestFinished {
+        model: String,
+        report: crate::worker::GenerationReport,
+    },
     /// Cluster-wide rates over the last seconds.
-    Rates { rates: crate::metrics::ClusterRates },
+    Rates {
+        rates: crate::metrics::ClusterRates,
+    },
 }
 
 impl ClusterEvent {

@@ -21,7 +21,11 @@ pub enum GenerateError {
 }
 
 /// Starts `request` on the instance called `model` (its name or id); events arrive on the receiver.
-pub fn generate(agent: &Agent, model: &str, request: FrontRequest) -> Result<UnboundedReceiver<FrontEvent>, GenerateError> {
+pub fn generate(
+    agent: &Agent,
+    model: &str,
+    request: FrontRequest,
+) -> Result<UnboundedReceiver<FrontEvent>, GenerateError> {
     let (instance, head) = {
         let registry = agent.registry();
         let mut matching: Vec<_> = registry.instances.values().filter(|i| i.model == model || i.id == model).collect();
@@ -48,7 +52,12 @@ pub fn generate(agent: &Agent, model: &str, request: FrontRequest) -> Result<Unb
 }
 
 /// Sends `request` to this node's stage-0 worker of `instance`; its events go to `events`.
-fn call_local(agent: &Agent, instance: &str, request: FrontRequest, events: UnboundedSender<FrontEvent>) -> Result<tokio::task::AbortHandle, GenerateError> {
+fn call_local(
+    agent: &Agent,
+    instance: &str,
+    request: FrontRequest,
+    events: UnboundedSender<FrontEvent>,
+) -> Result<tokio::task::AbortHandle, GenerateError> {
     let (port, token) = {
         let registry = agent.registry();
         let local = registry.local.get(&(instance.to_string(), 0));
@@ -147,7 +156,10 @@ pub fn fail_calls_through(agent: &Agent, peer: NodeId) {
     let lost: Vec<u64> = registry.calls.iter().filter(|(_, (p, _))| *p == peer).map(|(c, _)| *c).collect();
     for call in lost {
         if let Some((_, tx)) = registry.calls.remove(&call) {
-            let _ = tx.send(FrontEvent::Error { message: "the node running the model's first stage is gone".into(), client_error: false });
+            let _ = tx.send(FrontEvent::Error {
+                message: "the node running the model's first stage is gone".into(),
+                client_error: false,
+            });
         }
     }
     registry.serving.retain(|(p, _), abort| {

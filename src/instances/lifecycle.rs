@@ -6,7 +6,7 @@ use crate::cluster::state::ClusterEvent;
 use crate::cluster::Agent;
 use crate::model::{Model, ModelError};
 use crate::node::NodeId;
-use crate::placement::{self, LinkCost, ModelNeeds, NodeOffer, Plan, PlacementError};
+use crate::placement::{self, LinkCost, ModelNeeds, NodeOffer, PlacementError, Plan};
 use crate::worker::supervisor::{self, StageSpec};
 use crate::worker::{WorkerCommand, WorkerEvent, WorkerState};
 use serde::{Deserialize, Serialize};
@@ -57,7 +57,12 @@ fn cluster_offers(agent: &Agent) -> (Vec<NodeOffer>, Vec<LinkCost>) {
         .filter(|n| n.status == "self" || n.status == "alive")
         .filter_map(|n| {
             let t = n.telemetry.as_ref()?;
-            Some(NodeOffer { id: n.id, name: n.name.clone(), bytes: t.memory_offer, memory_bandwidth: t.memory_bandwidth })
+            Some(NodeOffer {
+                id: n.id,
+                name: n.name.clone(),
+                bytes: t.memory_offer,
+                memory_bandwidth: t.memory_bandwidth,
+            })
         })
         .collect();
     let links = snapshot
@@ -91,7 +96,8 @@ pub async fn preview(agent: &Agent, request: &LaunchRequest) -> Result<(Plan, St
         None => placement::plan(&needs, &offers, &links)?,
     };
     // Clients name models by id; the file name has no spaces, unlike many models' own names.
-    let default_name = request.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| model.name());
+    let default_name =
+        request.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| model.name());
     Ok((plan, request.name.clone().unwrap_or(default_name)))
 }
 
@@ -174,7 +180,13 @@ fn start_local(agent: &Agent, spec: StageSpec, owner: NodeId) {
         move |ended| {
             let stopped = exit_agent.registry().local.remove(&(instance2.clone(), stage2)).is_none();
             let update = if stopped { (WorkerState::Stopped, None) } else { (WorkerState::Failed, Some(ended)) };
-            report(&exit_agent, owner, &instance2, stage2, StageReport { state: update.0, error: update.1, ..Default::default() });
+            report(
+                &exit_agent,
+                owner,
+                &instance2,
+                stage2,
+                StageReport { state: update.0, error: update.1, ..Default::default() },
+            );
         },
     );
     match spawned {
@@ -184,7 +196,13 @@ fn start_local(agent: &Agent, spec: StageSpec, owner: NodeId) {
             }
             agent.registry().local.insert(key, LocalStage { handle: Arc::new(handle), front_port: None });
         }
-        Err(e) => report(agent, owner, &spec.instance, spec.stage, StageReport { state: WorkerState::Failed, error: Some(e.to_string()), ..Default::default() }),
+        Err(e) => report(
+            agent,
+            owner,
+            &spec.instance,
+            spec.stage,
+            StageReport { state: WorkerState::Failed, error: Some(e.to_string()), ..Default::default() },
+        ),
     }
 }
 
@@ -199,27 +217,31 @@ pub struct StageReport {
     pub error: Option<String>,
 }
 
-impl Default for WorkerState {
-    fn default() -> Self {
-        WorkerState::Starting
-    }
-}
-
 fn on_worker_event(agent: &Agent, owner: NodeId, instance: &str, stage: usize, event: WorkerEvent) {
     let report_of = match event {
-        WorkerEvent::Loading { progress } => StageReport { state: WorkerState::Loading, progress: Some(progress), ..Default::default() },
+        WorkerEvent::Loading { progress } => {
+            StageReport { state: WorkerState::Loading, progress: Some(progress), ..Default::default() }
+        }
         WorkerEvent::Listening { data_port, front_port, memory } => {
             if let Some(local) = agent.registry().local.get_mut(&(instance.to_string(), stage)) {
                 local.front_port = front_port;
             }
-            StageReport { state: WorkerState::Connecting, progress: Some(1.0), data_port: Some(data_port), memory: Some(memory), ..Default::default() }
+            StageReport {
+                state: WorkerState::Connecting,
+                progress: Some(1.0),
+                data_port: Some(data_port),
+                memory: Some(memory),
+                ..Default::default()
+            }
         }
         WorkerEvent::Ready => StageReport { state: WorkerState::Ready, progress: Some(1.0), ..Default::default() },
         WorkerEvent::Stats { stats } => {
             let state = if stats.active_requests > 0 { WorkerState::Serving } else { WorkerState::Ready };
             StageReport { state, stats: Some(stats), ..Default::default() }
         }
-        WorkerEvent::Failed { error } => StageReport { state: WorkerState::Failed, error: Some(error), ..Default::default() },
+        WorkerEvent::Failed { error } => {
+            StageReport { state: WorkerState::Failed, error: Some(error), ..Default::default() }
+        }
     };
     report(agent, owner, instance, stage, report_of);
 }
@@ -241,7 +263,8 @@ fn apply_report(agent: &Agent, instance: &str, stage: usize, report: StageReport
         let mut registry = agent.registry();
         let Some(info) = registry.instances.get_mut(instance) else { return };
         let Some(s) = info.stages.get_mut(stage) else { return };
-        if matches!(info.state, InstanceState::Stopped | InstanceState::Failed) && report.state != WorkerState::Stopped {
+        if matches!(info.state, InstanceState::Stopped | InstanceState::Failed) && report.state != WorkerState::Stopped
+        {
             return;
         }
         // Stats only move a ready stage between ready and serving.
@@ -283,7 +306,8 @@ fn apply_report(agent: &Agent, instance: &str, stage: usize, report: StageReport
     if let Some(ring) = wire.filter(|r| r.len() > 1) {
         for i in 0..ring.len() {
             let (next_node, next_port) = ring[(i + 1) % ring.len()];
-            let message = ControlMessage::ConnectStage { instance: instance.to_string(), stage: i, next_node, next_port };
+            let message =
+                ControlMessage::ConnectStage { instance: instance.to_string(), stage: i, next_node, next_port };
             if ring[i].0 == agent.id() {
                 connect_local(agent, instance, i, next_node, next_port);
             } else {
@@ -296,7 +320,8 @@ fn apply_report(agent: &Agent, instance: &str, stage: usize, report: StageReport
 
 /// Tells a local worker where the next stage listens.
 fn connect_local(agent: &Agent, instance: &str, stage: usize, next_node: NodeId, next_port: u16) {
-    let ip = if next_node == agent.id() { Some(std::net::IpAddr::from([127, 0, 0, 1])) } else { agent.peer_ip(next_node) };
+    let ip =
+        if next_node == agent.id() { Some(std::net::IpAddr::from([127, 0, 0, 1])) } else { agent.peer_ip(next_node) };
     let handle = agent.registry().local.get(&(instance.to_string(), stage)).map(|l| l.handle.clone());
     let (Some(ip), Some(handle)) = (ip, handle) else { return };
     let next = SocketAddr::new(ip, next_port);
@@ -372,7 +397,9 @@ pub fn on_message(agent: &Agent, from: NodeId, message: ControlMessage) {
     match message {
         ControlMessage::StartStage { spec } => start_local(agent, spec, from),
         ControlMessage::StageUpdate { instance, stage, report } => apply_report(agent, &instance, stage, report),
-        ControlMessage::ConnectStage { instance, stage, next_node, next_port } => connect_local(agent, &instance, stage, next_node, next_port),
+        ControlMessage::ConnectStage { instance, stage, next_node, next_port } => {
+            connect_local(agent, &instance, stage, next_node, next_port)
+        }
         ControlMessage::StopInstance { instance } => {
             let owned = agent.registry().instances.get(&instance).is_some_and(|i| i.owner == agent.id());
             if owned {

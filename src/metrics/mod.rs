@@ -54,8 +54,11 @@ impl RateWindow {
 /// rates are their growth over the window.
 #[derive(Default)]
 pub struct CounterWindow {
-    samples: VecDeque<(Instant, std::collections::HashMap<String, (u64, u64)>)>,
+    samples: VecDeque<(Instant, Counters)>,
 }
+
+/// (prompt, generated) tokens of each instance.
+type Counters = std::collections::HashMap<String, (u64, u64)>;
 
 impl CounterWindow {
     pub fn rates(&mut self, counters: &[(String, u64, u64)]) -> ClusterRates {

@@ -180,7 +180,8 @@ impl SecureReader {
             self.record.resize(len, 0);
             self.read.read_exact(&mut self.record).await?;
             self.plain.resize(len, 0);
-            let n = self.transport.read_message(self.nonce, &self.record, &mut self.plain).map_err(|_| NetError::Forged)?;
+            let n =
+                self.transport.read_message(self.nonce, &self.record, &mut self.plain).map_err(|_| NetError::Forged)?;
             self.nonce += 1;
             if frame::append(&self.plain[..n], frame, max_frame)? {
                 return Ok(());

@@ -102,7 +102,8 @@ impl TelemetrySampler {
             None => (None, None),
         };
         let memory_available = self.system.available_memory();
-        let memory_used_by_shoal: u64 = self.pids.iter().filter_map(|p| self.system.process(*p)).map(|p| p.memory()).sum();
+        let memory_used_by_shoal: u64 =
+            self.pids.iter().filter_map(|p| self.system.process(*p)).map(|p| p.memory()).sum();
         let mut memory_offer = memory_available.saturating_sub(headroom(memory_total));
         if let Some(limit) = self.memory_limit {
             // The agent itself is not counted against the limit; its workers are.
@@ -125,7 +126,6 @@ impl TelemetrySampler {
         }
     }
 }
-
 
 #[cfg(test)]
 mod tests {

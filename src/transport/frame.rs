@@ -86,7 +86,8 @@ impl RingFrame<'_> {
         let short = || RingFrameError::Short(bytes.len());
         Ok(match bytes[0] {
             1 => {
-                let (sampling, recent) = serde_json::from_slice(body).map_err(|e| RingFrameError::Malformed(e.to_string()))?;
+                let (sampling, recent) =
+                    serde_json::from_slice(body).map_err(|e| RingFrameError::Malformed(e.to_string()))?;
                 RingFrame::Begin { request, slot, sampling, recent }
             }
             2 => {
@@ -129,8 +130,21 @@ mod tests {
     fn every_frame_round_trips() {
         let hidden = [1u8, 2, 3, 4];
         let frames = [
-            RingFrame::Begin { request: 7, slot: 1, sampling: SamplingParams { seed: 9, ..Default::default() }, recent: vec![1, 2] },
-            RingFrame::Forward { request: 7, slot: 1, start: 5, tokens: 1, sample: true, compute_us: 40, hidden: &hidden },
+            RingFrame::Begin {
+                request: 7,
+                slot: 1,
+                sampling: SamplingParams { seed: 9, ..Default::default() },
+                recent: vec![1, 2],
+            },
+            RingFrame::Forward {
+                request: 7,
+                slot: 1,
+                start: 5,
+                tokens: 1,
+                sample: true,
+                compute_us: 40,
+                hidden: &hidden,
+            },
             RingFrame::Token { request: 7, slot: 1, token: 42, compute_us: 99 },
             RingFrame::End { request: 7, slot: 1 },
             RingFrame::Failed { request: 7, slot: 1, message: "context full".into() },

@@ -18,9 +18,15 @@ use tokio::sync::mpsc::UnboundedSender;
 pub enum Work {
     /// A frame from the previous stage (its buffer goes back to the reader afterwards).
     Frame(Vec<u8>),
-    Request { id: u64, request: FrontRequest, events: UnboundedSender<FrontEvent> },
+    Request {
+        id: u64,
+        request: FrontRequest,
+        events: UnboundedSender<FrontEvent>,
+    },
     /// The client went away.
-    Cancel { id: u64 },
+    Cancel {
+        id: u64,
+    },
     /// The ring is broken: fail everything and stop.
     RingBroken(String),
 }
@@ -95,8 +101,25 @@ pub struct Compute {
 }
 
 impl Compute {
-    pub fn new(stage: Stage, stages: usize, head: Option<Head>, outbox: Option<Outbox>, recycle: Option<std::sync::mpsc::Sender<Vec<u8>>>, stats: Arc<Mutex<StageStats>>) -> Compute {
-        Compute { stage, stages, head, outbox, recycle, stats, samplers: HashMap::new(), wire: Vec::new(), hidden: HiddenStates::default() }
+    pub fn new(
+        stage: Stage,
+        stages: usize,
+        head: Option<Head>,
+        outbox: Option<Outbox>,
+        recycle: Option<std::sync::mpsc::Sender<Vec<u8>>>,
+        stats: Arc<Mutex<StageStats>>,
+    ) -> Compute {
+        Compute {
+            stage,
+            stages,
+            head,
+            outbox,
+            recycle,
+            stats,
+            samplers: HashMap::new(),
+            wire: Vec::new(),
+            hidden: HiddenStates::default(),
+        }
     }
 
     /// Handles work until the ring breaks or every sender is gone; returns why it stopped.
@@ -175,7 +198,8 @@ impl Compute {
                     return;
                 }
                 let values = std::mem::take(&mut self.hidden.values);
-                let result = self.step(slot, start as usize, StageInput::Hidden { values: &values, tokens: tokens as usize });
+                let result =
+                    self.step(slot, start as usize, StageInput::Hidden { values: &values, tokens: tokens as usize });
                 self.hidden.values = values;
                 let took = match result {
                     Ok(took) => took,
@@ -188,7 +212,11 @@ impl Compute {
                 if last {
                     if sample {
                         let Some(sampler) = self.samplers.get_mut(&slot) else {
-                            self.send(&RingFrame::Failed { request, slot, message: "no sampler for this request".into() });
+                            self.send(&RingFrame::Failed {
+                                request,
+                                slot,
+                                message: "no sampler for this request".into(),
+                            });
                             return;
                         };
                         let token = sampler.sample(self.stage.last_output());
@@ -249,7 +277,9 @@ impl Compute {
             Ok(p) if p.len() >= context => {
                 Err(format!("the prompt is {} tokens but the instance's context holds {context}; shorten it", p.len()))
             }
-            Ok(p) if p.iter().any(|&t| t as usize >= vocabulary) => Err("a prompt token is outside the vocabulary".into()),
+            Ok(p) if p.iter().any(|&t| t as usize >= vocabulary) => {
+                Err("a prompt token is outside the vocabulary".into())
+            }
             Ok(p) => Ok(p),
             Err(e) => Err(e),
         };
@@ -291,7 +321,12 @@ impl Compute {
             return self.finish(id, Ok(FinishReason::Length));
         }
         if !single {
-            self.send(&RingFrame::Begin { request: id, slot, sampling: request.sampling.clone(), recent: prompt[recent_from..].to_vec() });
+            self.send(&RingFrame::Begin {
+                request: id,
+                slot,
+                sampling: request.sampling.clone(),
+                recent: prompt[recent_from..].to_vec(),
+            });
         }
         let batch = self.stage.options().batch;
         let chunks: Vec<&[u32]> = prompt.chunks(batch).collect();
@@ -319,7 +354,15 @@ impl Compute {
         let width = self.stage.config().embedding;
         HiddenStates::encode(width, out.len() / width, out, WireFormat::F32, &mut self.wire);
         let wire = std::mem::take(&mut self.wire);
-        self.send(&RingFrame::Forward { request, slot, start: start as u32, tokens: tokens as u32, sample, compute_us: 0, hidden: &wire });
+        self.send(&RingFrame::Forward {
+            request,
+            slot,
+            start: start as u32,
+            tokens: tokens as u32,
+            sample,
+            compute_us: 0,
+            hidden: &wire,
+        });
         self.wire = wire;
         if sample {
             if let Some(a) = self.head.as_mut().and_then(|h| h.active.get_mut(&request)) {

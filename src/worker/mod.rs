@@ -7,4 +7,6 @@ pub mod process;
 pub mod protocol;
 pub mod supervisor;
 
-pub use protocol::{FrontEvent, FrontRequest, GenerationReport, PromptInput, StageStats, WorkerCommand, WorkerEvent, WorkerState};
+pub use protocol::{
+    FrontEvent, FrontRequest, GenerationReport, PromptInput, StageStats, WorkerCommand, WorkerEvent, WorkerState,
+};

@@ -54,7 +54,12 @@ pub fn run(config: WorkerConfig, secret: [u8; 32], front_token: String) -> anyho
 fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> anyhow::Result<()> {
     emit(&WorkerEvent::Loading { progress: 0.0 });
     let model = Model::open(&config.model)?;
-    let options = StageOptions { context: config.context, sequences: config.sequences, threads: config.threads, batch: config.batch };
+    let options = StageOptions {
+        context: config.context,
+        sequences: config.sequences,
+        threads: config.threads,
+        batch: config.batch,
+    };
     let stage = Stage::load(&model, config.layers.clone(), options)?;
     let mut last = 0.0;
     stage.weights().prefault(|p| {
@@ -75,7 +80,13 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
     runtime.block_on(serve(config, stage, head, secret, front_token))
 }
 
-async fn serve(config: WorkerConfig, stage: Stage, head: Option<Head>, secret: [u8; 32], front_token: String) -> anyhow::Result<()> {
+async fn serve(
+    config: WorkerConfig,
+    stage: Stage,
+    head: Option<Head>,
+    secret: [u8; 32],
+    front_token: String,
+) -> anyhow::Result<()> {
     let data = TcpListener::bind(SocketAddr::new(config.listen, 0)).await?;
     let front = if head.is_some() { Some(TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?) } else { None };
     emit(&WorkerEvent::Listening {
@@ -204,7 +215,12 @@ async fn serve(config: WorkerConfig, stage: Stage, head: Option<Head>, secret: [
 }
 
 /// One client on the front port: a token line, a request line, then events until the request ends.
-async fn serve_front(stream: TcpStream, token: &str, work: std::sync::mpsc::Sender<Work>, ids: Arc<AtomicU64>) -> anyhow::Result<()> {
+async fn serve_front(
+    stream: TcpStream,
+    token: &str,
+    work: std::sync::mpsc::Sender<Work>,
+    ids: Arc<AtomicU64>,
+) -> anyhow::Result<()> {
     let (read, mut write) = stream.into_split();
     let mut lines = BufReader::new(read).lines();
     let given = lines.next_line().await?.unwrap_or_default();

@@ -8,9 +8,10 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
 /// A worker's lifecycle, as the API shows it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkerState {
+    #[default]
     Starting,
     Loading,
     Connecting,
@@ -24,12 +25,22 @@ pub enum WorkerState {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum WorkerEvent {
-    Loading { progress: f32 },
+    Loading {
+        progress: f32,
+    },
     /// Listening for the previous stage on `data_port` (and, on stage 0, for requests on `front_port`).
-    Listening { data_port: u16, front_port: Option<u16>, memory: crate::engine::StageMemory },
+    Listening {
+        data_port: u16,
+        front_port: Option<u16>,
+        memory: crate::engine::StageMemory,
+    },
     Ready,
-    Stats { stats: StageStats },
-    Failed { error: String },
+    Stats {
+        stats: StageStats,
+    },
+    Failed {
+        error: String,
+    },
 }
 
 /// Agent → worker, one JSON object per line on stdin. Closing stdin stops the worker.
@@ -37,7 +48,9 @@ pub enum WorkerEvent {
 #[serde(tag = "command", rename_all = "snake_case")]
 pub enum WorkerCommand {
     /// Connect to the next stage.
-    Connect { next: SocketAddr },
+    Connect {
+        next: SocketAddr,
+    },
     Stop,
 }
 
