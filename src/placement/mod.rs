@@ -52,6 +52,8 @@ pub struct StagePlan {
 pub struct Plan {
     pub model: String,
     pub context: usize,
+    /// Tokens in the model's vocabulary (valid ids are below it).
+    pub vocabulary: usize,
     pub stages: Vec<StagePlan>,
     pub total_bytes: u64,
     /// Expected time a token spends crossing the ring's links (half the RTT plus the hidden state's
@@ -185,6 +187,7 @@ impl Ring<'_> {
         Plan {
             model: self.needs.name.clone(),
             context: self.needs.context,
+            vocabulary: self.needs.vocabulary,
             total_bytes: stages.iter().map(|s| s.bytes.total()).sum(),
             expected_decode_tokens_per_second: steps.map(|s| 1e6 / (s + ring_us).max(1) as f64),
             ring_us,

@@ -36,6 +36,7 @@ pub struct ModelNeeds {
     pub hidden_bytes_per_token: u64,
     pub context: usize,
     pub sequences: usize,
+    pub vocabulary: usize,
 }
 
 impl ModelNeeds {
@@ -60,6 +61,7 @@ impl ModelNeeds {
             hidden_bytes_per_token: 4 * c.embedding as u64,
             context,
             sequences: sequences.max(1),
+            vocabulary: c.vocabulary,
         }
     }
 

@@ -55,7 +55,6 @@ struct Active {
     pos: usize,
     prompt_tokens: usize,
     started: Instant,
-    prefill_done: Option<Instant>,
     first_token: Option<Instant>,
     /// When the last decode step left this stage (for the hop time).
     sent_at: Option<Instant>,
@@ -309,7 +308,6 @@ impl Compute {
                 pos: prompt.len(),
                 prompt_tokens: prompt.len(),
                 started: Instant::now(),
-                prefill_done: None,
                 first_token: None,
                 sent_at: None,
                 hops: RttWindow::default(),
@@ -340,9 +338,6 @@ impl Compute {
                 self.forward_hidden(id, slot, pos, chunk.len(), last_chunk);
             }
             pos += chunk.len();
-        }
-        if let Some(a) = self.head.as_mut().and_then(|h| h.active.get_mut(&id)) {
-            a.prefill_done = Some(Instant::now());
         }
         if single {
             self.sample_locally(id);
@@ -441,8 +436,9 @@ impl Compute {
                     }
                 }
                 let now = Instant::now();
-                let prefill = a.prefill_done.unwrap_or(now).duration_since(a.started);
+                // The prompt is processed when the first token comes back from the last stage.
                 let ttft = a.first_token.unwrap_or(now).duration_since(a.started);
+                let prefill = ttft;
                 let decode = now.duration_since(a.first_token.unwrap_or(now));
                 let report = GenerationReport {
                     prompt_tokens: a.prompt_tokens,
