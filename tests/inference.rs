@@ -114,6 +114,24 @@ fn three_nodes_serve_a_split_model_exactly_like_one_process() {
         assert!(answer["shoal"]["hop_p50_us"].as_u64().is_some(), "a split instance reports its hop time");
     }
 
+    // Two requests in the ring at once (each in its own KV slot) give what each gives alone.
+    let cases = common::oracle_greedy();
+    let concurrent: Vec<_> = cases[..2]
+        .iter()
+        .map(|case| {
+            let body = json!({ "model": model, "prompt": case.prompt, "max_tokens": 24, "temperature": 0, "ignore_eos": true });
+            let url = format!("http://127.0.0.1:{}/v1/completions", c.nodes[0].api_port);
+            c.in_network(0, move || {
+                let mut response = ureq::post(&url).send_json(body).expect("the API answers");
+                let answer: Value = serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap();
+                answer["choices"][0]["text"].as_str().unwrap().to_string()
+            })
+        })
+        .collect();
+    for (case, handle) in cases[..2].iter().zip(concurrent) {
+        assert_eq!(handle.join().unwrap(), single_process(&case.prompt, 24), "concurrent {:?}", case.prompt);
+    }
+
     // Streaming through the official client, chunk by chunk.
     let script = format!(
         r#"

@@ -100,9 +100,19 @@ fn run_cluster(args: &BenchArgs) -> anyhow::Result<()> {
         .into_iter()
         .filter(|i| i.state == shoal::instances::InstanceState::Ready)
         .find(|i| args.name.as_ref().is_none_or(|n| *n == i.model || *n == i.id))
-        .ok_or_else(|| anyhow::anyhow!("no ready instance{}; start one with `shoal run`", args.name.as_ref().map(|n| format!(" called {n}")).unwrap_or_default()))?;
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "no ready instance{}; start one with `shoal run`",
+                args.name.as_ref().map(|n| format!(" called {n}")).unwrap_or_default()
+            )
+        })?;
     if args.prompt_tokens + args.gen_tokens >= instance.context {
-        anyhow::bail!("the instance's context ({}) is too small for {} + {} tokens; launch with a larger --context", instance.context, args.prompt_tokens, args.gen_tokens);
+        anyhow::bail!(
+            "the instance's context ({}) is too small for {} + {} tokens; launch with a larger --context",
+            instance.context,
+            args.prompt_tokens,
+            args.gen_tokens
+        );
     }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(42);
     let vocabulary = instance.plan.vocabulary as u32;
@@ -119,7 +129,8 @@ fn run_cluster(args: &BenchArgs) -> anyhow::Result<()> {
             reports.push(report);
         }
     }
-    let median = |f: &dyn Fn(&shoal::worker::GenerationReport) -> f64| bench::median(&reports.iter().map(f).collect::<Vec<_>>());
+    let median =
+        |f: &dyn Fn(&shoal::worker::GenerationReport) -> f64| bench::median(&reports.iter().map(f).collect::<Vec<_>>());
     let hops: Vec<f64> = reports.iter().filter_map(|r| r.hop_p50_us.map(|h| h as f64)).collect();
     let report = ClusterReport {
         model: instance.model.clone(),
@@ -137,7 +148,10 @@ fn run_cluster(args: &BenchArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("model      {} on {} stage(s), through the cluster API", report.model, report.stages);
-    println!("pp{:<8} {:>8.1} tok/s  (median of {})", report.prompt_tokens, report.prefill_tokens_per_second, report.repetitions);
+    println!(
+        "pp{:<8} {:>8.1} tok/s  (median of {})",
+        report.prompt_tokens, report.prefill_tokens_per_second, report.repetitions
+    );
     println!("tg{:<8} {:>8.1} tok/s", report.gen_tokens, report.decode_tokens_per_second);
     println!("ttft       {:>8.1} ms", report.time_to_first_token_ms);
     if let Some(h) = report.hop_p50_us {

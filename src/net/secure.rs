@@ -119,27 +119,76 @@ fn split(stream: TcpStream, transport: StatelessTransportState) -> (SecureReader
     let local = stream.local_addr().ok();
     let (read, write) = stream.into_split();
     let transport = Arc::new(transport);
-    (
-        SecureReader {
-            read,
-            transport: transport.clone(),
-            nonce: 0,
-            record: Vec::new(),
-            plain: Vec::new(),
-            peer,
-            local,
-        },
-        SecureWriter { write, transport, nonce: 0, out: Vec::new(), plain: Vec::new() },
-    )
+    let opener = Opener { transport: transport.clone(), nonce: 0, record: Vec::new(), plain: Vec::new() };
+    let sealer = Sealer { transport, nonce: 0, out: Vec::new(), plain: Vec::new() };
+    (SecureReader { read, opener, peer, local }, SecureWriter { write, sealer })
+}
+
+/// Decrypts one direction's records, in order.
+struct Opener {
+    transport: Arc<StatelessTransportState>,
+    nonce: u64,
+    record: Vec<u8>,
+    plain: Vec<u8>,
+}
+
+impl Opener {
+    /// Checks a record's length prefix and sizes the record buffer for it.
+    fn expect(&mut self, len: [u8; 2]) -> Result<&mut [u8], NetError> {
+        let len = u16::from_le_bytes(len) as usize;
+        if len < TAG {
+            return Err(NetError::Forged);
+        }
+        self.record.resize(len, 0);
+        Ok(&mut self.record)
+    }
+
+    /// Decrypts the record read into the buffer and appends its chunk to `frame`; true when the frame
+    /// is complete.
+    fn open_into(&mut self, frame: &mut Vec<u8>, max_frame: usize) -> Result<bool, NetError> {
+        self.plain.resize(self.record.len(), 0);
+        let n = self.transport.read_message(self.nonce, &self.record, &mut self.plain).map_err(|_| NetError::Forged)?;
+        self.nonce += 1;
+        Ok(frame::append(&self.plain[..n], frame, max_frame)?)
+    }
+}
+
+/// Encrypts the other direction's frames into records.
+struct Sealer {
+    transport: Arc<StatelessTransportState>,
+    nonce: u64,
+    out: Vec<u8>,
+    plain: Vec<u8>,
+}
+
+impl Sealer {
+    /// The records of `frame`, encrypted and length-prefixed, ready to write in one go.
+    fn seal(&mut self, frame: &[u8]) -> Result<&[u8], NetError> {
+        self.out.clear();
+        let mut failed = false;
+        let (transport, out, nonce, plain) = (&self.transport, &mut self.out, &mut self.nonce, &mut self.plain);
+        frame::split(frame, |record| {
+            plain.resize(MAX_RECORD_PLAINTEXT + TAG, 0);
+            match transport.write_message(*nonce, record, plain) {
+                Ok(n) => {
+                    out.extend_from_slice(&(n as u16).to_le_bytes());
+                    out.extend_from_slice(&plain[..n]);
+                    *nonce += 1;
+                }
+                Err(_) => failed = true,
+            }
+        });
+        if failed {
+            return Err(NetError::Forged);
+        }
+        Ok(&self.out)
+    }
 }
 
 /// The receiving half of an established connection.
 pub struct SecureReader {
     read: OwnedReadHalf,
-    transport: Arc<StatelessTransportState>,
-    nonce: u64,
-    record: Vec<u8>,
-    plain: Vec<u8>,
+    opener: Opener,
     peer: Option<SocketAddr>,
     local: Option<SocketAddr>,
 }
@@ -173,17 +222,9 @@ impl SecureReader {
                 Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(NetError::Closed),
                 Err(e) => return Err(e.into()),
             }
-            let len = u16::from_le_bytes(len) as usize;
-            if len < TAG {
-                return Err(NetError::Forged);
-            }
-            self.record.resize(len, 0);
-            self.read.read_exact(&mut self.record).await?;
-            self.plain.resize(len, 0);
-            let n =
-                self.transport.read_message(self.nonce, &self.record, &mut self.plain).map_err(|_| NetError::Forged)?;
-            self.nonce += 1;
-            if frame::append(&self.plain[..n], frame, max_frame)? {
+            let record = self.opener.expect(len)?;
+            self.read.read_exact(record).await?;
+            if self.opener.open_into(frame, max_frame)? {
                 return Ok(());
             }
         }
@@ -213,33 +254,14 @@ impl SecureReader {
 /// The sending half of an established connection.
 pub struct SecureWriter {
     write: OwnedWriteHalf,
-    transport: Arc<StatelessTransportState>,
-    nonce: u64,
-    out: Vec<u8>,
-    plain: Vec<u8>,
+    sealer: Sealer,
 }
 
 impl SecureWriter {
     /// Encrypts and sends `frame` (split into records as needed) in one write.
     pub async fn write_frame(&mut self, frame: &[u8]) -> Result<(), NetError> {
-        self.out.clear();
-        let mut failed = false;
-        let (transport, out, nonce, plain) = (&self.transport, &mut self.out, &mut self.nonce, &mut self.plain);
-        frame::split(frame, |record| {
-            plain.resize(MAX_RECORD_PLAINTEXT + TAG, 0);
-            match transport.write_message(*nonce, record, plain) {
-                Ok(n) => {
-                    out.extend_from_slice(&(n as u16).to_le_bytes());
-                    out.extend_from_slice(&plain[..n]);
-                    *nonce += 1;
-                }
-                Err(_) => failed = true,
-            }
-        });
-        if failed {
-            return Err(NetError::Forged);
-        }
-        self.write.write_all(&self.out).await?;
+        let bytes = self.sealer.seal(frame)?;
+        self.write.write_all(bytes).await?;
         Ok(())
     }
 
@@ -258,6 +280,57 @@ impl SecureWriter {
     /// The raw socket half, for bulk bytes that need no encryption (link measurements).
     pub fn into_raw(self) -> OwnedWriteHalf {
         self.write
+    }
+}
+
+/// An established connection turned into blocking halves, for a thread that does its own I/O (the
+/// stages' hot path: no hand-off between threads per frame). Call inside the tokio runtime.
+pub fn into_blocking(reader: SecureReader, writer: SecureWriter) -> Result<(BlockingReader, BlockingWriter), NetError> {
+    let stream = reader.read.reunite(writer.write).map_err(|_| NetError::Closed)?.into_std()?;
+    stream.set_nonblocking(false)?;
+    stream.set_nodelay(true)?;
+    let read = stream.try_clone()?;
+    Ok((BlockingReader { stream: read, opener: reader.opener }, BlockingWriter { stream, sealer: writer.sealer }))
+}
+
+pub struct BlockingReader {
+    stream: std::net::TcpStream,
+    opener: Opener,
+}
+
+impl BlockingReader {
+    /// As [`SecureReader::read_frame_into`], blocking.
+    pub fn read_frame_into(&mut self, max_frame: usize, frame: &mut Vec<u8>) -> Result<(), NetError> {
+        use std::io::Read;
+        frame.clear();
+        loop {
+            let mut len = [0u8; 2];
+            match self.stream.read_exact(&mut len) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(NetError::Closed),
+                Err(e) => return Err(e.into()),
+            }
+            let record = self.opener.expect(len)?;
+            self.stream.read_exact(record)?;
+            if self.opener.open_into(frame, max_frame)? {
+                return Ok(());
+            }
+        }
+    }
+}
+
+pub struct BlockingWriter {
+    stream: std::net::TcpStream,
+    sealer: Sealer,
+}
+
+impl BlockingWriter {
+    /// As [`SecureWriter::write_frame`], blocking.
+    pub fn write_frame(&mut self, frame: &[u8]) -> Result<(), NetError> {
+        use std::io::Write;
+        let bytes = self.sealer.seal(frame)?;
+        self.stream.write_all(bytes)?;
+        Ok(())
     }
 }
 

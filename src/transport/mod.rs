@@ -1,49 +1,56 @@
 //! The data plane: frames between the stages of a model instance. A [`FrameSink`] / [`FrameSource`]
 //! pair is the seam a transport implements; TCP (authenticated and encrypted with the cluster secret,
-//! TCP_NODELAY) is the one here, and the RDMA transport plugs in beside it.
+//! TCP_NODELAY, connected asynchronously, then used blocking from the stage's compute thread) is the one
+//! here, and the RDMA transport plugs in beside it.
 
 pub mod frame;
 
 pub use frame::{RingFrame, RingFrameError};
 
 use crate::net::secure::{self, Psk};
+use crate::net::secure::{BlockingReader, BlockingWriter};
 use crate::net::{ConnectionKind, NetError, SecureReader, SecureWriter};
-use std::future::Future;
 use std::net::SocketAddr;
 use tokio::net::TcpListener;
 
 /// Largest frame between stages (a prefill chunk of 512 tokens of an 8192-wide model is 16 MiB).
 pub const MAX_RING_FRAME: usize = 256 << 20;
 
-/// Sends frames to the next stage.
+/// Sends frames to the next stage. Blocking: the compute thread writes its frames itself, with no
+/// hand-off to another thread per frame.
 pub trait FrameSink: Send {
-    fn send(&mut self, frame: &[u8]) -> impl Future<Output = Result<(), NetError>> + Send;
+    fn send(&mut self, frame: &[u8]) -> Result<(), NetError>;
 }
 
-/// Receives frames from the previous stage, into a reused buffer.
+/// Receives frames from the previous stage, into a reused buffer (blocking).
 pub trait FrameSource: Send {
-    fn recv_into(&mut self, frame: &mut Vec<u8>) -> impl Future<Output = Result<(), NetError>> + Send;
+    fn recv_into(&mut self, frame: &mut Vec<u8>) -> Result<(), NetError>;
 }
 
-pub struct TcpSink(SecureWriter);
-pub struct TcpSource(SecureReader);
+pub struct TcpSink(BlockingWriter);
+pub struct TcpSource(BlockingReader);
 
 impl FrameSink for TcpSink {
-    async fn send(&mut self, frame: &[u8]) -> Result<(), NetError> {
-        self.0.write_frame(frame).await
+    fn send(&mut self, frame: &[u8]) -> Result<(), NetError> {
+        self.0.write_frame(frame)
     }
 }
 
 impl FrameSource for TcpSource {
-    async fn recv_into(&mut self, frame: &mut Vec<u8>) -> Result<(), NetError> {
-        self.0.read_frame_into(MAX_RING_FRAME, frame).await
+    fn recv_into(&mut self, frame: &mut Vec<u8>) -> Result<(), NetError> {
+        self.0.read_frame_into(MAX_RING_FRAME, frame)
     }
+}
+
+fn blocking(r: SecureReader, w: SecureWriter) -> Result<(TcpSource, TcpSink), NetError> {
+    let (r, w) = secure::into_blocking(r, w)?;
+    Ok((TcpSource(r), TcpSink(w)))
 }
 
 /// Connects to the stage listening at `addr`.
 pub async fn connect_tcp(addr: SocketAddr, secret: &Psk) -> Result<(TcpSource, TcpSink), NetError> {
     let (r, w) = secure::connect(addr, ConnectionKind::Stage, secret).await?;
-    Ok((TcpSource(r), TcpSink(w)))
+    blocking(r, w)
 }
 
 /// Accepts the previous stage's connection on `listener` (connections without the secret are dropped
@@ -60,7 +67,7 @@ pub async fn accept_tcp(listener: &TcpListener, secret: &Psk) -> Result<(TcpSour
             secure::respond(stream, preamble, secret).await
         };
         match attempt.await {
-            Ok((r, w)) => return Ok((TcpSource(r), TcpSink(w))),
+            Ok((r, w)) => return blocking(r, w),
             Err(e) => tracing::warn!("refused a stage connection from {from}: {e}"),
         }
     }

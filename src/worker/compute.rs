@@ -8,7 +8,7 @@ use super::protocol::{FrontEvent, FrontRequest, GenerationReport, PromptInput, S
 use crate::engine::{self, FinishReason, HiddenStates, Sampler, Stage, StageInput, TokenStream, WireFormat};
 use crate::links::RttWindow;
 use crate::model::{ChatTemplate, Tokenizer};
-use crate::transport::RingFrame;
+use crate::transport::{FrameSink, FrameSource, RingFrame};
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
@@ -29,20 +29,6 @@ pub enum Work {
     },
     /// The ring is broken: fail everything and stop.
     RingBroken(String),
-}
-
-/// Sends frames to the next stage, reusing buffers the writer hands back.
-pub struct Outbox {
-    pub frames: UnboundedSender<Vec<u8>>,
-    pub spare: Receiver<Vec<u8>>,
-}
-
-impl Outbox {
-    fn send(&self, frame: &RingFrame<'_>) {
-        let mut buf = self.spare.try_recv().unwrap_or_default();
-        frame.encode(&mut buf);
-        let _ = self.frames.send(buf);
-    }
 }
 
 struct Active {
@@ -90,13 +76,17 @@ pub struct Compute {
     pub stage: Stage,
     pub stages: usize,
     pub head: Option<Head>,
-    pub outbox: Option<Outbox>,
-    /// Buffers of processed frames, back to the reader.
+    /// The next stage (none on a single-stage instance).
+    sink: Option<Box<dyn FrameSink>>,
+    /// Buffers of processed frames, back to the reader thread (stage 0).
     pub recycle: Option<std::sync::mpsc::Sender<Vec<u8>>>,
     pub stats: Arc<Mutex<StageStats>>,
     samplers: HashMap<u32, Sampler>,
     wire: Vec<u8>,
+    frame: Vec<u8>,
     hidden: HiddenStates,
+    /// Set when writing to the next stage failed.
+    broken: Option<String>,
 }
 
 impl Compute {
@@ -104,7 +94,7 @@ impl Compute {
         stage: Stage,
         stages: usize,
         head: Option<Head>,
-        outbox: Option<Outbox>,
+        sink: Option<Box<dyn FrameSink>>,
         recycle: Option<std::sync::mpsc::Sender<Vec<u8>>>,
         stats: Arc<Mutex<StageStats>>,
     ) -> Compute {
@@ -112,16 +102,34 @@ impl Compute {
             stage,
             stages,
             head,
-            outbox,
+            sink,
             recycle,
             stats,
             samplers: HashMap::new(),
             wire: Vec::new(),
+            frame: Vec::new(),
             hidden: HiddenStates::default(),
+            broken: None,
         }
     }
 
-    /// Handles work until the ring breaks or every sender is gone; returns why it stopped.
+    /// Stages after the first: reads the previous stage's frames itself and handles them in order,
+    /// until either neighbour is gone; returns why it stopped.
+    pub fn run_relay(mut self, mut source: Box<dyn FrameSource>) -> String {
+        let mut buf = Vec::new();
+        loop {
+            if let Err(e) = source.recv_into(&mut buf) {
+                return format!("the previous stage is gone ({e})");
+            }
+            self.on_frame(&buf);
+            if let Some(reason) = self.broken.take() {
+                return reason;
+            }
+        }
+    }
+
+    /// Stage 0: handles work (requests, and frames its reader thread received) until the ring breaks or
+    /// every sender is gone; returns why it stopped.
     pub fn run(mut self, work: Receiver<Work>) -> String {
         while let Ok(item) = work.recv() {
             match item {
@@ -138,13 +146,19 @@ impl Compute {
                     return reason;
                 }
             }
+            if let Some(reason) = self.broken.take() {
+                self.fail_all(&format!("the instance lost a stage: {reason}"));
+                return reason;
+            }
         }
         "stopped".into()
     }
 
-    fn send(&self, frame: &RingFrame<'_>) {
-        if let Some(out) = &self.outbox {
-            out.send(frame);
+    fn send(&mut self, frame: &RingFrame<'_>) {
+        let Some(sink) = self.sink.as_mut() else { return };
+        frame.encode(&mut self.frame);
+        if let Err(e) = sink.send(&self.frame) {
+            self.broken.get_or_insert(format!("the next stage is gone ({e})"));
         }
     }
 
@@ -349,7 +363,13 @@ impl Compute {
         let width = self.stage.config().embedding;
         HiddenStates::encode(width, out.len() / width, out, WireFormat::F32, &mut self.wire);
         let wire = std::mem::take(&mut self.wire);
-        self.send(&RingFrame::Forward {
+        // Stamped before the write: on a busy machine the next stage may run before the write returns.
+        if sample {
+            if let Some(a) = self.head.as_mut().and_then(|h| h.active.get_mut(&request)) {
+                a.sent_at = Some(Instant::now());
+            }
+        }
+        let frame = RingFrame::Forward {
             request,
             slot,
             start: start as u32,
@@ -357,13 +377,9 @@ impl Compute {
             sample,
             compute_us: 0,
             hidden: &wire,
-        });
+        };
+        self.send(&frame);
         self.wire = wire;
-        if sample {
-            if let Some(a) = self.head.as_mut().and_then(|h| h.active.get_mut(&request)) {
-                a.sent_at = Some(Instant::now());
-            }
-        }
     }
 
     /// Single-stage instances: sample from this stage's logits and go on.

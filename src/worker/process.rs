@@ -3,7 +3,7 @@
 //! A compute thread owns the stage; async tasks move frames to and from the neighbouring stages and
 //! (on stage 0) serve generation requests on localhost.
 
-use super::compute::{Compute, Head, Outbox, Work};
+use super::compute::{Compute, Head, Work};
 use super::protocol::{FrontEvent, FrontRequest, StageStats, WorkerCommand, WorkerEvent};
 use crate::engine::{Stage, StageOptions};
 use crate::model::Model;
@@ -97,19 +97,7 @@ async fn serve(
 
     let (work_tx, work_rx) = std::sync::mpsc::channel::<Work>();
     let stats = Arc::new(Mutex::new(StageStats::default()));
-    let ring = config.stages > 1;
-    let (out_tx, mut out_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
-    let (spare_tx, spare_rx) = std::sync::mpsc::channel::<Vec<u8>>();
-    let (recycle_tx, recycle_rx) = std::sync::mpsc::channel::<Vec<u8>>();
-    let compute = Compute::new(
-        stage,
-        config.stages,
-        head,
-        ring.then(|| Outbox { frames: out_tx, spare: spare_rx }),
-        ring.then_some(recycle_tx),
-        stats.clone(),
-    );
-    let compute_thread = std::thread::spawn(move || compute.run(work_rx));
+    let is_head = head.is_some();
 
     // Commands from the agent; closing stdin ends the worker.
     let (next_tx, next_rx) = tokio::sync::oneshot::channel::<SocketAddr>();
@@ -130,7 +118,11 @@ async fn serve(
         std::process::exit(0);
     });
 
-    if ring {
+    // The ring: accept the previous stage and connect to the next, then hand both to the compute
+    // thread (and, on stage 0, the previous stage to a reader thread, as stage 0 also takes requests).
+    let mut sink: Option<Box<dyn FrameSink>> = None;
+    let mut source: Option<Box<dyn FrameSource>> = None;
+    if config.stages > 1 {
         let accept = transport::accept_tcp(&data, &secret);
         let connect = async {
             let next = next_rx.await.map_err(|_| anyhow::anyhow!("the agent never said where the next stage is"))?;
@@ -149,32 +141,31 @@ async fn serve(
             }
         };
         let (inbound, outbound) = tokio::join!(accept, connect);
-        let (mut source, _) = inbound?;
-        let (_, mut sink) = outbound?;
-        let work = work_tx.clone();
-        tokio::spawn(async move {
-            loop {
-                let mut buf = recycle_rx.try_recv().unwrap_or_default();
-                if let Err(e) = source.recv_into(&mut buf).await {
-                    let _ = work.send(Work::RingBroken(format!("the previous stage is gone ({e})")));
-                    return;
-                }
-                if work.send(Work::Frame(buf)).is_err() {
-                    return;
-                }
-            }
-        });
-        let work = work_tx.clone();
-        tokio::spawn(async move {
-            while let Some(frame) = out_rx.recv().await {
-                if let Err(e) = sink.send(&frame).await {
-                    let _ = work.send(Work::RingBroken(format!("the next stage is gone ({e})")));
-                    return;
-                }
-                let _ = spare_tx.send(frame);
-            }
-        });
+        source = Some(Box::new(inbound?.0));
+        sink = Some(Box::new(outbound?.1));
     }
+    let (recycle_tx, recycle_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    let compute = Compute::new(stage, config.stages, head, sink, Some(recycle_tx), stats.clone());
+    let compute_thread = match (is_head, source) {
+        (true, source) => {
+            if let Some(mut source) = source {
+                let work = work_tx.clone();
+                std::thread::spawn(move || loop {
+                    let mut buf = recycle_rx.try_recv().unwrap_or_default();
+                    if let Err(e) = source.recv_into(&mut buf) {
+                        let _ = work.send(Work::RingBroken(format!("the previous stage is gone ({e})")));
+                        return;
+                    }
+                    if work.send(Work::Frame(buf)).is_err() {
+                        return;
+                    }
+                });
+            }
+            std::thread::spawn(move || compute.run(work_rx))
+        }
+        (false, Some(source)) => std::thread::spawn(move || compute.run_relay(source)),
+        (false, None) => anyhow::bail!("a stage after the first needs a ring"),
+    };
 
     if let Some(front) = front {
         let work = work_tx.clone();
