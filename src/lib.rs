@@ -18,6 +18,7 @@ pub mod model;
 pub mod net;
 pub mod node;
 pub mod placement;
+pub mod rdma;
 pub mod transport;
 pub mod util;
 pub mod worker;

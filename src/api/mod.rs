@@ -40,6 +40,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/cluster/join", post(cluster::join))
         .route("/api/cluster/leave", post(cluster::leave))
         .route("/api/links/measure", post(cluster::measure_links))
+        .route("/api/rdma", get(cluster::rdma))
         .route("/api/placements/preview", post(instances::preview))
         .route("/api/instances", post(instances::launch).get(instances::list))
         .route("/api/instances/{id}", get(instances::get).delete(instances::stop))

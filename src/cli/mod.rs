@@ -4,6 +4,7 @@ mod bench;
 mod chat;
 mod client;
 mod code;
+mod doctor;
 mod generate;
 mod leave;
 mod links;
@@ -44,6 +45,8 @@ enum Command {
     Leave(leave::LeaveArgs),
     /// Show the links between members; --measure measures their throughput now.
     Links(links::LinksArgs),
+    /// Check whether this node can use RDMA over Thunderbolt (and what to fix).
+    Doctor(doctor::DoctorArgs),
     /// Launch a model on the cluster (split over the nodes as placement decides).
     Run(run::RunArgs),
     /// Chat with a model running on the cluster.
@@ -67,6 +70,7 @@ pub fn main() -> ExitCode {
         Command::Links(args) => links::run(args),
         Command::Worker(args) => worker::run(args),
         Command::Run(args) => run::run(args),
+        Command::Doctor(args) => doctor::run(args),
         Command::Chat(args) => chat::run(args),
     };
     match result {

@@ -102,6 +102,8 @@ pub struct Shared {
     finished: Mutex<crate::metrics::RateWindow>,
     /// Stage-0 token counters over the last seconds, for cluster-wide rates.
     counters: Mutex<crate::metrics::CounterWindow>,
+    /// The RDMA doctor's latest report on this node.
+    rdma: Mutex<Option<Box<crate::rdma::NodeReport>>>,
 }
 
 pub type Agent = Arc<Shared>;
@@ -172,6 +174,7 @@ pub async fn start(config: AgentConfig, join: Option<JoinTarget>) -> anyhow::Res
         tracked: Mutex::new(Vec::new()),
         finished: Mutex::new(Default::default()),
         counters: Mutex::new(Default::default()),
+        rdma: Mutex::new(None),
     });
     if let Some(target) = join {
         shared.join(target).await?;
@@ -182,6 +185,7 @@ pub async fn start(config: AgentConfig, join: Option<JoinTarget>) -> anyhow::Res
     tokio::spawn(dial_loop(shared.clone()));
     tokio::spawn(health_loop(shared.clone()));
     tokio::spawn(telemetry_loop(shared.clone()));
+    tokio::spawn(doctor_loop(shared.clone()));
     start_browsing(&shared);
     tracing::info!(
         "node {} ({}) in cluster {}, control port {}",
@@ -910,7 +914,8 @@ async fn telemetry_loop(shared: Agent) {
         for pid in std::mem::take(&mut *shared.tracked.lock().expect("tracked")) {
             sampler.track_process(pid);
         }
-        let telemetry = sampler.sample();
+        let mut telemetry = sampler.sample();
+        telemetry.rdma = shared.rdma.lock().expect("rdma").clone();
         let links = {
             let mut state = shared.state.lock().expect("state");
             state.telemetry = Some(telemetry.clone());
@@ -921,6 +926,17 @@ async fn telemetry_loop(shared: Agent) {
         shared.emit(ClusterEvent::Telemetry { node: shared.id(), telemetry: Box::new(telemetry) });
         shared.emit(ClusterEvent::Links { node: shared.id(), links });
         shared.emit(ClusterEvent::Rates { rates: shared.rates() });
+    }
+}
+
+/// Runs the RDMA doctor now and every minute (the tools, system_profiler above all, are slow).
+async fn doctor_loop(shared: Agent) {
+    loop {
+        let captures = tokio::task::spawn_blocking(crate::rdma::Captures::live).await;
+        if let Ok(captures) = captures {
+            *shared.rdma.lock().expect("rdma") = Some(Box::new(crate::rdma::doctor(&captures)));
+        }
+        tokio::time::sleep(Duration::from_secs(60)).await;
     }
 }
 

@@ -32,6 +32,9 @@ pub struct NodeTelemetry {
     pub gpu_memory_limit: Option<u64>,
     /// Where `gpu_memory_limit` comes from: "sysctl iogpu.wired_limit_mb" or "macOS default (estimate)".
     pub gpu_memory_limit_source: Option<String>,
+    /// The RDMA doctor's latest report on this node (refreshed every minute).
+    #[serde(default)]
+    pub rdma: Option<Box<crate::rdma::NodeReport>>,
     pub sampled_at_ms: u64,
 }
 
