@@ -1,11 +1,13 @@
 //! The node's HTTP API: the cluster view, a server-sent-event stream of every change, the actions
-//! (join code, join, leave, link measurement), model instances, and the OpenAI-compatible endpoints. It listens on 127.0.0.1 unless told otherwise; on any
+//! (join code, join, leave, link measurement), model instances, the OpenAI-compatible endpoints and the
+//! dashboard at `/`. It listens on 127.0.0.1 unless told otherwise; on any
 //! other address it requires a token for every action (reads stay open for the dashboard).
 
 mod cluster;
 mod error;
 mod instances;
 mod openai;
+pub mod ui;
 
 pub use error::ApiError;
 
@@ -47,6 +49,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/models", get(openai::models))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
+        .fallback(get(ui::serve))
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .with_state(state)
 }
