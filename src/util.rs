@@ -26,8 +26,29 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     Ok((value * factor) as u64)
 }
 
+/// A size for people: "24 GB", "1.4 TB", "512 MB" (decimal units, like the memory figures macOS shows).
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [(&str, f64); 4] = [("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)];
+    let b = bytes as f64;
+    for (unit, size) in UNITS {
+        if b >= size {
+            let v = b / size;
+            return if v < 10.0 { format!("{v:.1} {unit}") } else { format!("{v:.0} {unit}") };
+        }
+    }
+    format!("{bytes} B")
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sizes_read_like_the_system_shows_them() {
+        assert_eq!(super::format_bytes(24_000_000_000), "24 GB");
+        assert_eq!(super::format_bytes(1_400_000_000_000), "1.4 TB");
+        assert_eq!(super::format_bytes(98_000_000), "98 MB");
+        assert_eq!(super::format_bytes(512), "512 B");
+    }
+
     #[test]
     fn sizes_parse() {
         assert_eq!(super::parse_bytes("64MB"), Ok(64_000_000));

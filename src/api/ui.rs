@@ -34,8 +34,10 @@ pub async fn serve(uri: Uri) -> Response {
         return ([(header::CONTENT_TYPE, content_type(path)), (header::CACHE_CONTROL, cache)], bytes).into_response();
     }
     match asset("index.html") {
-        Some(index) => ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], index)
-            .into_response(),
+        Some(index) => {
+            ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], index)
+                .into_response()
+        }
         None => Html(NOT_BUILT).into_response(),
     }
 }

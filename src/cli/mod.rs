@@ -36,7 +36,7 @@ enum Command {
     /// Measure prefill and decode tokens/s of a model on this machine.
     Bench(bench::BenchArgs),
     /// Run this machine's node agent headless (cluster, discovery, links, API).
-    Node(node::NodeArgs),
+    Node(shoal::node::NodeOptions),
     /// Show the cluster: members, memory pool, links, nearby clusters.
     Status(status::StatusArgs),
     /// Make a join code for a new machine (valid 10 minutes).

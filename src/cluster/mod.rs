@@ -14,4 +14,4 @@ pub mod state;
 pub use agent::{Agent, AgentConfig, JoinTarget, DEFAULT_API_PORT};
 pub use health::PeerStatus;
 pub use membership::{ClusterSecret, MemberRecord, Membership};
-pub use state::{ClusterEvent, ClusterSnapshot, LinkView, NodeView};
+pub use state::{ClusterEvent, ClusterSnapshot, LinkView, NodeView, PoolView};

@@ -15,6 +15,19 @@ pub enum LinkKind {
     Unknown,
 }
 
+impl LinkKind {
+    /// How people call it: "Thunderbolt", "Wi-Fi", …
+    pub fn label(self) -> &'static str {
+        match self {
+            LinkKind::Loopback => "loopback",
+            LinkKind::Ethernet => "Ethernet",
+            LinkKind::Wifi => "Wi-Fi",
+            LinkKind::Thunderbolt => "Thunderbolt",
+            LinkKind::Unknown => "network",
+        }
+    }
+}
+
 /// The interface that holds `ip`, and its kind.
 pub fn classify(ip: IpAddr) -> (Option<String>, LinkKind) {
     if ip.is_loopback() {

@@ -1,8 +1,10 @@
 //! The node itself: its persistent identity and data directory, and the telemetry it reports.
 
 pub mod identity;
+mod options;
 mod platform;
 pub mod telemetry;
 
 pub use identity::{DataDir, NodeId, NodeIdentity};
+pub use options::{NodeOptions, StartedNode};
 pub use telemetry::{measure_memory_bandwidth, NodeTelemetry, TelemetrySampler};

@@ -2,6 +2,7 @@
 //! by the node agent. The process side is in [`process`] and [`compute`]; what a worker and its agent
 //! say to each other is in [`protocol`]; the agent side is in [`supervisor`].
 
+pub mod args;
 pub mod compute;
 pub mod process;
 pub mod protocol;

@@ -1,0 +1,16 @@
+//! What the menu-bar app shows and does, kept here so it is tested without a window: the tray's look and
+//! menu lines from the cluster ([`tray`]), which events become desktop notifications ([`notices`]),
+//! start at login ([`autostart`]), the tray icon's pixels ([`icon`]) and the in-process node ([`runner`]).
+//! The Tauri crate (`src-tauri/`) only renders these.
+
+pub mod autostart;
+#[cfg(test)]
+mod fixtures;
+pub mod icon;
+pub mod notices;
+pub mod runner;
+pub mod tray;
+
+pub use notices::{Notice, NoticeBoard};
+pub use runner::BackgroundNode;
+pub use tray::{TrayLook, TraySummary};

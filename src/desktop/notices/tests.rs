@@ -1,0 +1,78 @@
+use super::*;
+use crate::desktop::fixtures::{id, instance, snapshot};
+use crate::links::LinkKind;
+
+fn link(peer: NodeId, errors: u64) -> LinkReport {
+    LinkReport {
+        peer,
+        kind: LinkKind::Thunderbolt,
+        interface: None,
+        local_addr: None,
+        remote_addr: None,
+        rtt_p50_us: Some(100),
+        rtt_p99_us: Some(200),
+        rtt_samples: 10,
+        throughput_bps: None,
+        throughput_measured_at_ms: None,
+        errors,
+    }
+}
+
+#[test]
+fn a_node_going_down_is_told_once_and_its_return_once() {
+    let mut board = NoticeBoard::new(&snapshot(&["alive"], 1));
+    let down = ClusterEvent::NodeStatus { node: id(2), status: PeerStatus::Down };
+    assert_eq!(board.on_event(&down, 0).unwrap().title, "node2 is down");
+    assert_eq!(board.on_event(&down, 1), None, "the same status again is no news");
+    let suspect = ClusterEvent::NodeStatus { node: id(2), status: PeerStatus::Suspect };
+    assert_eq!(board.on_event(&suspect, 2), None, "suspect is too brief to notify");
+    let alive = ClusterEvent::NodeStatus { node: id(2), status: PeerStatus::Alive };
+    assert_eq!(board.on_event(&alive, 3).unwrap().title, "node2 is back");
+    assert_eq!(board.on_event(&alive, 4), None);
+}
+
+#[test]
+fn only_new_members_are_announced() {
+    let mut board = NoticeBoard::new(&snapshot(&["alive"], 1));
+    let known = ClusterEvent::NodeJoined { node: id(2), name: "node2".into() };
+    assert_eq!(board.on_event(&known, 0), None, "node2 was already a member");
+    let new = ClusterEvent::NodeJoined { node: id(9), name: "studio".into() };
+    assert_eq!(board.on_event(&new, 0).unwrap().title, "studio joined the cluster");
+    assert_eq!(board.on_event(&new, 0), None);
+}
+
+#[test]
+fn a_model_is_ready_once_and_fails_once() {
+    let mut board = NoticeBoard::new(&snapshot(&["alive", "alive"], 1));
+    let launching = instance("SmolLM2", InstanceState::Launching, &[0.5, 0.5, 0.5]);
+    assert_eq!(board.on_event(&ClusterEvent::Instance { info: Box::new(launching) }, 0), None);
+    let ready = ClusterEvent::Instance { info: Box::new(instance("SmolLM2", InstanceState::Ready, &[1.0, 1.0, 1.0])) };
+    let notice = board.on_event(&ready, 0).unwrap();
+    assert_eq!((notice.title.as_str(), notice.body.as_str()), ("SmolLM2 is ready", "Serving across 3 nodes."));
+    assert_eq!(board.on_event(&ready, 0), None, "progress updates of a ready model say nothing");
+
+    let failed = ClusterEvent::InstanceFailed {
+        instance: "SmolLM2-id".into(),
+        model: "SmolLM2".into(),
+        error: "stage 1 on node2 exited".into(),
+    };
+    assert_eq!(board.on_event(&failed, 0).unwrap().body, "stage 1 on node2 exited");
+    assert_eq!(board.on_event(&failed, 0), None);
+}
+
+#[test]
+fn a_failing_link_is_told_at_most_once_per_interval_and_not_when_its_end_is_down() {
+    let mut board = NoticeBoard::new(&snapshot(&["alive", "alive"], 1));
+    let report = |errors| ClusterEvent::Links { node: id(1), links: vec![link(id(2), errors)] };
+    assert_eq!(board.on_event(&report(0), 0), None);
+    let notice = board.on_event(&report(3), 1_000).unwrap();
+    assert_eq!(notice.title, "Link node1 ↔ node2 is failing");
+    assert_eq!(notice.body, "3 new error(s) on the Thunderbolt link.");
+    assert_eq!(board.on_event(&report(5), 2_000), None, "within the interval");
+    assert!(board.on_event(&report(6), 1_000 + LINK_NOTICE_INTERVAL_MS).is_some());
+
+    let to_node3 = |errors| ClusterEvent::Links { node: id(1), links: vec![link(id(3), errors)] };
+    assert_eq!(board.on_event(&to_node3(0), 0), None);
+    board.on_event(&ClusterEvent::NodeStatus { node: id(3), status: PeerStatus::Down }, 0);
+    assert_eq!(board.on_event(&to_node3(40), 0), None, "the node-down notice already said it");
+}

@@ -1,0 +1,56 @@
+//! The node agent inside the app: the same agent and API as `shoal node`, on a runtime of its own so the
+//! window's event loop never waits on it. Stopping drops the runtime, which ends the agent's tasks and
+//! kills its worker processes.
+
+use crate::cluster::Agent;
+use crate::node::NodeOptions;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::runtime::Runtime;
+
+pub struct BackgroundNode {
+    pub agent: Agent,
+    pub api_addr: SocketAddr,
+    runtime: Option<Runtime>,
+}
+
+impl BackgroundNode {
+    /// Starts the agent and its API; returns once the API answers (or with the reason it cannot start).
+    pub fn start(options: NodeOptions) -> anyhow::Result<BackgroundNode> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("shoal-node")
+            .enable_all()
+            .build()?;
+        let node = runtime.block_on(options.start())?;
+        Ok(BackgroundNode { agent: node.agent, api_addr: node.api_addr, runtime: Some(runtime) })
+    }
+
+    /// The dashboard's address on this node.
+    pub fn dashboard_url(&self) -> String {
+        format!("http://{}/", self.api_addr)
+    }
+
+    /// Runs `task` on the node's runtime.
+    pub fn spawn<F>(&self, task: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        if let Some(runtime) = &self.runtime {
+            runtime.spawn(task);
+        }
+    }
+
+    /// Stops the agent, its API and its workers.
+    pub fn stop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_timeout(Duration::from_secs(3));
+        }
+    }
+}
+
+impl Drop for BackgroundNode {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,74 @@
+//! How a node is started: the options shared by `shoal node` and the app (which runs the same agent
+//! in-process), and starting the agent and its API from them.
+
+use crate::api::{self, ApiConfig};
+use crate::cluster::{self, Agent, AgentConfig, JoinTarget};
+use crate::node::DataDir;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct NodeOptions {
+    /// Where the node keeps its identity and membership (default: the platform's data directory).
+    #[arg(long, env = "SHOAL_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// The node's name in the cluster (default: the host name).
+    #[arg(long, env = "SHOAL_NAME")]
+    pub name: Option<String>,
+    /// The API port; the control port (which other nodes connect to) is the next one.
+    #[arg(long, env = "SHOAL_PORT", default_value_t = crate::cluster::DEFAULT_API_PORT)]
+    pub port: u16,
+    /// The address the API listens on. Anything but loopback needs --api-token.
+    #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
+    pub listen: IpAddr,
+    /// Token required for API actions when --listen is not loopback.
+    #[arg(long, env = "SHOAL_API_TOKEN")]
+    pub api_token: Option<String>,
+    /// The address the control port listens on (all interfaces by default).
+    #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::UNSPECIFIED))]
+    pub bind: IpAddr,
+    /// Join a cluster: CODE (found nearby by mDNS) or CODE@HOST[:PORT] (HOST's control port).
+    #[arg(long)]
+    pub join: Option<JoinTarget>,
+    /// Another node's control address to connect to, for networks without multicast (repeatable).
+    #[arg(long = "peer")]
+    pub peers: Vec<String>,
+    /// Do not use mDNS (no advertising, no discovery).
+    #[arg(long, env = "SHOAL_NO_MDNS", value_parser = clap::builder::BoolishValueParser::new())]
+    pub no_mdns: bool,
+    /// Most memory this node offers to models, e.g. 64MB or 48GiB (default: what is available, less
+    /// headroom for the OS).
+    #[arg(long, value_parser = crate::util::parse_bytes)]
+    pub memory_limit: Option<u64>,
+}
+
+/// A node agent that runs, with the address its API answers on.
+pub struct StartedNode {
+    pub agent: Agent,
+    pub api_addr: SocketAddr,
+}
+
+impl NodeOptions {
+    /// Starts the agent and its API on the current tokio runtime.
+    pub async fn start(self) -> anyhow::Result<StartedNode> {
+        let api = ApiConfig { listen: SocketAddr::new(self.listen, self.port), token: self.api_token };
+        if !api.listen.ip().is_loopback() && api.token.is_none() {
+            anyhow::bail!(
+                "--listen {} would let anyone on the network control this node; pass --api-token TOKEN as well",
+                self.listen
+            );
+        }
+        let config = AgentConfig {
+            data_dir: DataDir::new(self.data_dir.as_deref())?,
+            name: self.name,
+            api_port: self.port,
+            control_bind: self.bind,
+            peers: self.peers,
+            mdns: !self.no_mdns,
+            memory_limit: self.memory_limit,
+        };
+        let agent = cluster::agent::start(config, self.join).await?;
+        let api_addr = api::serve(agent.clone(), api).await?;
+        Ok(StartedNode { agent, api_addr })
+    }
+}

@@ -1,0 +1,63 @@
+//! The command line of a worker process (`shoal worker …`, also understood by the app binary, whose
+//! agent starts workers as copies of itself): the stage to run, and the secrets from the environment.
+
+use crate::worker::process::{self, WorkerConfig, FRONT_TOKEN_ENV, SECRET_ENV};
+use std::net::{IpAddr, Ipv4Addr};
+use std::ops::Range;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct WorkerArgs {
+    #[arg(long)]
+    pub model: PathBuf,
+    /// FIRST-LAST, inclusive.
+    #[arg(long, value_parser = parse_range)]
+    pub layers: Range<usize>,
+    #[arg(long)]
+    pub stage: usize,
+    #[arg(long)]
+    pub stages: usize,
+    #[arg(long, default_value_t = 4096)]
+    pub context: usize,
+    #[arg(long, default_value_t = 4)]
+    pub sequences: usize,
+    #[arg(long, default_value_t = 512)]
+    pub batch: usize,
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Address the data port listens on.
+    #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::UNSPECIFIED))]
+    pub listen: IpAddr,
+}
+
+fn parse_range(s: &str) -> Result<Range<usize>, String> {
+    let (a, b) = s.split_once('-').ok_or("expected FIRST-LAST")?;
+    let (a, b): (usize, usize) = (a.parse().map_err(|_| "bad FIRST")?, b.parse().map_err(|_| "bad LAST")?);
+    if b < a {
+        return Err("LAST is before FIRST".into());
+    }
+    Ok(a..b + 1)
+}
+
+pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
+    let secret = std::env::var(SECRET_ENV)
+        .ok()
+        .and_then(|s| hex::decode(s).ok())
+        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+        .ok_or_else(|| {
+            anyhow::anyhow!("shoal worker is started by `shoal node`, which passes it the cluster secret")
+        })?;
+    let front_token = std::env::var(FRONT_TOKEN_ENV).unwrap_or_default();
+    let config = WorkerConfig {
+        model: args.model,
+        layers: args.layers,
+        stage: args.stage,
+        stages: args.stages,
+        context: args.context,
+        sequences: args.sequences,
+        batch: args.batch,
+        threads: args.threads,
+        listen: args.listen,
+    };
+    process::run(config, secret, front_token)
+}
