@@ -73,18 +73,3 @@ pub async fn measure_links(State(state): State<ApiState>) -> Json<serde_json::Va
     state.agent.measure_links();
     Json(serde_json::json!({ "started_at_ms": crate::util::now_ms() }))
 }
-
-/// The RDMA doctor of every node, and the cluster's own checks (same build, full mesh).
-pub async fn rdma(State(state): State<ApiState>) -> Json<crate::rdma::ClusterRdma> {
-    let snapshot = state.agent.snapshot();
-    let nodes = snapshot
-        .nodes
-        .iter()
-        .map(|n| crate::rdma::NodeRdma {
-            node: n.id,
-            name: n.name.clone(),
-            report: n.telemetry.as_ref().and_then(|t| t.rdma.as_deref().cloned()),
-        })
-        .collect();
-    Json(crate::rdma::assess(nodes))
-}

@@ -7,6 +7,7 @@ mod cluster;
 mod error;
 mod instances;
 mod openai;
+mod rdma;
 pub mod ui;
 
 pub use error::ApiError;
@@ -42,7 +43,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/cluster/join", post(cluster::join))
         .route("/api/cluster/leave", post(cluster::leave))
         .route("/api/links/measure", post(cluster::measure_links))
-        .route("/api/rdma", get(cluster::rdma))
+        .route("/api/rdma", get(rdma::rdma))
+        .route("/api/rdma/wizard", get(rdma::wizard).post(rdma::wizard_action))
         .route("/api/placements/preview", post(instances::preview))
         .route("/api/instances", post(instances::launch).get(instances::list))
         .route("/api/instances/{id}", get(instances::get).delete(instances::stop))

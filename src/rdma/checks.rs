@@ -42,6 +42,9 @@ pub struct ThunderboltLink {
     pub ipv4: Vec<String>,
     pub rdma_device: Option<String>,
     pub port_state: Option<String>,
+    /// A link-local IPv4 to give the interface when it has none (what the IPv4 fix assigns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suggested_ipv4: Option<String>,
 }
 
 /// The doctor's findings for one node.
@@ -201,6 +204,10 @@ fn links_of(
             let rdma_name = interface.as_ref().map(|i| format!("rdma_{i}"));
             let rdma_device =
                 rdma_name.clone().filter(|n| matches!(devices, Some(DeviceList::Devices(d)) if d.contains(n)));
+            let interface_info = interface.as_ref().and_then(|i| interfaces?.get(i));
+            let ipv4 = interface_info.map(|i| i.ipv4.clone()).unwrap_or_default();
+            let suggested_ipv4 = (interfaces.is_some() && ipv4.is_empty())
+                .then(|| link_local_for(interface_info.and_then(|i| i.ether.as_deref()), b.receptacle.unwrap_or(0)));
             Some(ThunderboltLink {
                 receptacle: b.receptacle,
                 domain_uuid: b.domain_uuid.clone(),
@@ -208,7 +215,8 @@ fn links_of(
                 peer_name: peer.name.clone(),
                 peer_domain_uuid: peer.domain_uuid.clone(),
                 peer_rdma_service: peer.rdma_service,
-                ipv4: interface.as_ref().and_then(|i| interfaces?.get(i)).map(|i| i.ipv4.clone()).unwrap_or_default(),
+                ipv4,
+                suggested_ipv4,
                 port_state: rdma_name.and_then(|n| devinfo?.iter().find(|d| d.name == n)?.port_state.clone()),
                 rdma_device,
                 interface,
@@ -327,11 +335,9 @@ fn link_checks(
                 .iter()
                 .map(|l| {
                     let iface = l.interface.as_deref().unwrap_or("enX");
-                    let ether = interfaces.and_then(|i| i.get(iface)).and_then(|i| i.ether.as_deref());
-                    format!(
-                        "sudo ifconfig {iface} inet {} netmask 255.255.0.0 alias",
-                        link_local_for(ether, l.receptacle.unwrap_or(0))
-                    )
+                    let address =
+                        l.suggested_ipv4.clone().unwrap_or_else(|| link_local_for(None, l.receptacle.unwrap_or(0)));
+                    format!("sudo ifconfig {iface} inet {address} netmask 255.255.0.0 alias")
                 })
                 .collect();
             check(

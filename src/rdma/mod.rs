@@ -2,11 +2,16 @@
 //! ports, Thunderbolt 5 links and cabling, the Thunderbolt Bridge, IPv4 on each Thunderbolt interface,
 //! the peers' advertised rdma service), from the system tools' output — run live, or replayed from a
 //! folder of captured outputs for support requests and tests. Parsers are pure functions
-//! ([`parse`]); the checks turn their results into verdicts with reasons and fixes ([`checks`]).
+//! ([`parse`]); the checks turn their results into verdicts with reasons and fixes ([`checks`]). The
+//! guided setup ([`wizard`]) walks a person through turning RDMA on and makes the fixes it can
+//! ([`fixes`]).
 
 pub mod checks;
 pub mod cluster;
+pub mod fixes;
 pub mod parse;
+pub mod wizard;
+mod wizard_text;
 
 pub use checks::{Check, NodeReport, ThunderboltLink, Verdict};
 pub use cluster::{assess, Cable, ClusterRdma, NodeRdma};
