@@ -919,6 +919,7 @@ async fn telemetry_loop(shared: Agent) {
         let links = {
             let mut state = shared.state.lock().expect("state");
             state.telemetry = Some(telemetry.clone());
+            state.choose_transports(telemetry.rdma.as_deref(), crate::util::now_ms());
             state.my_reports()
         };
         shared.broadcast(ControlMessage::Telemetry { telemetry: telemetry.clone() });

@@ -8,6 +8,7 @@ use super::pairing::JoinCode;
 use crate::discovery::DiscoveredNode;
 use crate::links::{LinkKind, LinkReport, RttWindow};
 use crate::node::{NodeId, NodeTelemetry};
+use crate::transport::select::{LinkFacts, LinkSelector, LinkTransport, RdmaBuild};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -44,6 +45,9 @@ pub struct Peer {
     pub telemetry: Option<NodeTelemetry>,
     /// The peer's own reports of its links.
     pub links: Vec<LinkReport>,
+    /// The ring transport for this link, and its RDMA fallback state.
+    pub transport: Option<LinkTransport>,
+    pub selector: LinkSelector,
 }
 
 impl Peer {
@@ -65,6 +69,8 @@ impl Peer {
             errors: 0,
             telemetry: None,
             links: Vec::new(),
+            transport: None,
+            selector: LinkSelector::default(),
         }
     }
 
@@ -87,6 +93,7 @@ impl Peer {
             throughput_bps: self.throughput_bps,
             throughput_measured_at_ms: self.throughput_at_ms,
             errors: self.errors,
+            transport: self.transport.clone(),
         }
     }
 }
@@ -178,6 +185,26 @@ pub struct ClusterSnapshot {
 impl ClusterState {
     pub fn cluster_id(&self) -> String {
         self.membership.cluster_id()
+    }
+
+    /// Chooses the ring transport of each of this node's links from the doctors' reports (this node's
+    /// `mine`, the peers' from their telemetry) and the cables between them.
+    pub fn choose_transports(&mut self, mine: Option<&crate::rdma::NodeReport>, now_ms: u64) {
+        let name = |id: &NodeId| self.membership.members.get(id).map_or_else(|| id.short(), |m| m.name.clone());
+        let mut nodes = vec![crate::rdma::NodeRdma { node: self.me, name: name(&self.me), report: mine.cloned() }];
+        nodes.extend(self.peers.iter().map(|(id, p)| crate::rdma::NodeRdma {
+            node: *id,
+            name: name(id),
+            report: p.telemetry.as_ref().and_then(|t| t.rdma.as_deref().cloned()),
+        }));
+        let cluster = crate::rdma::assess(nodes);
+        let local = &cluster.nodes[0];
+        for remote in &cluster.nodes[1..] {
+            if let Some(peer) = self.peers.get_mut(&remote.node) {
+                let facts = LinkFacts { build: RdmaBuild::current(), local, remote, cables: &cluster.cables };
+                peer.transport = Some(peer.selector.choose(&facts, now_ms));
+            }
+        }
     }
 
     /// Reports of this node's own links.

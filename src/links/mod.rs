@@ -28,4 +28,7 @@ pub struct LinkReport {
     pub throughput_measured_at_ms: Option<u64>,
     /// Connections lost, refused dials and malformed input on this link since the node started.
     pub errors: u64,
+    /// The transport the ring uses on this link (an RDMA or TCP badge) and why; absent from older nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<crate::transport::select::LinkTransport>,
 }

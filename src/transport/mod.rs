@@ -1,9 +1,14 @@
 //! The data plane: frames between the stages of a model instance. A [`FrameSink`] / [`FrameSource`]
 //! pair is the seam a transport implements; TCP (authenticated and encrypted with the cluster secret,
 //! TCP_NODELAY, connected asynchronously, then used blocking from the stage's compute thread) is the one
-//! here, and the RDMA transport plugs in beside it.
+//! here, and the RDMA transport plugs in beside it. [`select`] decides per link which one to use.
 
 pub mod frame;
+pub mod select;
+
+/// Whether the ring's data plane carries frames over RDMA. Not yet: stages connect over TCP, and the
+/// link selection says so on links that could use RDMA.
+pub const RDMA_RING_DATA_PLANE: bool = false;
 
 pub use frame::{RingFrame, RingFrameError};
 

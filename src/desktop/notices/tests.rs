@@ -15,6 +15,7 @@ fn link(peer: NodeId, errors: u64) -> LinkReport {
         throughput_bps: None,
         throughput_measured_at_ms: None,
         errors,
+        transport: None,
     }
 }
 
