@@ -1,0 +1,220 @@
+// @ts-check
+/**
+ * The dashboard in a real browser (Debian's chromium through playwright-core) against a real cluster
+ * of three `shoal node` processes on loopback: the mesh shows every node and link, the pool total is
+ * the API's, a model launched from the page splits over the three nodes and answers in the chat with
+ * its rates, and a SIGKILLed node turns red within 5 s. Screenshots go to ui/e2e/out/; the mesh with
+ * the model running also to assets/dashboard.png.
+ *
+ * Needs target/release/shoal built after `npm run build` (it embeds ui/dist) and the test model
+ * (scripts/fetch-test-model). SHOAL_BIN and SHOAL_E2E_PORT (default 53100) override the defaults.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, copyFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { Cluster, api, waitFor } from './cluster.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repo = path.resolve(here, '..', '..');
+const out = path.join(here, 'out');
+const binary = process.env['SHOAL_BIN'] ?? path.join(repo, 'target', 'release', 'shoal');
+const modelPath = path.join(repo, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf');
+const basePort = Number(process.env['SHOAL_E2E_PORT'] ?? 53100);
+const CHROMIUM_FLAGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
+
+/** @type {Cluster | null} */
+let cluster = null;
+/** @type {import('playwright-core').BrowserContext | null} */
+let browser = null;
+/** @type {import('playwright-core').Page} */
+let page;
+/** @type {string} */
+let profile;
+/** @type {string[]} */
+const pageErrors = [];
+
+/** Stops everything this test started, also when it fails or is interrupted. */
+async function cleanUp() {
+  await browser?.close().catch(() => undefined);
+  browser = null;
+  await cluster?.stop();
+  cluster = null;
+  if (profile) rmSync(profile, { recursive: true, force: true });
+}
+
+for (const signal of /** @type {const} */ (['SIGINT', 'SIGTERM'])) {
+  process.once(signal, () => void cleanUp().finally(() => process.exit(130)));
+}
+
+/** @param {string} name */
+async function shot(name) {
+  await page.screenshot({ path: path.join(out, `${name}.png`), fullPage: true });
+}
+
+/** @param {string} view */
+async function open(view) {
+  await page.click(`[data-testid="tab-${view}"]`);
+  await page.waitForSelector(`main[data-view="${view}"]`);
+}
+
+before(async () => {
+  assert.ok(existsSync(binary), `${binary} is missing: run cargo build --release (after npm --prefix ui run build)`);
+  assert.ok(existsSync(modelPath), `${modelPath} is missing: run scripts/fetch-test-model`);
+  mkdirSync(out, { recursive: true });
+  // SmolLM2 with a 512-token context needs about 180 MB: it would fit on two 160 MB nodes, and the test
+  // spreads it over all three with a layer override typed into the launch form.
+  cluster = new Cluster({ binary, basePort, memoryLimit: '160MB' });
+  await cluster.form(['alpha', 'beta', 'gamma']);
+
+  const served = await (await fetch(`http://127.0.0.1:${basePort}/`)).text();
+  const built = path.join(here, '..', 'dist', 'index.html');
+  assert.match(served, /<div id="app">/, 'the node serves no dashboard: npm --prefix ui run build, then cargo build --release');
+  if (existsSync(built)) {
+    assert.equal(served, readFileSync(built, 'utf8'), 'the node serves an older dashboard than ui/dist: run cargo build --release');
+  }
+
+  profile = mkdtempSync(path.join(tmpdir(), 'shoal-ui-chromium-'));
+  browser = await chromium.launchPersistentContext(profile, {
+    executablePath: process.env['CHROMIUM'] ?? '/usr/bin/chromium',
+    args: CHROMIUM_FLAGS,
+    viewport: { width: 1280, height: 900 },
+  });
+  page = browser.pages()[0] ?? (await browser.newPage());
+  page.on('pageerror', (error) => pageErrors.push(error.message));
+  await page.goto(`http://127.0.0.1:${basePort}/`);
+});
+
+after(cleanUp);
+
+test('the mesh shows every node and every link between them', async () => {
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="node-card"]').length === 3, null, { timeout: 10_000 });
+  const snapshot = await api(basePort, '/api/cluster');
+  const ids = snapshot.nodes.map((/** @type {any} */ n) => n.id).sort();
+  const cardIds = await page.$$eval('[data-testid="node-card"]', (cards) => cards.map((c) => c.getAttribute('data-node-id')));
+  assert.deepEqual([...cardIds].sort(), ids);
+  const statuses = await page.$$eval('[data-testid="node-card"]', (cards) => cards.map((c) => c.getAttribute('data-status')));
+  assert.deepEqual([...statuses].sort(), ['alive', 'alive', 'self']);
+
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="link"]').length === 3, null, { timeout: 10_000 });
+  const links = await page.$$eval('[data-testid="link"]', (edges) =>
+    edges.map((e) => [e.getAttribute('data-a'), e.getAttribute('data-b')].sort().join(' ')),
+  );
+  const pairs = [];
+  for (let i = 0; i < ids.length; i++) for (let j = i + 1; j < ids.length; j++) pairs.push(`${ids[i]} ${ids[j]}`);
+  assert.deepEqual([...links].sort(), pairs.sort());
+  const health = await page.$$eval('[data-testid="link"]', (edges) => edges.map((e) => e.getAttribute('data-health')));
+  assert.deepEqual(health, ['ok', 'ok', 'ok']);
+  await shot('mesh-3-nodes');
+});
+
+test('the pool total is the sum of memory_total of the members that are up, as /api/cluster reports', async () => {
+  const snapshot = await api(basePort, '/api/cluster');
+  const sum = snapshot.nodes
+    .filter((/** @type {any} */ n) => ['self', 'alive', 'suspect'].includes(n.status))
+    .reduce((/** @type {number} */ total, /** @type {any} */ n) => total + n.telemetry.memory_total, 0);
+  assert.equal(sum, snapshot.pool.memory_total);
+  const shown = Number(await page.getAttribute('[data-testid="pool-total"]', 'data-bytes'));
+  assert.equal(shown, snapshot.pool.memory_total);
+  const offered = Number(await page.getAttribute('[data-testid="pool-offer"]', 'data-bytes'));
+  assert.ok(offered > 0 && offered <= 3 * 160_000_000, `offer ${offered}`);
+  await open('memory');
+  assert.equal(await page.locator('[data-testid="node-memory"]').count(), 3);
+  await shot('memory');
+});
+
+test('a model launched from the page splits over the three nodes', async () => {
+  await open('models');
+  await page.fill('[data-testid="model-path"]', modelPath);
+  await page.fill('input[placeholder="2048"]', '512');
+  await page.fill('[data-testid="layers"]', 'alpha:0-9,beta:10-19,gamma:20-29');
+  await page.click('[data-testid="preview-button"]');
+  await page.waitForSelector('[data-testid="placement-preview"]', { timeout: 15_000 });
+  assert.equal(await page.locator('[data-testid="preview-stage"]').count(), 3);
+  await shot('placement-preview');
+  await page.click('[data-testid="launch-button"]');
+  await page.waitForSelector('[data-testid="instance"][data-state="ready"]', { timeout: 90_000 });
+  const stages = await page.$$eval('[data-testid="stage"]', (rows) => rows.map((r) => r.getAttribute('data-node-id')));
+  assert.equal(new Set(stages).size, 3, 'one stage on each node');
+  await shot('models');
+  await open('mesh');
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="node-layers"]').length === 3, null, { timeout: 10_000 });
+});
+
+test('a chat reply streams and shows its time to first token and rates', async () => {
+  await open('chat');
+  await page.fill('[data-testid="chat-max-tokens"]', '40');
+  await page.fill('[data-testid="chat-input"]', 'What is the capital of France?');
+  await page.click('[data-testid="chat-send"]');
+  const stats = page.locator('[data-testid="chat-message"][data-role="assistant"] [data-testid="chat-stats"]');
+  await stats.waitFor({ timeout: 90_000 });
+  const reply = await page.locator('[data-testid="chat-message"][data-role="assistant"] .text').innerText();
+  assert.ok(reply.trim().length > 0, 'the reply has text');
+  assert.match(await stats.locator('[data-testid="ttft"]').innerText(), /\d/);
+  assert.match(await stats.locator('[data-testid="decode-rate"]').innerText(), /\d.*tok\/s/);
+  await shot('chat');
+  await open('rates');
+  await page.waitForSelector('[data-testid="request-row"]', { timeout: 10_000 });
+  await page.waitForFunction(() => Number(document.querySelector('[data-testid="rates-chart"]')?.getAttribute('data-samples')) >= 2);
+  await shot('rates');
+  await open('setup');
+  await page.waitForSelector('[data-testid="doctor-node"]', { timeout: 10_000 });
+  await shot('setup');
+});
+
+test('the full-window dashboard screenshot, with the model running', async () => {
+  await open('mesh');
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="node-layers"]').length === 3);
+  await page.waitForTimeout(1500); // a couple of fresh telemetry and rates samples
+  await page.screenshot({ path: path.join(out, 'dashboard.png') });
+  if (process.env['SHOAL_E2E_ASSETS'] !== '0') {
+    copyFileSync(path.join(out, 'dashboard.png'), path.join(repo, 'assets', 'dashboard.png'));
+  }
+  await page.setViewportSize({ width: 380, height: 560 });
+  await shot('popover-380x560');
+  await page.setViewportSize({ width: 1280, height: 900 });
+});
+
+test('a SIGKILLed node turns red within 5 s', async () => {
+  assert.ok(cluster);
+  const victim = cluster.nodes[2];
+  assert.ok(victim);
+  const snapshot = await api(basePort, '/api/cluster');
+  const id = snapshot.nodes.find((/** @type {any} */ n) => n.name === victim.name).id;
+  const card = `[data-testid="node-card"][data-node-id="${id}"]`;
+  assert.equal(await page.getAttribute(card, 'data-status'), 'alive');
+
+  const killedAt = Date.now();
+  cluster.kill(victim);
+  await page.waitForSelector(`${card}[data-status="down"]`, { timeout: 5_000 });
+  const took = Date.now() - killedAt;
+  const colour = await page.$eval(card, (el) => getComputedStyle(el).borderLeftColor);
+  const downLinks = await page.$$eval(`[data-testid="link"][data-health="down"]`, (edges) => edges.length);
+  assert.equal(downLinks, 2, 'both links of the dead node are marked down');
+  await shot('node-down');
+  const [r, g, b] = (colour.match(/\d+/g) ?? []).map(Number);
+  assert.ok(r !== undefined && g !== undefined && b !== undefined && r > 150 && g < 110 && b < 110, `the card's edge is red, not ${colour}`);
+  process.stdout.write(`# node card turned red ${took} ms after SIGKILL\n`);
+
+  await waitFor('the pool to drop the dead node', async () => {
+    const shown = Number(await page.getAttribute('[data-testid="pool-total"]', 'data-bytes'));
+    const now = await api(basePort, '/api/cluster');
+    return shown === now.pool.memory_total && now.pool.nodes_up === 2 ? true : undefined;
+  }, 5_000);
+});
+
+test('no script errors in the page', () => {
+  assert.deepEqual(pageErrors, []);
+});

@@ -1,0 +1,316 @@
+/**
+ * The JSON the node's API speaks, mirrored from the Rust types (src/cluster/state.rs, src/node/telemetry.rs,
+ * src/links, src/instances, src/placement, src/worker/protocol.rs, src/metrics, src/rdma). Field names are
+ * the wire names; optional fields are ones a newer node may add.
+ */
+
+export type NodeId = string;
+
+/** "self" for the node that serves this page, else how it sees the peer. */
+export type NodeStatus = 'self' | 'connecting' | 'alive' | 'suspect' | 'down';
+export type PeerStatus = Exclude<NodeStatus, 'self'>;
+
+export type Verdict = 'pass' | 'fail' | 'unknown';
+
+export interface Check {
+  id: string;
+  title: string;
+  verdict: Verdict;
+  reason: string;
+  /** What to do about a failure (empty when it passes). */
+  fix: string;
+}
+
+export interface ThunderboltLink {
+  receptacle: number | null;
+  domain_uuid: string | null;
+  interface: string | null;
+  speed_gbps: number | null;
+  peer_name: string;
+  peer_domain_uuid: string;
+  peer_rdma_service: boolean;
+  ipv4: string[];
+  rdma_device: string | null;
+  port_state: string | null;
+}
+
+export interface MacOsVersion {
+  version: string;
+  build: string;
+}
+
+export interface RdmaNodeReport {
+  platform: string;
+  macos: MacOsVersion | null;
+  checks: Check[];
+  links: ThunderboltLink[];
+  usable_interfaces: string[];
+}
+
+export interface NodeTelemetry {
+  memory_total: number;
+  memory_available: number;
+  /** Resident memory of the node's shoal processes (agent and workers). */
+  memory_used_by_shoal: number;
+  /** What the node offers models: available less headroom, capped by --memory-limit and the GPU limit. */
+  memory_offer: number;
+  memory_bandwidth: number | null;
+  cpu_model: string;
+  cpu_cores: number;
+  cpu_threads: number;
+  load_1m: number;
+  os: string;
+  os_version: string;
+  kernel: string;
+  arch: string;
+  chip: string | null;
+  gpu_memory_limit: number | null;
+  gpu_memory_limit_source: string | null;
+  rdma?: RdmaNodeReport | null;
+  sampled_at_ms: number;
+}
+
+export interface NodeView {
+  id: NodeId;
+  name: string;
+  is_self: boolean;
+  status: NodeStatus;
+  control: string[];
+  api_port: number;
+  last_heard_ms_ago: number | null;
+  telemetry: NodeTelemetry | null;
+}
+
+export type LinkKind = 'loopback' | 'ethernet' | 'wifi' | 'thunderbolt' | 'unknown';
+
+/** The data-plane transport of a link; older nodes do not report it (then it is TCP). */
+export type Transport = 'tcp' | 'rdma';
+
+export interface LinkReport {
+  peer: NodeId;
+  kind: LinkKind;
+  interface: string | null;
+  local_addr: string | null;
+  remote_addr: string | null;
+  rtt_p50_us: number | null;
+  rtt_p99_us: number | null;
+  rtt_samples: number;
+  throughput_bps: number | null;
+  throughput_measured_at_ms: number | null;
+  errors: number;
+  transport?: Transport;
+}
+
+export interface LinkView {
+  a: NodeId;
+  b: NodeId;
+  kind: LinkKind;
+  rtt_p50_us: number | null;
+  rtt_p99_us: number | null;
+  throughput_a_to_b_bps: number | null;
+  throughput_b_to_a_bps: number | null;
+  errors: number;
+  reports: LinkReport[];
+  transport?: Transport;
+}
+
+export interface PoolView {
+  nodes_up: number;
+  memory_total: number;
+  memory_available: number;
+  memory_used_by_shoal: number;
+  gpu_memory_limit: number;
+}
+
+export interface NearbyNodeView {
+  id: NodeId;
+  name: string;
+  control: string[];
+  api_port: number;
+}
+
+export interface NearbyCluster {
+  cluster_id: string;
+  nodes: NearbyNodeView[];
+}
+
+export interface ClusterSnapshot {
+  cluster_id: string;
+  node_id: NodeId;
+  nodes: NodeView[];
+  links: LinkView[];
+  pool: PoolView;
+  nearby: NearbyCluster[];
+  join_code_expires_at_ms: number | null;
+}
+
+export type InstanceState = 'launching' | 'ready' | 'failed' | 'stopped';
+export type WorkerState = 'starting' | 'loading' | 'connecting' | 'ready' | 'serving' | 'failed' | 'stopped';
+
+/** A Rust `Range<usize>`: `start` included, `end` excluded. */
+export interface LayerRange {
+  start: number;
+  end: number;
+}
+
+export interface StageBytes {
+  weights: number;
+  kv_cache: number;
+  compute: number;
+}
+
+export interface StageStats {
+  steps: number;
+  tokens: number;
+  compute_us_total: number;
+  requests: number;
+  generated_tokens: number;
+  hop_p50_us: number | null;
+  hop_p99_us: number | null;
+  active_requests: number;
+}
+
+export interface StageStatus {
+  node: NodeId;
+  node_name: string;
+  layers: LayerRange;
+  state: WorkerState;
+  progress: number;
+  data_port: number | null;
+  memory: StageBytes | null;
+  stats: StageStats | null;
+  error: string | null;
+}
+
+export interface StagePlan {
+  node: NodeId;
+  node_name: string;
+  layers: LayerRange;
+  bytes: StageBytes;
+  offer: number;
+  expected_step_us: number | null;
+}
+
+export interface Plan {
+  model: string;
+  context: number;
+  vocabulary: number;
+  stages: StagePlan[];
+  total_bytes: number;
+  ring_us: number;
+  expected_decode_tokens_per_second: number | null;
+}
+
+export interface InstanceInfo {
+  id: string;
+  model: string;
+  model_path: string;
+  owner: NodeId;
+  state: InstanceState;
+  error: string | null;
+  context: number;
+  sequences: number;
+  created_at_ms: number;
+  plan: Plan;
+  stages: StageStatus[];
+}
+
+export interface LaunchRequest {
+  model: string;
+  layers?: string;
+  context?: number;
+  sequences?: number;
+  name?: string;
+}
+
+export interface PlacementPreview {
+  model: string;
+  plan: Plan;
+}
+
+export interface GenerationReport {
+  prompt_tokens: number;
+  generated_tokens: number;
+  time_to_first_token_ms: number;
+  prefill_tokens_per_second: number;
+  decode_tokens_per_second: number;
+  hop_p50_us: number | null;
+}
+
+export interface ClusterRates {
+  prefill_tokens_per_second: number;
+  decode_tokens_per_second: number;
+  requests_per_minute: number;
+  window_seconds: number;
+}
+
+export interface JoinCode {
+  code: string;
+  expires_at_ms: number;
+  expires_in_seconds: number;
+}
+
+export interface Cable {
+  a: NodeId;
+  a_receptacle: number | null;
+  a_interface: string | null;
+  b: NodeId;
+  b_receptacle: number | null;
+  b_interface: string | null;
+  rdma_ready: boolean;
+}
+
+export interface NodeRdma {
+  node: NodeId;
+  name: string;
+  report: RdmaNodeReport | null;
+}
+
+export interface ClusterRdma {
+  nodes: NodeRdma[];
+  cables: Cable[];
+  checks: Check[];
+}
+
+/** Every change the node streams on /api/events, by `type` (also the SSE event name). */
+export type ClusterEvent =
+  | { type: 'node_joined'; node: NodeId; name: string }
+  | { type: 'node_status'; node: NodeId; status: PeerStatus }
+  | { type: 'node_left'; node: NodeId }
+  | { type: 'telemetry'; node: NodeId; telemetry: NodeTelemetry }
+  | { type: 'links'; node: NodeId; links: LinkReport[] }
+  | { type: 'nearby'; clusters: NearbyCluster[] }
+  | { type: 'join_attempt'; from: string; accepted: boolean; reason: string }
+  | { type: 'code_created'; expires_at_ms: number }
+  | { type: 'code_revoked'; reason: string }
+  | { type: 'cluster_changed'; cluster_id: string }
+  | { type: 'instance'; info: InstanceInfo }
+  | { type: 'instance_failed'; instance: string; model: string; error: string }
+  | { type: 'request_finished'; model: string; report: GenerationReport }
+  | { type: 'rates'; rates: ClusterRates }
+  | { type: 'lagged' };
+
+export type ClusterEventType = ClusterEvent['type'];
+
+export const CLUSTER_EVENT_TYPES: readonly ClusterEventType[] = [
+  'node_joined',
+  'node_status',
+  'node_left',
+  'telemetry',
+  'links',
+  'nearby',
+  'join_attempt',
+  'code_created',
+  'code_revoked',
+  'cluster_changed',
+  'instance',
+  'instance_failed',
+  'request_finished',
+  'rates',
+  'lagged',
+];
+
+/** The error body of every failed API call (OpenAI's shape). */
+export interface ApiErrorBody {
+  error: { message: string; type: string; param: string | null; code: string | null };
+}

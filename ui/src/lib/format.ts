@@ -1,0 +1,63 @@
+/** Numbers as people read them: bytes, bit rates, latencies, token rates, time left. */
+
+const BYTE_UNITS = ['B', 'KB', 'MB', 'GB', 'TB'];
+
+/** Decimal units (what the node's own messages and `--memory-limit 64MB` use). */
+export function formatBytes(bytes: number): string {
+  if (!Number.isFinite(bytes) || bytes < 0) return '—';
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1000 && unit < BYTE_UNITS.length - 1) {
+    value /= 1000;
+    unit++;
+  }
+  const digits = unit === 0 || value >= 100 ? 0 : value >= 10 ? 1 : 2;
+  return `${value.toFixed(digits)} ${BYTE_UNITS[unit]}`;
+}
+
+export function formatBitRate(bps: number | null): string {
+  if (bps === null || !Number.isFinite(bps)) return '—';
+  if (bps >= 1e9) return `${(bps / 1e9).toFixed(bps >= 1e11 ? 0 : 1)} Gb/s`;
+  if (bps >= 1e6) return `${(bps / 1e6).toFixed(0)} Mb/s`;
+  return `${(bps / 1e3).toFixed(0)} kb/s`;
+}
+
+export function formatMicros(us: number | null): string {
+  if (us === null || !Number.isFinite(us)) return '—';
+  if (us >= 1_000_000) return `${(us / 1_000_000).toFixed(2)} s`;
+  if (us >= 1_000) return `${(us / 1_000).toFixed(us >= 10_000 ? 0 : 1)} ms`;
+  return `${Math.round(us)} µs`;
+}
+
+export function formatMillis(ms: number | null): string {
+  return ms === null ? '—' : formatMicros(ms * 1000);
+}
+
+export function formatTokenRate(perSecond: number | null): string {
+  if (perSecond === null || !Number.isFinite(perSecond)) return '—';
+  return `${perSecond >= 100 ? perSecond.toFixed(0) : perSecond.toFixed(1)} tok/s`;
+}
+
+export function formatPercent(fraction: number): string {
+  return `${Math.round(fraction * 100)} %`;
+}
+
+/** "4:59" until `atMs`, or "expired". */
+export function formatCountdown(atMs: number, nowMs: number): string {
+  const left = Math.max(0, Math.round((atMs - nowMs) / 1000));
+  if (left === 0) return 'expired';
+  return `${Math.floor(left / 60)}:${String(left % 60).padStart(2, '0')}`;
+}
+
+/** Inclusive layer numbers of a half-open range: "0–9". */
+export function formatLayers(range: { start: number; end: number }): string {
+  return range.end - range.start <= 1 ? `${range.start}` : `${range.start}–${range.end - 1}`;
+}
+
+export function formatClock(ms: number): string {
+  return new Date(ms).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+}
+
+export function shortId(id: string): string {
+  return id.replaceAll('-', '').slice(0, 8);
+}

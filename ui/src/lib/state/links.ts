@@ -1,0 +1,89 @@
+/**
+ * Links between members, rebuilt from each node's own reports the way the node builds them for
+ * /api/cluster: one view per pair (a < b), RTT from a's report or else b's, throughput each way from the
+ * sender's report. Also a link's health and transport, for colouring edges.
+ */
+import type { LinkReport, LinkView, NodeId, NodeStatus, Transport } from '../api/types';
+
+/** Each reporting node's reports of its links, by reporter. */
+export type ReportsByNode = Record<NodeId, LinkReport[]>;
+
+/** The reporters of a snapshot's link views (a report about `b` came from `a`, and the other way). */
+export function reportsFromSnapshot(links: readonly LinkView[]): ReportsByNode {
+  const byNode: ReportsByNode = {};
+  for (const link of links) {
+    for (const report of link.reports) {
+      const reporter = report.peer === link.b ? link.a : link.b;
+      (byNode[reporter] ??= []).push(report);
+    }
+  }
+  return byNode;
+}
+
+function reportOf(reports: ReportsByNode, from: NodeId, to: NodeId): LinkReport | undefined {
+  return reports[from]?.find((r) => r.peer === to);
+}
+
+/** Link views between `members`, ordered by (a, b) like the node orders them. */
+export function mergeLinks(members: readonly NodeId[], reports: ReportsByNode): LinkView[] {
+  const ids = [...members].sort();
+  const links: LinkView[] = [];
+  for (let i = 0; i < ids.length; i++) {
+    for (let j = i + 1; j < ids.length; j++) {
+      const a = ids[i] as NodeId;
+      const b = ids[j] as NodeId;
+      const ab = reportOf(reports, a, b);
+      const ba = reportOf(reports, b, a);
+      const first = ab ?? ba;
+      if (first === undefined) continue;
+      const transport = ab?.transport ?? ba?.transport;
+      links.push({
+        a,
+        b,
+        kind: first.kind,
+        rtt_p50_us: ab?.rtt_p50_us ?? ba?.rtt_p50_us ?? null,
+        rtt_p99_us: ab?.rtt_p99_us ?? ba?.rtt_p99_us ?? null,
+        throughput_a_to_b_bps: ab?.throughput_bps ?? null,
+        throughput_b_to_a_bps: ba?.throughput_bps ?? null,
+        errors: (ab?.errors ?? 0) + (ba?.errors ?? 0),
+        reports: [ab, ba].filter((r): r is LinkReport => r !== undefined),
+        ...(transport === undefined ? {} : { transport }),
+      });
+    }
+  }
+  return links;
+}
+
+/**
+ * ok: both ends up and answering quickly; slow: RTT p50 above 5 ms; degraded: an end is suspect or not
+ * connected yet, or no RTT was measured; down: an end is down.
+ */
+export type LinkHealth = 'ok' | 'slow' | 'degraded' | 'down';
+
+export const SLOW_RTT_US = 5_000;
+
+/** A lookup of each member's status by id, for {@link linkHealth}. */
+export function statusLookup(nodes: readonly { id: NodeId; status: NodeStatus }[]): (id: NodeId) => NodeStatus | undefined {
+  const byId = new Map(nodes.map((n) => [n.id, n.status]));
+  return (id) => byId.get(id);
+}
+
+export function linkHealth(link: LinkView, statusOf: (id: NodeId) => NodeStatus | undefined): LinkHealth {
+  const ends = [statusOf(link.a), statusOf(link.b)];
+  if (ends.some((s) => s === 'down' || s === undefined)) return 'down';
+  if (ends.some((s) => s === 'suspect' || s === 'connecting') || link.rtt_p50_us === null) return 'degraded';
+  if (link.rtt_p50_us > SLOW_RTT_US) return 'slow';
+  return 'ok';
+}
+
+/** The data plane's transport over the link: RDMA only where a node says so, else TCP. */
+export function linkTransport(link: LinkView): Transport {
+  if (link.transport === 'rdma' || link.reports.some((r) => r.transport === 'rdma')) return 'rdma';
+  return 'tcp';
+}
+
+/** The lower of the two directions' measured throughput (what a stage-to-stage hop can count on). */
+export function linkThroughput(link: LinkView): number | null {
+  const both = [link.throughput_a_to_b_bps, link.throughput_b_to_a_bps].filter((x): x is number => x !== null);
+  return both.length === 0 ? null : Math.min(...both);
+}
