@@ -117,6 +117,17 @@ test('the mesh shows every node and every link between them', async () => {
   assert.deepEqual([...links].sort(), pairs.sort());
   const health = await page.$$eval('[data-testid="link"]', (edges) => edges.map((e) => e.getAttribute('data-health')));
   assert.deepEqual(health, ['ok', 'ok', 'ok']);
+
+  // No RDMA on loopback: every link is TCP, with the reason the nodes give (when they give one).
+  const transports = await page.$$eval('[data-testid="link"]', (edges) => edges.map((e) => e.getAttribute('data-transport')));
+  assert.deepEqual(transports, ['tcp', 'tcp', 'tcp']);
+  assert.equal(await page.locator('[data-testid="transport-badge"][data-transport="tcp"]').count(), 3);
+  const reasons = snapshot.links.flatMap((/** @type {any} */ l) => l.reports.map((/** @type {any} */ r) => r.transport?.reason)).filter(Boolean);
+  if (reasons.length > 0) {
+    const shown = await page.$$eval('[data-testid="transport-detail"]', (rows) => rows.map((r) => r.textContent ?? ''));
+    assert.equal(shown.length, 3);
+    assert.ok(shown.every((text) => reasons.some((/** @type {string} */ reason) => text.includes(reason))), shown.join(' | '));
+  }
   await shot('mesh-3-nodes');
 });
 

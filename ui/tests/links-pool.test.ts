@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { linkHealth, linkTransport, mergeLinks, reportsFromSnapshot } from '../src/lib/state/links';
 import { nodeMemory, poolTotals, pressureOf } from '../src/lib/state/pool';
-import type { LinkView, NodeStatus } from '../src/lib/api/types';
+import type { LinkReport, LinkView, NodeStatus } from '../src/lib/api/types';
 import { snapshotFixture } from './fakes';
 
 describe('links', () => {
@@ -32,12 +32,18 @@ describe('links', () => {
     expect(linkHealth({ ...link, rtt_p50_us: null }, all('alive'))).toBe('degraded');
   });
 
-  it('shows TCP unless a node reports RDMA for the link', () => {
+  it('shows TCP unless every end that reports a transport uses RDMA', () => {
     const link = snapshotFixture().links[0] as LinkView;
-    expect(linkTransport(link)).toBe('tcp');
-    expect(linkTransport({ ...link, transport: 'rdma' })).toBe('rdma');
-    const reports = link.reports.map((r, i) => (i === 0 ? { ...r, transport: 'rdma' as const } : r));
-    expect(linkTransport({ ...link, reports })).toBe('rdma');
+    expect(linkTransport(link)).toEqual({ kind: 'tcp', detail: null });
+    const rdma = { kind: 'rdma' as const, device: 'rdma_en3' };
+    const tcp = { kind: 'tcp' as const, reason: 'no Thunderbolt cable joins these two nodes' };
+    const withTransports = (first: LinkReport['transport'], second: LinkReport['transport']): LinkView => ({
+      ...link,
+      reports: link.reports.map((r, i) => ({ ...r, transport: i === 0 ? first : second })),
+    });
+    expect(linkTransport(withTransports(rdma, rdma))).toEqual({ kind: 'rdma', detail: 'rdma_en3' });
+    expect(linkTransport(withTransports(rdma, undefined))).toEqual({ kind: 'rdma', detail: 'rdma_en3' });
+    expect(linkTransport(withTransports(rdma, tcp))).toEqual({ kind: 'tcp', detail: tcp.reason });
   });
 });
 

@@ -83,8 +83,13 @@ export interface NodeView {
 
 export type LinkKind = 'loopback' | 'ethernet' | 'wifi' | 'thunderbolt' | 'unknown';
 
-/** The data-plane transport of a link; older nodes do not report it (then it is TCP). */
-export type Transport = 'tcp' | 'rdma';
+/**
+ * The transport the ring uses on a link as one end chose it: RDMA with its device, or TCP and why
+ * (with when RDMA is tried again after a failure). Older nodes do not report it: then it is TCP.
+ */
+export type LinkTransport =
+  | { kind: 'rdma'; device: string }
+  | { kind: 'tcp'; reason: string; retry_at_ms?: number };
 
 export interface LinkReport {
   peer: NodeId;
@@ -98,7 +103,7 @@ export interface LinkReport {
   throughput_bps: number | null;
   throughput_measured_at_ms: number | null;
   errors: number;
-  transport?: Transport;
+  transport?: LinkTransport;
 }
 
 export interface LinkView {
@@ -111,7 +116,6 @@ export interface LinkView {
   throughput_b_to_a_bps: number | null;
   errors: number;
   reports: LinkReport[];
-  transport?: Transport;
 }
 
 export interface PoolView {

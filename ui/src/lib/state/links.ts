@@ -3,7 +3,7 @@
  * /api/cluster: one view per pair (a < b), RTT from a's report or else b's, throughput each way from the
  * sender's report. Also a link's health and transport, for colouring edges.
  */
-import type { LinkReport, LinkView, NodeId, NodeStatus, Transport } from '../api/types';
+import type { LinkReport, LinkView, NodeId, NodeStatus } from '../api/types';
 
 /** Each reporting node's reports of its links, by reporter. */
 export type ReportsByNode = Record<NodeId, LinkReport[]>;
@@ -36,7 +36,6 @@ export function mergeLinks(members: readonly NodeId[], reports: ReportsByNode): 
       const ba = reportOf(reports, b, a);
       const first = ab ?? ba;
       if (first === undefined) continue;
-      const transport = ab?.transport ?? ba?.transport;
       links.push({
         a,
         b,
@@ -47,7 +46,6 @@ export function mergeLinks(members: readonly NodeId[], reports: ReportsByNode): 
         throughput_b_to_a_bps: ba?.throughput_bps ?? null,
         errors: (ab?.errors ?? 0) + (ba?.errors ?? 0),
         reports: [ab, ba].filter((r): r is LinkReport => r !== undefined),
-        ...(transport === undefined ? {} : { transport }),
       });
     }
   }
@@ -76,10 +74,23 @@ export function linkHealth(link: LinkView, statusOf: (id: NodeId) => NodeStatus 
   return 'ok';
 }
 
-/** The data plane's transport over the link: RDMA only where a node says so, else TCP. */
-export function linkTransport(link: LinkView): Transport {
-  if (link.transport === 'rdma' || link.reports.some((r) => r.transport === 'rdma')) return 'rdma';
-  return 'tcp';
+/** The badge of a link: RDMA or TCP, and the device or the reason. */
+export interface TransportBadge {
+  kind: 'rdma' | 'tcp';
+  detail: string | null;
+}
+
+/**
+ * RDMA only where every end that reports a transport uses it; otherwise TCP with the first end's
+ * reason. Nodes that do not report transports (older builds) use TCP.
+ */
+export function linkTransport(link: LinkView): TransportBadge {
+  const chosen = link.reports.flatMap((r) => (r.transport === undefined ? [] : [r.transport]));
+  const tcp = chosen.find((t) => t.kind === 'tcp');
+  if (tcp !== undefined && tcp.kind === 'tcp') return { kind: 'tcp', detail: tcp.reason };
+  const devices = [...new Set(chosen.flatMap((t) => (t.kind === 'rdma' ? [t.device] : [])))];
+  if (devices.length > 0) return { kind: 'rdma', detail: devices.join(' ↔ ') };
+  return { kind: 'tcp', detail: null };
 }
 
 /** The lower of the two directions' measured throughput (what a stage-to-stage hop can count on). */
