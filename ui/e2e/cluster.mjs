@@ -75,14 +75,16 @@ export class Cluster {
    * Starts node `name` on the next free pair of ports, joining through `join` (CODE@HOST:PORT) if given.
    * @param {string} name
    * @param {string | null} join
+   * @param {string[]} [extra] more arguments of `shoal node`
    */
-  start(name, join) {
+  start(name, join, extra = []) {
     const port = this.basePort + 2 * this.nodes.length;
     const dataDir = path.join(this.root, name);
     const log = path.join(this.root, `${name}.log`);
     const args = ['node', '--data-dir', dataDir, '--port', String(port), '--name', name, '--no-mdns'];
     args.push('--memory-limit', this.memoryLimit);
     if (join !== null) args.push('--join', join);
+    args.push(...extra);
     const out = openSync(log, 'w');
     const child = spawn(this.binary, args, { detached: true, stdio: ['ignore', out, out] });
     if (child.pid === undefined) throw new Error(`could not start ${this.binary}`);

@@ -115,8 +115,9 @@ test('the mesh shows every node and every link between them', async () => {
   const pairs = [];
   for (let i = 0; i < ids.length; i++) for (let j = i + 1; j < ids.length; j++) pairs.push(`${ids[i]} ${ids[j]}`);
   assert.deepEqual([...links].sort(), pairs.sort());
+  // Both ends up: ok, or slow when a busy machine answers probes late (RTT p50 above 5 ms).
   const health = await page.$$eval('[data-testid="link"]', (edges) => edges.map((e) => e.getAttribute('data-health')));
-  assert.deepEqual(health, ['ok', 'ok', 'ok']);
+  assert.ok(health.every((h) => h === 'ok' || h === 'slow'), `link health ${health.join(', ')}`);
 
   // No RDMA on loopback: every link is TCP, with the reason the nodes give (when they give one).
   const transports = await page.$$eval('[data-testid="link"]', (edges) => edges.map((e) => e.getAttribute('data-transport')));
@@ -224,6 +225,38 @@ test('a SIGKILLed node turns red within 5 s', async () => {
     const now = await api(basePort, '/api/cluster');
     return shown === now.pool.memory_total && now.pool.nodes_up === 2 ? true : undefined;
   }, 5_000);
+});
+
+test('a node with an API token asks for it once, and is read-only without it', async () => {
+  assert.ok(cluster && browser);
+  const guarded = cluster.start('guarded', null, ['--api-token', 'e2e-secret']);
+  await cluster.healthy(guarded);
+  const tab = await browser.newPage();
+  tab.on('pageerror', (error) => pageErrors.push(error.message));
+  try {
+    await tab.goto(`http://127.0.0.1:${guarded.port}/`);
+    await tab.waitForSelector('[data-testid="node-card"]');
+
+    // Without the token the action is refused and the token is asked for; declining leaves it read-only.
+    await tab.click('[data-testid="add-node"]');
+    await tab.waitForSelector('[data-testid="token-input"]');
+    await tab.click('text=Stay read-only');
+    await tab.waitForSelector('[data-testid="read-only"]');
+    assert.equal(await tab.isDisabled('[data-testid="add-node"]'), true);
+    await tab.screenshot({ path: path.join(out, 'read-only.png') });
+
+    // Offering the token afterwards unlocks the actions, and the token is kept for the next visit.
+    await tab.click('[data-testid="read-only"] button');
+    await tab.fill('[data-testid="token-input"]', 'e2e-secret');
+    await tab.click('text=Use token');
+    await tab.waitForSelector('[data-testid="read-only"]', { state: 'detached' });
+    await tab.click('[data-testid="add-node"]');
+    const code = await tab.locator('[data-testid="join-code"] .code').innerText({ timeout: 5_000 });
+    assert.match(code, /^[A-Z0-9]{4}-[A-Z0-9]{4}$/);
+    assert.equal(await tab.evaluate(() => localStorage.getItem('shoal.apiToken')), 'e2e-secret');
+  } finally {
+    await tab.close();
+  }
 });
 
 test('no script errors in the page', () => {
