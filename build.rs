@@ -1,5 +1,6 @@
 //! Embeds the built dashboard (`ui/dist`, made by `npm --prefix ui run build`) into the binary so every
 //! node serves it at `/`. Without a built dashboard the node serves a page that says how to build it.
+//! With the `rdma` feature it also compiles the RDMA verbs shim.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -22,7 +23,27 @@ fn main() {
     table.push(']');
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("ui_assets.rs");
     std::fs::write(out, format!("pub static ASSETS: &[(&str, &[u8])] = {table};\n")).expect("write ui_assets.rs");
+    build_rdma_shim();
 }
+
+/// With the `rdma` feature: compiles the verbs shim (src/transport/rdma/shim.c) against the platform's
+/// `<infiniband/verbs.h>`. It does not link the verbs library (the shim opens it at run time), only the
+/// system's dlopen.
+#[cfg(feature = "rdma")]
+fn build_rdma_shim() {
+    if std::env::var_os("CARGO_FEATURE_RDMA").is_none() {
+        return;
+    }
+    let shim = "src/transport/rdma/shim.c";
+    println!("cargo:rerun-if-changed={shim}");
+    cc::Build::new().file(shim).warnings(true).compile("shoal_rdma_shim");
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
+        println!("cargo:rustc-link-lib=dl");
+    }
+}
+
+#[cfg(not(feature = "rdma"))]
+fn build_rdma_shim() {}
 
 fn collect(root: &Path, dir: &Path, files: &mut Vec<(String, PathBuf)>) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };

@@ -4,6 +4,7 @@
 //! here, and the RDMA transport plugs in beside it. [`select`] decides per link which one to use.
 
 pub mod frame;
+pub mod rdma;
 pub mod select;
 
 /// Whether the ring's data plane carries frames over RDMA. Not yet: stages connect over TCP, and the

@@ -4,6 +4,7 @@
 use super::*;
 use crate::node::NodeId;
 use crate::rdma::{self, Captures};
+use crate::transport::rdma::{FramingError, RdmaError};
 
 fn report(folder: &str) -> NodeReport {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rdma").join(folder);
@@ -96,19 +97,19 @@ fn an_rdma_failure_falls_back_to_tcp_and_rdma_is_retried_later() {
     let t0 = 1_000_000;
     assert_eq!(link.choose(&facts, t0), LinkTransport::Rdma { device: "rdma_en4".into() });
 
-    link.rdma_failed(&"no completion within 2 s", t0);
+    link.rdma_failed(&RdmaError::Timeout(std::time::Duration::from_secs(2)), t0);
     let LinkTransport::Tcp { reason, retry_at_ms } = link.choose(&facts, t0) else { panic!("still on RDMA") };
-    assert_eq!(reason, "RDMA failed (no completion within 2 s); using TCP until the next try");
+    assert_eq!(reason, "RDMA failed (no RDMA completion within 2s); using TCP until the next try");
     assert_eq!(retry_at_ms, Some(t0 + FIRST_RETRY_MS));
     assert!(matches!(link.choose(&facts, t0 + FIRST_RETRY_MS - 1), LinkTransport::Tcp { .. }));
     assert!(matches!(link.choose(&facts, t0 + FIRST_RETRY_MS), LinkTransport::Rdma { .. }), "retried after the wait");
 
     // Failing again on the retry doubles the wait, up to the longest.
     let t1 = t0 + FIRST_RETRY_MS;
-    link.rdma_failed(&"checksum mismatch", t1);
+    link.rdma_failed(&RdmaError::Framing(FramingError::Checksum { seq: 41 }), t1);
     let LinkTransport::Tcp { reason, retry_at_ms } = link.choose(&facts, t1) else { panic!() };
     assert_eq!(retry_at_ms, Some(t1 + 2 * FIRST_RETRY_MS));
-    assert!(reason.contains("checksum mismatch") && reason.contains("2 failures in a row"), "{reason}");
+    assert!(reason.contains("checksum mismatch in slot 41") && reason.contains("2 failures in a row"), "{reason}");
     for _ in 0..20 {
         link.rdma_failed(&"again", t1);
     }
