@@ -59,7 +59,7 @@ pub fn create(app: &AppHandle, node: SharedNode) -> anyhow::Result<()> {
 fn on_menu(app: &AppHandle, event: &MenuEvent, node: &SharedNode, login: &CheckMenuItem<Wry>) {
     match event.id().as_ref() {
         "open" => window::show(app, None),
-        "join" => window::show(app, Some("join")),
+        "join" => window::show(app, Some("mesh/join")),
         "rdma" => window::show(app, Some("setup")),
         "leave" => {
             let node = node.lock().expect("node");

@@ -15,7 +15,7 @@ pub fn open(app: &AppHandle, url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Shows the window, in front, at a view of the dashboard (`mesh`, `join`, `setup`, …).
+/// Shows the window, in front, at a view of the dashboard (`mesh`, `mesh/join`, `setup`, …).
 pub fn show(app: &AppHandle, view: Option<&str>) {
     let Some(window) = app.get_webview_window(MAIN) else { return };
     if let Some(view) = view {

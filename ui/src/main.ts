@@ -1,4 +1,5 @@
 /** Entry point: mounts the dashboard into the page. */
+import './lib/locale-guard';
 import { mount } from 'svelte';
 import './app.css';
 import App from './App.svelte';

@@ -1,0 +1,178 @@
+"""The real app window, driven through tauri-driver and WebKitWebDriver: the window shows this machine's
+node; a node started beside it (joined with a code) appears; the Join form joins another cluster with its
+code. Then the tray: its menu opens and Quit ends the app with status 0 and stops its node.
+
+Run by scripts/test-app under Xvfb and a D-Bus session; needs target/release/shoal and shoal-app."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(__file__))
+from webdriver import Session  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SHOAL = os.path.join(ROOT, "target", "release", "shoal")
+APP = os.path.join(ROOT, "target", "release", "shoal-app")
+OUT = os.path.join(ROOT, "tests", "app", "out")
+APP_PORT, BESIDE_PORT, OTHER_PORT, TRAY_PORT = 53600, 53610, 53620, 53630
+
+
+def api(port, path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", data=data, method="GET" if body is None else "POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def wait(what, condition, timeout=20):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        try:
+            last = condition()
+            if last:
+                return last
+        except Exception as e:  # the thing waited for may not answer yet
+            last = e
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+class Processes:
+    def __init__(self):
+        self.started = []
+
+    def start(self, args, log, env=None):
+        process = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
+        self.started.append(process)
+        return process
+
+    def stop_all(self):
+        for process in self.started:
+            if process.poll() is None:
+                process.terminate()
+        for process in self.started:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def node(processes, work, name, port, join=None):
+    args = [SHOAL, "node", "--data-dir", os.path.join(work, name), "--port", str(port), "--no-mdns", "--name", name]
+    if join:
+        args += ["--join", join]
+    process = processes.start(args, os.path.join(OUT, f"{name}.log"))
+    wait(f"{name}'s API", lambda: api(port, "/api/health")["ok"])
+    return process
+
+
+def card_names(session):
+    return session.script(
+        "return [...document.querySelectorAll('[data-testid=node-card]')]"
+        ".map(c => c.querySelector('h3, h2, .name')?.textContent?.trim() ?? c.textContent)"
+    )
+
+
+def test_window(processes, work):
+    env = dict(os.environ, SHOAL_DATA_DIR=os.path.join(work, "desk"), SHOAL_PORT=str(APP_PORT), SHOAL_NO_MDNS="1",
+               SHOAL_NAME="desk")
+    processes.start(["tauri-driver", "--port", "4444"], os.path.join(OUT, "tauri-driver.log"), env=env)
+    session = Session("http://127.0.0.1:4444", APP)
+    try:
+        names = session.wait_for("the window to show this machine's node", lambda: card_names(session), timeout=30)
+        assert len(names) == 1 and "desk" in names[0], names
+        print("window shows the local node:", names)
+
+        code = api(APP_PORT, "/api/cluster/code", {})["code"]
+        node(processes, work, "beside", BESIDE_PORT, join=f"{code}@127.0.0.1:{APP_PORT + 1}")
+        names = session.wait_for("the node started beside it", lambda: (n := card_names(session)) and len(n) == 2 and n)
+        assert any("beside" in n for n in names), names
+        print("a node started beside it appears:", names)
+        session.screenshot(os.path.join(OUT, "app-two-nodes.png"))
+
+        node(processes, work, "other", OTHER_PORT)
+        other = api(OTHER_PORT, "/api/cluster")
+        code = api(OTHER_PORT, "/api/cluster/code", {})["code"]
+        session.script("location.hash = '#/mesh/join'")
+        field = session.wait_for("the join form", lambda: session.find_all("[data-testid=join-form] input"))[0]
+        session.type(field, f"{code}@127.0.0.1:{OTHER_PORT + 1}")
+        session.click(session.find_all("[data-testid=join-form] button[type=submit]")[0])
+        wait("the app's node to join the other cluster",
+             lambda: api(APP_PORT, "/api/cluster")["cluster_id"] == other["cluster_id"], timeout=30)
+        names = session.wait_for(
+            "the window to show the joined cluster",
+            lambda: (n := card_names(session)) and any("other" in x for x in n) and not any("beside" in x for x in n) and n,
+        )
+        print("Join with a code joined:", names)
+        session.script("location.hash = '#/mesh'")
+        time.sleep(1.5)
+        session.screenshot(os.path.join(OUT, "app.png"))
+    finally:
+        session.close()
+
+
+def x_windows():
+    tree = subprocess.run(["xwininfo", "-root", "-tree"], capture_output=True, text=True).stdout
+    return tree
+
+
+def test_tray(processes, work):
+    trayer = processes.start(["trayer", "--edge", "top", "--align", "right", "--widthtype", "request", "--height", "32",
+                              "--transparent", "false", "--tint", "0x333333"], os.path.join(OUT, "trayer.log"))
+    time.sleep(1)
+    env = dict(os.environ, SHOAL_DATA_DIR=os.path.join(work, "tray"), SHOAL_PORT=str(TRAY_PORT), SHOAL_NO_MDNS="1")
+    app = processes.start([APP], os.path.join(OUT, "tray-app.log"), env=env)
+    wait("the app's node", lambda: api(TRAY_PORT, "/api/health")["ok"])
+    line = wait("the tray icon", lambda: next((l for l in x_windows().splitlines() if "tray-icon tray app" in l), None))
+    # "… 32x30+0+0  +1366+1": the icon's absolute position is the last field.
+    x, y = (int(v) for v in line.split()[-1].lstrip("+").split("+"))
+    before = x_windows().count("shoal-app")
+    subprocess.run(["xdotool", "mousemove", str(x + 10), str(y + 10), "click", "1"], check=True)
+    wait("the tray menu to open", lambda: x_windows().count("shoal-app") > before, timeout=10)
+    subprocess.run(["import", "-window", "root", os.path.join(OUT, "tray-menu.png")], check=False)
+    # Quit is the menu's last item: Up from nothing selects it.
+    time.sleep(0.5)
+    subprocess.run(["xdotool", "key", "Up"], check=True)
+    time.sleep(0.3)
+    subprocess.run(["xdotool", "key", "Return"], check=True)
+    code = app.wait(timeout=20)
+    assert code == 0, f"Quit ended the app with status {code}"
+    try:
+        api(TRAY_PORT, "/api/health")
+        raise AssertionError("the node still answers after Quit")
+    except OSError:
+        pass
+    print("tray menu opened; Quit exited with status 0 and stopped the node")
+    trayer.terminate()
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    for binary in (SHOAL, APP):
+        if not os.path.exists(binary):
+            sys.exit(f"{binary} is missing: build it first (scripts/test-app does)")
+    work = tempfile.mkdtemp(prefix="shoal-app-test-")
+    processes = Processes()
+    try:
+        test_window(processes, work)
+        test_tray(processes, work)
+    finally:
+        processes.stop_all()
+        shutil.rmtree(work, ignore_errors=True)
+    print("app tests passed")
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    main()
