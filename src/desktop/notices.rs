@@ -1,5 +1,5 @@
 //! Which cluster events deserve a desktop notification, worded for people: a node joined, went down or
-//! came back, a link started failing, a model became ready or failed. Each happening gives at most one
+//! came back, a link started failing or fell back from RDMA to TCP, a model became ready or failed. Each happening gives at most one
 //! notice (a status is reported on its change only; a failing link at most once per
 //! [`LINK_NOTICE_INTERVAL_MS`]). Whether to show it (not while the window has focus) is the app's call.
 
@@ -7,6 +7,7 @@ use crate::cluster::{ClusterEvent, ClusterSnapshot, PeerStatus};
 use crate::instances::InstanceState;
 use crate::links::LinkReport;
 use crate::node::NodeId;
+use crate::transport::select::LinkTransport;
 use std::collections::{HashMap, HashSet};
 
 /// A failing link is notified again only after this long.
@@ -33,6 +34,8 @@ pub struct NoticeBoard {
     instance_states: HashMap<String, InstanceState>,
     link_errors: HashMap<(NodeId, NodeId), u64>,
     link_noticed_at: HashMap<(NodeId, NodeId), u64>,
+    /// Links whose last report said RDMA.
+    on_rdma: HashSet<(NodeId, NodeId)>,
 }
 
 impl NoticeBoard {
@@ -110,6 +113,18 @@ impl NoticeBoard {
         let mut notice = None;
         for report in links {
             let key = pair(from, report.peer);
+            match &report.transport {
+                Some(LinkTransport::Rdma { .. }) => {
+                    self.on_rdma.insert(key);
+                }
+                Some(LinkTransport::Tcp { reason, .. }) if self.on_rdma.remove(&key) && notice.is_none() => {
+                    notice = Some(Notice::new(
+                        format!("Link {} ↔ {} fell back to TCP", self.name(from), self.name(report.peer)),
+                        format!("RDMA stopped: {reason}. It is tried again later; nothing restarts."),
+                    ));
+                }
+                _ => {}
+            }
             let before = self.link_errors.insert(key, report.errors).unwrap_or(report.errors);
             let ends_up = !self.down.contains(&from) && !self.down.contains(&report.peer);
             let quiet = self.link_noticed_at.get(&key).is_none_or(|at| now_ms >= at + LINK_NOTICE_INTERVAL_MS);

@@ -77,3 +77,19 @@ fn a_failing_link_is_told_at_most_once_per_interval_and_not_when_its_end_is_down
     board.on_event(&ClusterEvent::NodeStatus { node: id(3), status: PeerStatus::Down }, 0);
     assert_eq!(board.on_event(&to_node3(40), 0), None, "the node-down notice already said it");
 }
+
+#[test]
+fn a_link_falling_back_from_rdma_to_tcp_is_told_once() {
+    let mut board = NoticeBoard::new(&snapshot(&["alive"], 1));
+    let with = |transport| ClusterEvent::Links {
+        node: id(1),
+        links: vec![LinkReport { transport: Some(transport), ..link(id(2), 0) }],
+    };
+    let tcp = || LinkTransport::Tcp { reason: "send timed out".into(), retry_at_ms: Some(5) };
+    assert_eq!(board.on_event(&with(tcp()), 0), None, "a link that never had RDMA did not fall back");
+    assert_eq!(board.on_event(&with(LinkTransport::Rdma { device: "rdma_en3".into() }), 0), None);
+    let notice = board.on_event(&with(tcp()), 0).unwrap();
+    assert_eq!(notice.title, "Link node1 ↔ node2 fell back to TCP");
+    assert!(notice.body.contains("send timed out"), "{}", notice.body);
+    assert_eq!(board.on_event(&with(tcp()), 0), None);
+}
