@@ -99,7 +99,6 @@ def test_window(processes, work):
         names = session.wait_for("the node started beside it", lambda: (n := card_names(session)) and len(n) == 2 and n)
         assert any("beside" in n for n in names), names
         print("a node started beside it appears:", names)
-        session.screenshot(os.path.join(OUT, "app-two-nodes.png"))
 
         node(processes, work, "other", OTHER_PORT)
         other = api(OTHER_PORT, "/api/cluster")
@@ -117,7 +116,10 @@ def test_window(processes, work):
         print("Join with a code joined:", names)
         session.script("location.hash = '#/mesh'")
         time.sleep(1.5)
-        session.screenshot(os.path.join(OUT, "app.png"))
+        try:
+            session.screenshot(os.path.join(OUT, "app.png"))
+        except Exception as e:  # a picture for people, not something the test checks
+            print(f"no screenshot of the window: {e}")
     finally:
         session.close()
 
