@@ -1,7 +1,8 @@
 //! The RDMA transport over Thunderbolt: what both ends exchange to connect a queue pair
 //! ([`Endpoint`]), the errors that move a link back to TCP ([`RdmaError`]), the framing that makes
-//! unacknowledged UC sends safe ([`framing`]), and — with the cargo feature `rdma` — the verbs
-//! themselves through a small C shim that opens the platform's library at run time (`verbs`).
+//! unacknowledged UC sends safe ([`framing`]), messages over a queue pair with credits and timeouts
+//! ([`link`]), and — with the cargo feature `rdma` — the verbs themselves through a small C shim that
+//! opens the platform's library at run time (`verbs`).
 //!
 //! Apple's rules (shared/research/rdma.md): UC queue pairs only, SEND/RECV only, at most 10 queue pairs
 //! and about 100 memory regions per device, page-aligned buffers, the receiver posts the same number of
@@ -9,13 +10,14 @@
 //! delivery.
 
 pub mod framing;
+pub mod link;
 #[cfg(feature = "rdma")]
 #[allow(unsafe_code)]
 mod verbs;
 
 pub use framing::FramingError;
 #[cfg(feature = "rdma")]
-pub use verbs::{RdmaLink, Verbs, LIBRARY_ENV};
+pub use verbs::{RdmaLink, ShimQueuePair, Verbs, LIBRARY_ENV};
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;

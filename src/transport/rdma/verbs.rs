@@ -1,16 +1,15 @@
 //! The safe wrapper over the C verbs shim (shim.c): the only RDMA code with `unsafe`. [`Verbs`] is the
-//! platform's verbs library opened at run time; [`RdmaLink`] is one UC queue pair with its slots,
-//! sending and receiving whole messages through the framing layer with send credits, checked
-//! completions and a timeout on every wait.
+//! platform's verbs library opened at run time; [`RdmaLink`] opens a UC queue pair on a device and
+//! connects it to the peer's, giving a [`SlotLink`] over the shim's [`ShimQueuePair`] that carries
+//! whole messages.
 
-use super::framing::{Framer, Reassembler, SendCredits};
+use super::link::{Completion, QueuePair, SlotLink};
 use super::{Endpoint, RdmaError, DEFAULT_LIBRARY, FRAME_BYTES, MAX_QUEUE_PAIRS, MAX_SLOTS};
-use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Names another RDMA library file to load instead of the platform's (for tests and odd installs).
 pub const LIBRARY_ENV: &str = "SHOAL_RDMA_LIBRARY";
@@ -136,36 +135,92 @@ impl Drop for Verbs {
 /// Queue pairs this process has open (Apple allows 10 per device).
 static OPEN_QUEUE_PAIRS: AtomicUsize = AtomicUsize::new(0);
 
-/// One UC queue pair to a peer, with `slots` send and `slots` receive slots of `slot_bytes` each.
-pub struct RdmaLink {
-    /// Keeps the library loaded while the link is open.
+/// One UC queue pair of the shim with `slots` send and `slots` receive slots of `slot_bytes` each.
+pub struct ShimQueuePair {
+    /// Keeps the library loaded while the queue pair is open.
     _library: Arc<Verbs>,
     raw: NonNull<c_void>,
-    device: String,
     slots: u32,
     slot_bytes: u32,
-    credits: SendCredits,
-    framer: Framer,
-    reassembler: Reassembler,
-    /// Receive slots whose completions arrived but were not read yet, in order.
-    arrived: VecDeque<u32>,
-    timeout: Duration,
 }
 
-// SAFETY: the link's verbs objects are used by one owner at a time (methods take `&mut self`).
-unsafe impl Send for RdmaLink {}
+// SAFETY: the queue pair's verbs objects are used by one owner at a time (methods take `&mut self`).
+unsafe impl Send for ShimQueuePair {}
+
+/// The shim's post functions: a queue pair, a slot, room for an error message.
+type PostFn = unsafe extern "C" fn(*mut c_void, u32, *mut c_char, usize) -> c_int;
+
+impl ShimQueuePair {
+    fn post(&mut self, slot: u32, post: PostFn) -> Result<(), RdmaError> {
+        let mut err = ErrorText::new();
+        // SAFETY: the shim checks `slot`; the slot's memory is registered and owned here, and a send slot
+        // stays untouched until its completion returns it.
+        let rc = unsafe { post(self.raw.as_ptr(), slot, err.ptr(), err.0.len()) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(RdmaError::Post(err.text()))
+        }
+    }
+}
+
+impl QueuePair for ShimQueuePair {
+    fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    fn slot(&mut self, receive: bool, slot: u32) -> &mut [u8] {
+        // SAFETY: the shim returns the start of a slot of `slot_bytes` inside the queue pair's buffer,
+        // which lives as long as it does; `&mut self` keeps the borrow unique.
+        unsafe {
+            let start = shoal_rdma_link_slot(self.raw.as_ptr(), c_int::from(receive), slot);
+            assert!(!start.is_null(), "slot {slot} is within the queue pair");
+            std::slice::from_raw_parts_mut(start, self.slot_bytes as usize)
+        }
+    }
+
+    fn post_recv(&mut self, slot: u32) -> Result<(), RdmaError> {
+        self.post(slot, shoal_rdma_link_post_recv)
+    }
+
+    fn post_send(&mut self, slot: u32) -> Result<(), RdmaError> {
+        self.post(slot, shoal_rdma_link_post_send)
+    }
+
+    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<(), RdmaError> {
+        let mut completions = [RawCompletion::default(); 32];
+        // SAFETY: `completions` holds 32 entries, the most the shim writes.
+        let n = unsafe { shoal_rdma_link_poll(self.raw.as_ptr(), completions.as_mut_ptr(), 32) };
+        if n < 0 {
+            return Err(RdmaError::Post(format!("polling the completion queue failed ({n})")));
+        }
+        out.extend(completions[..n as usize].iter().map(|c| Completion {
+            slot: c.slot,
+            receive: c.is_recv != 0,
+            status: c.status,
+        }));
+        Ok(())
+    }
+}
+
+impl Drop for ShimQueuePair {
+    fn drop(&mut self) {
+        // SAFETY: the queue pair is open and owned here; the library stays loaded through `_library`.
+        unsafe { shoal_rdma_link_close(self.raw.as_ptr()) };
+        OPEN_QUEUE_PAIRS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A queue pair opened on a device, not connected yet: send [`RdmaLink::local_endpoint`] to the peer,
+/// then [`RdmaLink::connect`] with the peer's.
+pub struct RdmaLink {
+    qp: ShimQueuePair,
+    device: String,
+}
 
 impl RdmaLink {
     /// Opens `device` and makes a queue pair with page-aligned slots registered as one memory region.
-    /// `max_message` bounds what the peer may send; every wait gives up after `timeout`.
-    pub fn open(
-        verbs: &Arc<Verbs>,
-        device: &str,
-        slots: u32,
-        slot_bytes: u32,
-        max_message: usize,
-        timeout: Duration,
-    ) -> Result<RdmaLink, RdmaError> {
+    pub fn open(verbs: &Arc<Verbs>, device: &str, slots: u32, slot_bytes: u32) -> Result<RdmaLink, RdmaError> {
         let bad = |detail: String| RdmaError::Device { device: device.into(), detail };
         if slots == 0 || slots > MAX_SLOTS || slot_bytes as usize % FRAME_BYTES != 0 || slot_bytes == 0 {
             return Err(bad(format!(
@@ -177,7 +232,14 @@ impl RdmaLink {
         if claimed.is_err() {
             return Err(RdmaError::TooManyQueuePairs);
         }
-        let c_device = CString::new(device).map_err(|_| bad("the name has a NUL byte".into()))?;
+        let c_device = CString::new(device).map_err(|_| bad("the name has a NUL byte".into()));
+        let c_device = match c_device {
+            Ok(d) => d,
+            Err(e) => {
+                OPEN_QUEUE_PAIRS.fetch_sub(1, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
         let psn = rand::random::<u32>() & 0x00ff_ffff;
         let mut raw = std::ptr::null_mut();
         let mut err = ErrorText::new();
@@ -198,26 +260,16 @@ impl RdmaLink {
             OPEN_QUEUE_PAIRS.fetch_sub(1, Ordering::SeqCst);
             return Err(bad(err.text()));
         };
-        Ok(RdmaLink {
-            _library: verbs.clone(),
-            raw,
-            device: device.into(),
-            slots,
-            slot_bytes,
-            credits: SendCredits::new(slots),
-            framer: Framer::default(),
-            reassembler: Reassembler::new(max_message),
-            arrived: VecDeque::new(),
-            timeout,
-        })
+        let qp = ShimQueuePair { _library: verbs.clone(), raw, slots, slot_bytes };
+        Ok(RdmaLink { qp, device: device.into() })
     }
 
     /// What the peer needs to connect to this queue pair (send it over the control connection).
     pub fn local_endpoint(&self) -> Result<Endpoint, RdmaError> {
         let mut out = RawEndpoint::default();
         let mut err = ErrorText::new();
-        // SAFETY: `self.raw` is an open link; `out` and `err` are writable.
-        let rc = unsafe { shoal_rdma_link_local(self.raw.as_ptr(), &mut out, err.ptr(), err.0.len()) };
+        // SAFETY: the queue pair is open; `out` and `err` are writable.
+        let rc = unsafe { shoal_rdma_link_local(self.qp.raw.as_ptr(), &mut out, err.ptr(), err.0.len()) };
         if rc != 0 {
             return Err(RdmaError::Device { device: self.device.clone(), detail: err.text() });
         }
@@ -226,131 +278,34 @@ impl RdmaLink {
             qpn: out.qpn,
             psn: out.psn,
             lid: out.lid,
-            slots: self.slots,
-            slot_bytes: self.slot_bytes,
+            slots: self.qp.slots,
+            slot_bytes: self.qp.slot_bytes,
         };
         endpoint.ipv4().ok_or(RdmaError::NoIpv4Gid)?;
         Ok(endpoint)
     }
 
-    /// Connects to the peer's queue pair and posts every receive slot.
-    pub fn connect(&mut self, remote: &Endpoint) -> Result<(), RdmaError> {
-        if (remote.slots, remote.slot_bytes) != (self.slots, self.slot_bytes) {
+    /// Connects to the peer's queue pair; the link then carries messages of up to `max_message` bytes,
+    /// giving up on any wait after `timeout`.
+    pub fn connect(
+        self,
+        remote: &Endpoint,
+        max_message: usize,
+        timeout: Duration,
+    ) -> Result<SlotLink<ShimQueuePair>, RdmaError> {
+        if (remote.slots, remote.slot_bytes) != (self.qp.slots, self.qp.slot_bytes) {
             return Err(RdmaError::Mismatch {
-                local: format!("{} slots of {} bytes", self.slots, self.slot_bytes),
+                local: format!("{} slots of {} bytes", self.qp.slots, self.qp.slot_bytes),
                 remote: format!("{} slots of {} bytes", remote.slots, remote.slot_bytes),
             });
         }
         let raw_remote = RawEndpoint { gid: remote.gid, qpn: remote.qpn, psn: remote.psn, lid: remote.lid };
         let mut err = ErrorText::new();
-        // SAFETY: `self.raw` is an open link; `raw_remote` and `err` live through the call.
-        let rc = unsafe { shoal_rdma_link_connect(self.raw.as_ptr(), &raw_remote, err.ptr(), err.0.len()) };
+        // SAFETY: the queue pair is open; `raw_remote` and `err` live through the call.
+        let rc = unsafe { shoal_rdma_link_connect(self.qp.raw.as_ptr(), &raw_remote, err.ptr(), err.0.len()) };
         if rc != 0 {
             return Err(RdmaError::Connect(err.text()));
         }
-        (0..self.slots).try_for_each(|slot| self.post_recv(slot))
-    }
-
-    fn post_recv(&mut self, slot: u32) -> Result<(), RdmaError> {
-        let mut err = ErrorText::new();
-        // SAFETY: `slot` < slots (the shim checks too); the slot's memory is registered and owned here.
-        let rc = unsafe { shoal_rdma_link_post_recv(self.raw.as_ptr(), slot, err.ptr(), err.0.len()) };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(RdmaError::Post(err.text()))
-        }
-    }
-
-    fn slot(&mut self, receive: bool, slot: u32) -> &mut [u8] {
-        // SAFETY: the shim returns the start of a slot of `slot_bytes` inside the link's buffer, which
-        // lives as long as the link; `&mut self` keeps the borrow unique.
-        unsafe {
-            let start = shoal_rdma_link_slot(self.raw.as_ptr(), c_int::from(receive), slot);
-            assert!(!start.is_null(), "slot {slot} is within the link");
-            std::slice::from_raw_parts_mut(start, self.slot_bytes as usize)
-        }
-    }
-
-    /// Reads completions: send slots go back to the credits, received slots queue up to be read.
-    fn poll(&mut self) -> Result<usize, RdmaError> {
-        let mut completions = [RawCompletion::default(); 32];
-        // SAFETY: `completions` holds 32 entries, the most the shim writes.
-        let n = unsafe { shoal_rdma_link_poll(self.raw.as_ptr(), completions.as_mut_ptr(), 32) };
-        if n < 0 {
-            return Err(RdmaError::Post(format!("polling the completion queue failed ({n})")));
-        }
-        for c in &completions[..n as usize] {
-            let what = if c.is_recv != 0 { "receive" } else { "send" };
-            if c.status != 0 {
-                return Err(RdmaError::Completion { what, status: c.status });
-            }
-            if c.is_recv != 0 {
-                self.arrived.push_back(c.slot);
-            } else {
-                self.credits.give_back(c.slot)?;
-            }
-        }
-        Ok(n as usize)
-    }
-
-    /// Busy-polls (as JACCL does: microseconds matter) until `ready` holds, or the timeout.
-    fn wait(&mut self, ready: impl Fn(&RdmaLink) -> bool) -> Result<(), RdmaError> {
-        let start = Instant::now();
-        while !ready(self) {
-            if self.poll()? == 0 {
-                if start.elapsed() > self.timeout {
-                    return Err(RdmaError::Timeout(self.timeout));
-                }
-                std::hint::spin_loop();
-            }
-        }
-        Ok(())
-    }
-
-    /// Sends `message` in as many slots as it needs, each a whole slot long.
-    pub fn send(&mut self, message: &[u8]) -> Result<(), RdmaError> {
-        let mut offset = 0;
-        loop {
-            self.wait(|l| l.credits.available() > 0)?;
-            let slot = self.credits.take().expect("a credit is free");
-            let mut framer = std::mem::take(&mut self.framer);
-            offset = framer.write_fragment(message, offset, self.slot(false, slot));
-            self.framer = framer;
-            let mut err = ErrorText::new();
-            // SAFETY: the slot was just filled and stays untouched until its completion returns it.
-            let rc = unsafe { shoal_rdma_link_post_send(self.raw.as_ptr(), slot, err.ptr(), err.0.len()) };
-            if rc != 0 {
-                return Err(RdmaError::Post(err.text()));
-            }
-            if offset == message.len() {
-                return Ok(());
-            }
-        }
-    }
-
-    /// Receives the next message into `out`.
-    pub fn recv_into(&mut self, out: &mut Vec<u8>) -> Result<(), RdmaError> {
-        loop {
-            self.wait(|l| !l.arrived.is_empty())?;
-            let slot = self.arrived.pop_front().expect("a slot arrived");
-            let mut reassembler = std::mem::replace(&mut self.reassembler, Reassembler::new(0));
-            let complete = reassembler.accept(self.slot(true, slot));
-            self.reassembler = reassembler;
-            self.post_recv(slot)?;
-            if complete? {
-                out.clear();
-                out.extend_from_slice(self.reassembler.message());
-                return Ok(());
-            }
-        }
-    }
-}
-
-impl Drop for RdmaLink {
-    fn drop(&mut self) {
-        // SAFETY: the link is open and owned here; the library stays loaded through `_library`.
-        unsafe { shoal_rdma_link_close(self.raw.as_ptr()) };
-        OPEN_QUEUE_PAIRS.fetch_sub(1, Ordering::SeqCst);
+        SlotLink::new(self.qp, max_message, timeout)
     }
 }

@@ -1,0 +1,184 @@
+//! SlotLink over an in-memory pair of queue pairs that behave as Apple's UC ones do: a send waits until
+//! the peer has a receive posted (the hardware's credit flow), its completion says nothing about
+//! delivery, and the wire can drop, damage or fail a given send. Messages of every size cross both ways
+//! through few slots; every fault surfaces as an error (the link then falls back to TCP); stalls time out.
+
+use super::*;
+use crate::transport::rdma::FramingError;
+use std::sync::{Arc, Mutex};
+
+const SLOT: usize = 4096;
+
+/// One direction of the wire, with the faults to inject by the index of the send.
+#[derive(Default)]
+struct Direction {
+    in_flight: VecDeque<(u32, Vec<u8>)>,
+    delivered: usize,
+    drop_at: Option<usize>,
+    corrupt_at: Option<usize>,
+    fail_at: Option<usize>,
+    sender_completions: VecDeque<Completion>,
+}
+
+#[derive(Default)]
+struct Wire {
+    /// `directions[i]` carries what side `i` sends.
+    directions: [Direction; 2],
+}
+
+struct FakeQp {
+    wire: Arc<Mutex<Wire>>,
+    side: usize,
+    send: Vec<Vec<u8>>,
+    recv: Vec<Vec<u8>>,
+    posted: VecDeque<u32>,
+}
+
+impl QueuePair for FakeQp {
+    fn slots(&self) -> u32 {
+        self.send.len() as u32
+    }
+    fn slot(&mut self, receive: bool, slot: u32) -> &mut [u8] {
+        if receive {
+            &mut self.recv[slot as usize]
+        } else {
+            &mut self.send[slot as usize]
+        }
+    }
+    fn post_recv(&mut self, slot: u32) -> Result<(), RdmaError> {
+        assert!(!self.posted.contains(&slot), "receive slot {slot} posted twice");
+        self.posted.push_back(slot);
+        Ok(())
+    }
+    fn post_send(&mut self, slot: u32) -> Result<(), RdmaError> {
+        let bytes = self.send[slot as usize].clone();
+        self.wire.lock().unwrap().directions[self.side].in_flight.push_back((slot, bytes));
+        Ok(())
+    }
+    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<(), RdmaError> {
+        let mut wire = self.wire.lock().unwrap();
+        let incoming = &mut wire.directions[1 - self.side];
+        // A send is delivered only into a posted receive.
+        while !incoming.in_flight.is_empty() && !self.posted.is_empty() {
+            let (send_slot, bytes) = incoming.in_flight.pop_front().unwrap();
+            let n = incoming.delivered;
+            incoming.delivered += 1;
+            if incoming.fail_at == Some(n) {
+                incoming.sender_completions.push_back(Completion { slot: send_slot, receive: false, status: 12 });
+                continue;
+            }
+            incoming.sender_completions.push_back(Completion { slot: send_slot, receive: false, status: 0 });
+            if incoming.drop_at == Some(n) {
+                continue;
+            }
+            let slot = self.posted.pop_front().unwrap();
+            // Apple's rule: the receive must span as many frames as the send.
+            let status = if bytes.len() == self.recv[slot as usize].len() { 0 } else { 1 };
+            self.recv[slot as usize][..bytes.len().min(SLOT)].copy_from_slice(&bytes[..bytes.len().min(SLOT)]);
+            if incoming.corrupt_at == Some(n) {
+                self.recv[slot as usize][100] ^= 0x04;
+            }
+            out.push(Completion { slot, receive: true, status });
+        }
+        out.extend(wire.directions[self.side].sender_completions.drain(..));
+        Ok(())
+    }
+}
+
+/// Two connected ends with `slots` slots each, and their wire (to inject faults).
+fn pair(slots: u32, slot_bytes: [usize; 2]) -> (FakeQp, FakeQp, Arc<Mutex<Wire>>) {
+    let wire = Arc::new(Mutex::new(Wire::default()));
+    let end = |side: usize| FakeQp {
+        wire: wire.clone(),
+        side,
+        send: vec![vec![0; slot_bytes[side]]; slots as usize],
+        recv: vec![vec![0; slot_bytes[side]]; slots as usize],
+        posted: VecDeque::new(),
+    };
+    (end(0), end(1), wire)
+}
+
+fn link(qp: FakeQp, timeout_ms: u64) -> SlotLink<FakeQp> {
+    SlotLink::new(qp, 1 << 20, Duration::from_millis(timeout_ms)).unwrap()
+}
+
+fn message(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+#[test]
+fn messages_of_every_size_cross_both_ways_through_few_slots() {
+    let (a, b, _) = pair(4, [SLOT, SLOT]);
+    let sizes = [0, 1, SLOT, 10 * SLOT + 17, 200_000];
+    let echo = std::thread::spawn(move || {
+        let mut b = link(b, 5_000);
+        let mut buf = Vec::new();
+        for _ in 0..sizes.len() {
+            b.recv_into(&mut buf).unwrap();
+            b.send(&buf).unwrap();
+        }
+        b.flush().unwrap();
+    });
+    let mut a = link(a, 5_000);
+    let mut back = Vec::new();
+    for len in sizes {
+        a.send(&message(len)).unwrap();
+        a.recv_into(&mut back).unwrap();
+        assert_eq!(back, message(len), "{len} bytes");
+    }
+    a.flush().unwrap();
+    echo.join().unwrap();
+}
+
+/// Sends a 12 KiB message (four slots: each holds 4 KiB less its header) from a to b with `fault` set on
+/// the wire; what b's receive says.
+fn receive_with(fault: impl FnOnce(&mut Direction)) -> Result<Vec<u8>, RdmaError> {
+    let (a, b, wire) = pair(8, [SLOT, SLOT]);
+    fault(&mut wire.lock().unwrap().directions[0]);
+    let (mut a, mut b) = (link(a, 200), link(b, 200));
+    a.send(&message(3 * SLOT)).unwrap();
+    let mut got = Vec::new();
+    b.recv_into(&mut got).map(|_| got)
+}
+
+#[test]
+fn a_dropped_or_damaged_slot_is_an_error_not_bad_data() {
+    assert_eq!(receive_with(|_| {}).unwrap(), message(3 * SLOT));
+    assert_eq!(
+        receive_with(|d| d.drop_at = Some(1)),
+        Err(RdmaError::Framing(FramingError::Sequence { expected: 1, got: 2 }))
+    );
+    assert_eq!(receive_with(|d| d.corrupt_at = Some(2)), Err(RdmaError::Framing(FramingError::Checksum { seq: 2 })));
+    // The last slot lost: the receiver waits for it in vain.
+    assert!(matches!(receive_with(|d| d.drop_at = Some(3)), Err(RdmaError::Timeout(_))));
+}
+
+#[test]
+fn a_failed_completion_is_an_error() {
+    let (a, b, wire) = pair(8, [SLOT, SLOT]);
+    wire.lock().unwrap().directions[0].fail_at = Some(0);
+    let (mut a, mut b) = (link(a, 200), link(b, 200));
+    a.send(b"hello").unwrap();
+    // The receiver's polling moves what is in flight; the failed send never arrives.
+    assert!(matches!(b.recv_into(&mut Vec::new()), Err(RdmaError::Timeout(_))));
+    assert_eq!(a.flush(), Err(RdmaError::Completion { what: "send", status: 12 }));
+
+    // Receive slots of another size than the sender's: Apple fails the receive.
+    let (a, b, _) = pair(2, [SLOT, 2 * SLOT]);
+    let (mut a, mut b) = (link(a, 200), link(b, 200));
+    a.send(b"hello").unwrap();
+    assert_eq!(b.recv_into(&mut Vec::new()), Err(RdmaError::Completion { what: "receive", status: 1 }));
+}
+
+#[test]
+fn sends_stall_without_posted_receives_and_time_out() {
+    // The peer never polls (its receives are posted but nothing moves): two slots go out, the third
+    // waits for a credit that never comes.
+    let (a, b, _) = pair(2, [SLOT, SLOT]);
+    let (mut a, _b) = (link(a, 30), link(b, 30));
+    assert_eq!(a.send(&message(3 * SLOT)), Err(RdmaError::Timeout(Duration::from_millis(30))));
+    // And nobody sending: the receiver times out.
+    let (a, b, _) = pair(2, [SLOT, SLOT]);
+    let (_a, mut b) = (link(a, 30), link(b, 30));
+    assert_eq!(b.recv_into(&mut Vec::new()), Err(RdmaError::Timeout(Duration::from_millis(30))));
+}
