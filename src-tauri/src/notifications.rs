@@ -24,13 +24,15 @@ pub fn start(app: &AppHandle, node: &SharedNode) {
             };
             let Some(notice) = board.on_event(&event, shoal::util::now_ms()) else { continue };
             if window::is_focused(&app) {
+                tracing::info!("not notifying while the dashboard has focus: {}", notice.title);
                 continue;
             }
             tokio::task::spawn_blocking(move || {
                 let shown =
                     notify_rust::Notification::new().appname("shoal").summary(&notice.title).body(&notice.body).show();
-                if let Err(e) = shown {
-                    tracing::info!("notification not shown ({e}): {}", notice.title);
+                match shown {
+                    Ok(_) => tracing::info!("notified: {}", notice.title),
+                    Err(e) => tracing::info!("notification not shown ({e}): {}", notice.title),
                 }
             });
         }

@@ -12,6 +12,9 @@ use std::collections::{HashMap, HashSet};
 
 /// A failing link is notified again only after this long.
 pub const LINK_NOTICE_INTERVAL_MS: u64 = 10 * 60 * 1000;
+/// Errors on a link count as failing only while they go on this long with both ends up: a node that
+/// stops breaks its links at once, and is reported down (not its links) 2.5 s later.
+pub const LINK_FAILING_AFTER_MS: u64 = 4_000;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Notice {
@@ -34,6 +37,8 @@ pub struct NoticeBoard {
     instance_states: HashMap<String, InstanceState>,
     link_errors: HashMap<(NodeId, NodeId), u64>,
     link_noticed_at: HashMap<(NodeId, NodeId), u64>,
+    /// When a link's current run of errors began.
+    link_failing_since: HashMap<(NodeId, NodeId), u64>,
     /// Links whose last report said RDMA.
     on_rdma: HashSet<(NodeId, NodeId)>,
 }
@@ -82,10 +87,12 @@ impl NoticeBoard {
                 Some(Notice::new(format!("{} left the cluster", self.name(*node)), ""))
             }
             ClusterEvent::NodeStatus { node, status } => match status {
-                PeerStatus::Down if self.down.insert(*node) => Some(Notice::new(
-                    format!("{} is down", self.name(*node)),
-                    "Not heard from for a few seconds. Models with a stage on it stop answering.",
-                )),
+                PeerStatus::Down if self.down.insert(*node) => {
+                    Some(self.forget_failures_of(*node)).and(Some(Notice::new(
+                        format!("{} is down", self.name(*node)),
+                        "Not heard from for a few seconds. Models with a stage on it stop answering.",
+                    )))
+                }
                 PeerStatus::Alive if self.down.remove(node) => {
                     Some(Notice::new(format!("{} is back", self.name(*node)), ""))
                 }
@@ -127,16 +134,27 @@ impl NoticeBoard {
             }
             let before = self.link_errors.insert(key, report.errors).unwrap_or(report.errors);
             let ends_up = !self.down.contains(&from) && !self.down.contains(&report.peer);
+            if report.errors <= before || !ends_up {
+                continue;
+            }
+            let since = *self.link_failing_since.entry(key).or_insert(now_ms);
+            let lasting = now_ms >= since + LINK_FAILING_AFTER_MS;
             let quiet = self.link_noticed_at.get(&key).is_none_or(|at| now_ms >= at + LINK_NOTICE_INTERVAL_MS);
-            if report.errors > before && ends_up && quiet && notice.is_none() {
+            if lasting && quiet && notice.is_none() {
+                self.link_failing_since.remove(&key);
                 self.link_noticed_at.insert(key, now_ms);
                 notice = Some(Notice::new(
                     format!("Link {} ↔ {} is failing", self.name(from), self.name(report.peer)),
-                    format!("{} new error(s) on the {} link.", report.errors - before, report.kind.label()),
+                    format!("{} errors so far on the {} link, and counting.", report.errors, report.kind.label()),
                 ));
             }
         }
         notice
+    }
+
+    /// A node that went down explains its links' errors.
+    fn forget_failures_of(&mut self, node: NodeId) {
+        self.link_failing_since.retain(|(a, b), _| *a != node && *b != node);
     }
 
     fn name(&self, node: NodeId) -> String {

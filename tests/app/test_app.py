@@ -21,7 +21,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SHOAL = os.path.join(ROOT, "target", "release", "shoal")
 APP = os.path.join(ROOT, "target", "release", "shoal-app")
 OUT = os.path.join(ROOT, "tests", "app", "out")
-APP_PORT, BESIDE_PORT, OTHER_PORT, TRAY_PORT = 53600, 53610, 53620, 53630
+BASE_PORT = int(os.environ.get("SHOAL_APP_TEST_PORT", "53600"))
+APP_PORT, BESIDE_PORT, OTHER_PORT, TRAY_PORT = BASE_PORT, BASE_PORT + 10, BASE_PORT + 20, BASE_PORT + 30
 
 
 def api(port, path, body=None):
@@ -129,6 +130,25 @@ def x_windows():
     return tree
 
 
+def test_notification(processes, work):
+    """With the window out of sight, a node joining makes one desktop notification (a D-Bus Notify call
+    to the notification server, dunst here)."""
+    log = os.path.join(OUT, "notifications.log")
+    monitor = processes.start(["dbus-monitor", "interface='org.freedesktop.Notifications',member='Notify'"], log)
+    window = wait("the app window", lambda: subprocess.run(["xdotool", "search", "--name", "^shoal$"],
+                                                           capture_output=True, text=True).stdout.split())
+    for w in window:
+        subprocess.run(["xdotool", "windowunmap", w], check=True)
+    time.sleep(1)
+    code = api(TRAY_PORT, "/api/cluster/code", {})["code"]
+    node(processes, work, "studio", TRAY_PORT + 10, join=f"{code}@127.0.0.1:{TRAY_PORT + 1}")
+    wait("a notification that studio joined", lambda: "studio joined the cluster" in open(log).read(), timeout=15)
+    time.sleep(2)
+    assert open(log).read().count("studio joined the cluster") == 1, "one notification per event"
+    monitor.terminate()
+    print("a node joining made one desktop notification")
+
+
 def test_tray(processes, work):
     trayer = processes.start(["trayer", "--edge", "top", "--align", "right", "--widthtype", "request", "--height", "32",
                               "--transparent", "false", "--tint", "0x333333"], os.path.join(OUT, "trayer.log"))
@@ -136,6 +156,7 @@ def test_tray(processes, work):
     env = dict(os.environ, SHOAL_DATA_DIR=os.path.join(work, "tray"), SHOAL_PORT=str(TRAY_PORT), SHOAL_NO_MDNS="1")
     app = processes.start([APP], os.path.join(OUT, "tray-app.log"), env=env)
     wait("the app's node", lambda: api(TRAY_PORT, "/api/health")["ok"])
+    test_notification(processes, work)
     line = wait("the tray icon", lambda: next((l for l in x_windows().splitlines() if "tray-icon tray app" in l), None))
     # "… 32x30+0+0  +1366+1": the icon's absolute position is the last field.
     x, y = (int(v) for v in line.split()[-1].lstrip("+").split("+"))

@@ -62,20 +62,28 @@ fn a_model_is_ready_once_and_fails_once() {
 }
 
 #[test]
-fn a_failing_link_is_told_at_most_once_per_interval_and_not_when_its_end_is_down() {
+fn a_link_that_keeps_failing_is_told_at_most_once_per_interval() {
     let mut board = NoticeBoard::new(&snapshot(&["alive", "alive"], 1));
     let report = |errors| ClusterEvent::Links { node: id(1), links: vec![link(id(2), errors)] };
     assert_eq!(board.on_event(&report(0), 0), None);
-    let notice = board.on_event(&report(3), 1_000).unwrap();
+    assert_eq!(board.on_event(&report(3), 1_000), None, "one burst of errors is not yet failing");
+    let notice = board.on_event(&report(5), 1_000 + LINK_FAILING_AFTER_MS).unwrap();
     assert_eq!(notice.title, "Link node1 ↔ node2 is failing");
-    assert_eq!(notice.body, "3 new error(s) on the Thunderbolt link.");
-    assert_eq!(board.on_event(&report(5), 2_000), None, "within the interval");
-    assert!(board.on_event(&report(6), 1_000 + LINK_NOTICE_INTERVAL_MS).is_some());
+    assert_eq!(notice.body, "5 errors so far on the Thunderbolt link, and counting.");
+    assert_eq!(board.on_event(&report(9), 20_000), None, "within the interval");
+    let again = board.on_event(&report(10), 20_000 + LINK_NOTICE_INTERVAL_MS);
+    assert!(again.is_some(), "still failing after the interval");
+}
 
+#[test]
+fn a_node_that_stops_is_told_as_down_not_as_failing_links() {
+    let mut board = NoticeBoard::new(&snapshot(&["alive", "alive"], 1));
     let to_node3 = |errors| ClusterEvent::Links { node: id(1), links: vec![link(id(3), errors)] };
     assert_eq!(board.on_event(&to_node3(0), 0), None);
-    board.on_event(&ClusterEvent::NodeStatus { node: id(3), status: PeerStatus::Down }, 0);
-    assert_eq!(board.on_event(&to_node3(40), 0), None, "the node-down notice already said it");
+    assert_eq!(board.on_event(&to_node3(2), 500), None, "its connection broke as it stopped");
+    let down = ClusterEvent::NodeStatus { node: id(3), status: PeerStatus::Down };
+    assert_eq!(board.on_event(&down, 2_500).unwrap().title, "node3 is down");
+    assert_eq!(board.on_event(&to_node3(40), 500 + LINK_FAILING_AFTER_MS), None);
 }
 
 #[test]
