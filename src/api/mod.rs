@@ -6,6 +6,7 @@
 mod cluster;
 mod error;
 mod instances;
+mod models;
 mod openai;
 mod rdma;
 pub mod ui;
@@ -48,6 +49,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/placements/preview", post(instances::preview))
         .route("/api/instances", post(instances::launch).get(instances::list))
         .route("/api/instances/{id}", get(instances::get).delete(instances::stop))
+        .route("/api/models", get(models::list))
+        .route("/api/models/pull", post(models::pull))
         .route("/v1/models", get(openai::models))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))

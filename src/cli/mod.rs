@@ -8,6 +8,7 @@ mod doctor;
 mod generate;
 mod leave;
 mod links;
+mod models;
 mod node;
 mod run;
 mod status;
@@ -49,6 +50,10 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Launch a model on the cluster (split over the nodes as placement decides).
     Run(run::RunArgs),
+    /// List the models this node has (shoal's directory, the Hugging Face cache, added files).
+    Models(models::ModelsArgs),
+    /// Download a GGUF model from Hugging Face: REPO or REPO:FILE.
+    Pull(models::PullArgs),
     /// Chat with a model running on the cluster.
     Chat(chat::ChatArgs),
     /// One stage of a model instance (started by `shoal node`).
@@ -72,6 +77,8 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Doctor(args) => doctor::run(args),
         Command::Chat(args) => chat::run(args),
+        Command::Models(args) => models::run(args),
+        Command::Pull(args) => models::pull(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -360,6 +360,15 @@ pub enum ClusterEvent {
     Rates {
         rates: crate::metrics::ClusterRates,
     },
+    /// A model download on this node (`POST /api/models/pull`): its progress, then its end.
+    ModelPull {
+        id: String,
+        repo: String,
+        progress: crate::model::pull::PullProgress,
+        /// The downloaded files, once done.
+        paths: Vec<std::path::PathBuf>,
+        error: Option<String>,
+    },
 }
 
 impl ClusterEvent {
@@ -379,6 +388,7 @@ impl ClusterEvent {
             ClusterEvent::InstanceFailed { .. } => "instance_failed",
             ClusterEvent::RequestFinished { .. } => "request_finished",
             ClusterEvent::Rates { .. } => "rates",
+            ClusterEvent::ModelPull { .. } => "model_pull",
         }
     }
 }

@@ -5,6 +5,8 @@ mod chat_template;
 mod config;
 pub mod gguf;
 pub mod layout;
+pub mod library;
+pub mod pull;
 mod tokenizer;
 
 pub use chat_template::{ChatMessage, ChatTemplate};

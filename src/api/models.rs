@@ -1,0 +1,74 @@
+//! Model endpoints: `GET /api/models` (this node's library) and `POST /api/models/pull` (start a download
+//! from the hub; it answers at once with the pull's id and reports progress as `model_pull` events).
+
+use super::{ApiError, ApiState};
+use crate::cluster::ClusterEvent;
+use crate::model::library::{Library, LibraryModel};
+use crate::model::pull::{self, Hub, PullProgress, PullRequest, PullState};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::State;
+use axum::Json;
+use std::time::{Duration, Instant};
+
+/// The models this node has.
+pub async fn list(State(state): State<ApiState>) -> Result<Json<Vec<LibraryModel>>, ApiError> {
+    let library = Library::new(&state.agent.config.data_dir);
+    tokio::task::spawn_blocking(move || library.list())
+        .await
+        .map(Json)
+        .map_err(|e| ApiError::failed(format!("listing the models failed: {e}")))
+}
+
+#[derive(serde::Serialize)]
+pub struct PullStarted {
+    pub id: String,
+}
+
+/// Starts downloading `{"repo", "file"?, "revision"?}` into this node's models directory.
+pub async fn pull(
+    State(state): State<ApiState>,
+    body: Result<Json<PullRequest>, JsonRejection>,
+) -> Result<Json<PullStarted>, ApiError> {
+    let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    PullRequest::parse(&request.repo).map_err(|e| ApiError::bad_param("repo", e.to_string()))?;
+    let id = uuid::Uuid::new_v4().to_string();
+    let agent = state.agent.clone();
+    let models_dir = Library::new(&agent.config.data_dir).models_dir();
+    let pull_id = id.clone();
+    tokio::task::spawn_blocking(move || {
+        let event =
+            |progress: &PullProgress, paths: Vec<std::path::PathBuf>, error: Option<String>| ClusterEvent::ModelPull {
+                id: pull_id.clone(),
+                repo: request.repo.clone(),
+                progress: progress.clone(),
+                paths,
+                error,
+            };
+        let mut last = PullProgress {
+            file: String::new(),
+            bytes_done: 0,
+            bytes_total: 0,
+            rate_bytes_per_second: 0,
+            eta_seconds: None,
+            state: PullState::Resolving,
+        };
+        let mut last_sent = Instant::now() - Duration::from_secs(1);
+        let result = pull::pull(&Hub::from_env(), &models_dir, &request, &mut |progress| {
+            let state_changed = progress.state != last.state;
+            last = progress.clone();
+            if progress.state != PullState::Done && (state_changed || last_sent.elapsed() >= Duration::from_millis(250))
+            {
+                agent.emit(event(progress, Vec::new(), None));
+                last_sent = Instant::now();
+            }
+        });
+        match result {
+            Ok(paths) => agent.emit(event(&last, paths, None)),
+            Err(e) => {
+                last.state = PullState::Failed;
+                agent.emit(event(&last, Vec::new(), Some(format!("{e:#}"))));
+            }
+        }
+    });
+    Ok(Json(PullStarted { id }))
+}

@@ -1,0 +1,274 @@
+//! `shoal pull` and `POST /api/models/pull` against a hub the test runs on loopback, in Hugging Face's URL
+//! layout (`/api/models/REPO/tree/REV`, `/REPO/resolve/REV/FILE`) with the SmolLM2 file's real sha256 and
+//! range support: progress to 100 %, resume after a dropped connection, a corrupted byte, no network.
+
+mod common;
+
+use sha2::{Digest, Sha256};
+use shoal::model::pull::{self, Hub, PullProgress, PullRequest, PullState};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const REPO: &str = "test-org/SmolLM2-135M-Instruct-GGUF";
+const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// What the loopback hub does wrong, on purpose.
+#[derive(Default, Clone)]
+struct Faults {
+    /// Close the connection after this many body bytes, on the first download only.
+    drop_after: Option<usize>,
+    /// Flip the byte at this offset of every download.
+    corrupt_at: Option<usize>,
+}
+
+struct LoopbackHub {
+    endpoint: String,
+    /// The `Range` header of every file request (None when it had none).
+    ranges: Arc<Mutex<Vec<Option<String>>>>,
+}
+
+fn start_hub(faults: Faults) -> LoopbackHub {
+    let data = Arc::new(std::fs::read(common::model_path()).unwrap());
+    let sha = hex::encode(Sha256::digest(&data[..]));
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let ranges = Arc::new(Mutex::new(Vec::new()));
+    let dropped_once = Arc::new(AtomicBool::new(false));
+    let seen = ranges.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let (data, sha, seen, faults, dropped_once) =
+                (data.clone(), sha.clone(), seen.clone(), faults.clone(), dropped_once.clone());
+            std::thread::spawn(move || serve(stream, &data, &sha, &seen, &faults, &dropped_once));
+        }
+    });
+    LoopbackHub { endpoint, ranges }
+}
+
+fn serve(
+    mut stream: TcpStream,
+    data: &[u8],
+    sha: &str,
+    seen: &Mutex<Vec<Option<String>>>,
+    faults: &Faults,
+    dropped_once: &AtomicBool,
+) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line).unwrap();
+    let mut range = None;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("range") {
+                range = Some(value.trim().to_string());
+            }
+        }
+    }
+    let path = request_line.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let respond = |stream: &mut TcpStream, status: &str, extra: &str, body: &[u8]| {
+        let head = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n", body.len());
+        let _ = stream.write_all(head.as_bytes());
+        let _ = stream.write_all(body);
+    };
+    if path.starts_with(&format!("/api/models/{REPO}/tree/main")) {
+        let tree = serde_json::json!([
+            {"type": "file", "path": "README.md", "size": 6, "oid": "0123"},
+            {"type": "file", "path": FILE, "size": data.len(), "oid": "4567",
+             "lfs": {"oid": sha, "size": data.len(), "pointerSize": 134}},
+        ]);
+        respond(&mut stream, "200 OK", "Content-Type: application/json\r\n", tree.to_string().as_bytes());
+    } else if path == format!("/{REPO}/resolve/main/{FILE}") {
+        seen.lock().unwrap().push(range.clone());
+        let start = range
+            .as_deref()
+            .and_then(|r| r.strip_prefix("bytes="))
+            .and_then(|r| r.trim_end_matches('-').parse::<usize>().ok())
+            .unwrap_or(0);
+        let mut body = data[start..].to_vec();
+        if let Some(at) = faults.corrupt_at.filter(|&at| at >= start) {
+            body[at - start] ^= 0x55;
+        }
+        let (status, extra) = match range {
+            Some(_) => {
+                ("206 Partial Content", format!("Content-Range: bytes {start}-{}/{}\r\n", data.len() - 1, data.len()))
+            }
+            None => ("200 OK", String::new()),
+        };
+        if let Some(n) = faults.drop_after.filter(|_| !dropped_once.swap(true, Ordering::SeqCst)) {
+            let head =
+                format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n", body.len());
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(&body[..n]);
+            let _ = stream.flush();
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+        respond(&mut stream, status, &extra, &body);
+    } else {
+        respond(&mut stream, "404 Not Found", "", b"{\"error\":\"Repository not found\"}");
+    }
+    let _ = reader.read(&mut [0u8; 1]);
+}
+
+fn request() -> PullRequest {
+    PullRequest::parse(&format!("{REPO}:{FILE}")).unwrap()
+}
+
+fn downloaded(models: &Path) -> PathBuf {
+    models.join(REPO.replace('/', "--")).join(FILE)
+}
+
+#[test]
+fn pull_reports_progress_to_100_percent_and_the_file_equals_the_source() {
+    let hub = start_hub(Faults::default());
+    let dir = tempfile::tempdir().unwrap();
+    let mut reports: Vec<PullProgress> = Vec::new();
+    let paths =
+        pull::pull(&Hub::new(&hub.endpoint, None), dir.path(), &request(), &mut |p| reports.push(p.clone())).unwrap();
+    assert_eq!(paths, vec![downloaded(dir.path())]);
+    assert_eq!(std::fs::read(&paths[0]).unwrap(), std::fs::read(common::model_path()).unwrap());
+    let last = reports.last().unwrap();
+    let size = std::fs::metadata(common::model_path()).unwrap().len();
+    assert_eq!((last.state, last.bytes_done, last.bytes_total), (PullState::Done, size, size));
+    assert!(reports.iter().any(|p| p.state == PullState::Verifying), "no verifying step reported");
+    assert!(reports.windows(2).all(|w| w[0].bytes_done <= w[1].bytes_done), "progress went backwards");
+    assert!(!PathBuf::from(format!("{}.part", paths[0].display())).exists());
+}
+
+#[test]
+fn an_interrupted_transfer_resumes_with_a_range_request_and_matches_byte_for_byte() {
+    let hub = start_hub(Faults { drop_after: Some(3_000_000), ..Faults::default() });
+    let dir = tempfile::tempdir().unwrap();
+    let out = common::shoal()
+        .args(["pull", &format!("{REPO}:{FILE}"), "--data-dir"])
+        .arg(dir.path())
+        .env("HF_ENDPOINT", &hub.endpoint)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "shoal pull failed: {}", String::from_utf8_lossy(&out.stderr));
+    let file = downloaded(&dir.path().join("models"));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), file.display().to_string());
+    assert_eq!(std::fs::read(&file).unwrap(), std::fs::read(common::model_path()).unwrap());
+    let ranges = hub.ranges.lock().unwrap().clone();
+    assert_eq!(ranges, vec![None, Some("bytes=3000000-".to_string())], "the resume must fetch only the rest");
+}
+
+#[test]
+fn a_part_file_left_by_an_earlier_run_is_resumed_from_its_end() {
+    let hub = start_hub(Faults::default());
+    let dir = tempfile::tempdir().unwrap();
+    let source = std::fs::read(common::model_path()).unwrap();
+    let target = downloaded(dir.path());
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    std::fs::write(format!("{}.part", target.display()), &source[..1_234_567]).unwrap();
+    pull::pull(&Hub::new(&hub.endpoint, None), dir.path(), &request(), &mut |_| {}).unwrap();
+    assert_eq!(hub.ranges.lock().unwrap().clone(), vec![Some("bytes=1234567-".to_string())]);
+    assert_eq!(std::fs::read(&target).unwrap(), source);
+}
+
+#[test]
+fn a_corrupted_byte_fails_the_checksum_and_leaves_no_file() {
+    let hub = start_hub(Faults { corrupt_at: Some(5_000_000), ..Faults::default() });
+    let dir = tempfile::tempdir().unwrap();
+    let error = pull::pull(&Hub::new(&hub.endpoint, None), dir.path(), &request(), &mut |_| {}).unwrap_err();
+    let message = format!("{error:#}");
+    assert!(message.contains("checksum") && message.contains("deleted"), "{message}");
+    let target = downloaded(dir.path());
+    assert!(!target.exists(), "a damaged download was kept as valid");
+    assert!(!PathBuf::from(format!("{}.part", target.display())).exists(), "the damaged .part was kept");
+}
+
+#[test]
+fn an_unreachable_hub_is_a_clear_error() {
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = common::shoal()
+        .args(["pull", REPO, "--data-dir"])
+        .arg(dir.path())
+        .env("HF_ENDPOINT", format!("http://{closed}"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("cannot reach {closed}")) && stderr.contains("HF_ENDPOINT"), "{stderr}");
+}
+
+#[test]
+fn an_unknown_repository_says_so() {
+    let hub = start_hub(Faults::default());
+    let dir = tempfile::tempdir().unwrap();
+    let request = PullRequest::parse("nobody/nothing").unwrap();
+    let error = pull::pull(&Hub::new(&hub.endpoint, None), dir.path(), &request, &mut |_| {}).unwrap_err();
+    assert!(error.to_string().contains("has no model nobody/nothing"), "{error}");
+}
+
+/// A node downloads on `POST /api/models/pull`, reports `model_pull` events up to done, and then lists
+/// the model in `GET /api/models`.
+#[test]
+fn the_api_pulls_in_the_background_with_progress_events() {
+    let hub = start_hub(Faults::default());
+    let dir = tempfile::tempdir().unwrap();
+    let port = {
+        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let mut node = common::shoal()
+        .args(["node", "--name", "puller", "--port", &port.to_string(), "--bind", "127.0.0.1", "--no-mdns"])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env("HF_ENDPOINT", &hub.endpoint)
+        .env("HF_HOME", dir.path().join("hf"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let events = loop {
+        match ureq::get(&format!("{base}/api/events")).call() {
+            Ok(response) => break response,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            Err(e) => panic!("the node did not start: {e}"),
+        }
+    };
+    let started: serde_json::Value = ureq::post(&format!("{base}/api/models/pull"))
+        .send_json(serde_json::json!({"repo": REPO, "file": FILE}))
+        .unwrap()
+        .into_body()
+        .read_json()
+        .unwrap();
+    let id = started["id"].as_str().unwrap().to_string();
+    let mut lines = BufReader::new(events.into_body().into_reader()).lines();
+    let mut states = Vec::new();
+    let finished = loop {
+        let line = lines.next().expect("the event stream ended").unwrap();
+        let Some(data) = line.strip_prefix("data:") else { continue };
+        let event: serde_json::Value = serde_json::from_str(data.trim()).unwrap();
+        if event["type"] != "model_pull" || event["id"] != id.as_str() {
+            continue;
+        }
+        states.push(event["progress"]["state"].as_str().unwrap().to_string());
+        if event["progress"]["state"] == "done" || event["progress"]["state"] == "failed" {
+            break event;
+        }
+    };
+    assert_eq!(finished["error"], serde_json::Value::Null, "{finished}");
+    assert_eq!(finished["progress"]["bytes_done"], finished["progress"]["bytes_total"]);
+    assert!(states.contains(&"downloading".to_string()), "{states:?}");
+    let models: serde_json::Value =
+        ureq::get(&format!("{base}/api/models")).call().unwrap().into_body().read_json().unwrap();
+    let _ = node.kill();
+    let _ = node.wait();
+    let listed = models.as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{models}");
+    assert_eq!(listed[0]["runnable"], true, "{models}");
+    assert_eq!(listed[0]["source"]["kind"], "shoal");
+}
