@@ -88,10 +88,11 @@ impl NoticeBoard {
             }
             ClusterEvent::NodeStatus { node, status } => match status {
                 PeerStatus::Down if self.down.insert(*node) => {
-                    Some(self.forget_failures_of(*node)).and(Some(Notice::new(
+                    self.forget_failures_of(*node);
+                    Some(Notice::new(
                         format!("{} is down", self.name(*node)),
                         "Not heard from for a few seconds. Models with a stage on it stop answering.",
-                    )))
+                    ))
                 }
                 PeerStatus::Alive if self.down.remove(node) => {
                     Some(Notice::new(format!("{} is back", self.name(*node)), ""))
