@@ -31,9 +31,19 @@ struct LoopbackHub {
     ranges: Arc<Mutex<Vec<Option<String>>>>,
 }
 
+/// A hub holding the SmolLM2 file (and a README) in `REPO`.
 fn start_hub(faults: Faults) -> LoopbackHub {
-    let data = Arc::new(std::fs::read(common::model_path()).unwrap());
-    let sha = hex::encode(Sha256::digest(&data[..]));
+    start_hub_with(vec![(FILE.to_string(), std::fs::read(common::model_path()).unwrap())], faults)
+}
+
+/// A hub holding `files` (path, contents) and a README in `REPO`.
+fn start_hub_with(files: Vec<(String, Vec<u8>)>, faults: Faults) -> LoopbackHub {
+    let files: Arc<Vec<HostedFile>> = Arc::new(
+        files
+            .into_iter()
+            .map(|(path, data)| HostedFile { sha: hex::encode(Sha256::digest(&data)), path, data })
+            .collect(),
+    );
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
     let ranges = Arc::new(Mutex::new(Vec::new()));
@@ -41,18 +51,23 @@ fn start_hub(faults: Faults) -> LoopbackHub {
     let seen = ranges.clone();
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
-            let (data, sha, seen, faults, dropped_once) =
-                (data.clone(), sha.clone(), seen.clone(), faults.clone(), dropped_once.clone());
-            std::thread::spawn(move || serve(stream, &data, &sha, &seen, &faults, &dropped_once));
+            let (files, seen, faults, dropped_once) =
+                (files.clone(), seen.clone(), faults.clone(), dropped_once.clone());
+            std::thread::spawn(move || serve(stream, &files, &seen, &faults, &dropped_once));
         }
     });
     LoopbackHub { endpoint, ranges }
 }
 
+struct HostedFile {
+    path: String,
+    data: Vec<u8>,
+    sha: String,
+}
+
 fn serve(
     mut stream: TcpStream,
-    data: &[u8],
-    sha: &str,
+    files: &[HostedFile],
     seen: &Mutex<Vec<Option<String>>>,
     faults: &Faults,
     dropped_once: &AtomicBool,
@@ -78,14 +93,16 @@ fn serve(
         let _ = stream.write_all(head.as_bytes());
         let _ = stream.write_all(body);
     };
+    let hosted = files.iter().find(|f| path == format!("/{REPO}/resolve/main/{}", f.path));
     if path.starts_with(&format!("/api/models/{REPO}/tree/main")) {
-        let tree = serde_json::json!([
-            {"type": "file", "path": "README.md", "size": 6, "oid": "0123"},
-            {"type": "file", "path": FILE, "size": data.len(), "oid": "4567",
-             "lfs": {"oid": sha, "size": data.len(), "pointerSize": 134}},
-        ]);
+        let mut tree = vec![serde_json::json!({"type": "file", "path": "README.md", "size": 6, "oid": "0123"})];
+        for f in files {
+            tree.push(serde_json::json!({"type": "file", "path": f.path, "size": f.data.len(), "oid": "4567",
+                "lfs": {"oid": f.sha, "size": f.data.len(), "pointerSize": 134}}));
+        }
+        let tree = serde_json::Value::Array(tree);
         respond(&mut stream, "200 OK", "Content-Type: application/json\r\n", tree.to_string().as_bytes());
-    } else if path == format!("/{REPO}/resolve/main/{FILE}") {
+    } else if let Some(HostedFile { data, .. }) = hosted {
         seen.lock().unwrap().push(range.clone());
         let start = range
             .as_deref()
@@ -184,6 +201,31 @@ fn a_corrupted_byte_fails_the_checksum_and_leaves_no_file() {
     let target = downloaded(dir.path());
     assert!(!target.exists(), "a damaged download was kept as valid");
     assert!(!PathBuf::from(format!("{}.part", target.display())).exists(), "the damaged .part was kept");
+}
+
+#[test]
+fn a_split_model_is_pulled_whole_when_its_quantization_is_named() {
+    let parts: Vec<(String, Vec<u8>)> =
+        (1..=3).map(|i| (format!("Q8_0/big-Q8_0-0000{i}-of-00003.gguf"), vec![i as u8; 700_000 + i * 1000])).collect();
+    let mut files = parts.clone();
+    files.push(("big-Q4_K_M.gguf".into(), vec![9; 1000]));
+    let hub = start_hub_with(files, Faults::default());
+    let dir = tempfile::tempdir().unwrap();
+    let hub_client = Hub::new(&hub.endpoint, None);
+    let several = pull::pull(&hub_client, dir.path(), &PullRequest::parse(REPO).unwrap(), &mut |_| {});
+    let message = several.unwrap_err().to_string();
+    assert!(message.contains("big-Q8_0") && message.contains("big-Q4_K_M.gguf"), "{message}");
+    let mut last = None;
+    let request = PullRequest::parse(&format!("{REPO}:Q8_0")).unwrap();
+    let paths = pull::pull(&hub_client, dir.path(), &request, &mut |p| last = Some(p.clone())).unwrap();
+    assert_eq!(paths.len(), 3);
+    for ((name, data), path) in parts.iter().zip(&paths) {
+        assert_eq!(path, &downloaded(dir.path()).with_file_name(name), "parts in order");
+        assert_eq!(&std::fs::read(path).unwrap(), data);
+    }
+    let total: u64 = parts.iter().map(|(_, d)| d.len() as u64).sum();
+    let last = last.unwrap();
+    assert_eq!((last.state, last.bytes_done, last.bytes_total), (PullState::Done, total, total));
 }
 
 #[test]
