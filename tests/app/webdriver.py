@@ -1,5 +1,6 @@
 """A small W3C WebDriver client (standard library only) for driving the app window through tauri-driver."""
 
+import http.client
 import json
 import time
 import urllib.error
@@ -21,7 +22,8 @@ class Session:
             try:
                 value = self._call("POST", "/session", caps, base=self.base)
                 break
-            except (urllib.error.URLError, ConnectionError) as e:
+            except (urllib.error.URLError, ConnectionError, WebDriverError) as e:
+                # tauri-driver answers before WebKitWebDriver listens: a session asked for too early is lost.
                 if time.time() > deadline:
                     raise WebDriverError(f"tauri-driver did not answer at {self.base}: {e}") from e
                 time.sleep(0.3)
@@ -30,12 +32,19 @@ class Session:
     def _call(self, method, path, body=None, base=None):
         url = (base or f"{self.base}/session/{self.id}") + path
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=120) as response:
-                return json.loads(response.read() or b"{}").get("value")
-        except urllib.error.HTTPError as e:
-            raise WebDriverError(f"{method} {path}: {e.code} {e.read()[:500]!r}") from e
+        # tauri-driver proxies to WebKitWebDriver and sometimes loses a request on a stale pooled connection
+        # ("client error (SendRequest)"): the request never reached the browser, so sending it again is safe.
+        for attempt in range(4):
+            request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=120) as response:
+                    return json.loads(response.read() or b"{}").get("value")
+            except urllib.error.HTTPError as e:
+                raise WebDriverError(f"{method} {path}: {e.code} {e.read()[:500]!r}") from e
+            except (http.client.RemoteDisconnected, ConnectionResetError) as e:
+                if attempt == 3 or base is not None:
+                    raise WebDriverError(f"{method} {path}: {e}") from e
+                time.sleep(0.5)
 
     def script(self, source, *args):
         return self._call("POST", "/execute/sync", {"script": source, "args": list(args)})

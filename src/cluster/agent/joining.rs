@@ -1,0 +1,174 @@
+//! Joining and leaving: join codes, joining another cluster with one (SPAKE2, then the secret handed
+//! over inside an authenticated channel), answering the joins of others, and leaving.
+
+use super::*;
+
+impl Shared {
+    /// Makes a join code, valid for 10 minutes (replacing any previous one).
+    pub fn create_code(&self) -> JoinCode {
+        let code = JoinCode::generate();
+        self.state.lock().expect("state").code = Some(code.clone());
+        self.emit(ClusterEvent::CodeCreated { expires_at_ms: code.expires_at_ms });
+        code
+    }
+
+    /// Joins the cluster behind `target`, leaving the current one.
+    pub async fn join(self: &Arc<Self>, target: JoinTarget) -> anyhow::Result<()> {
+        let candidates = match &target.address {
+            Some(address) => vec![resolve(address, self.config.control_port()).await?],
+            None => self.find_pairing_nodes().await?,
+        };
+        let mut last_error = None;
+        for addr in candidates {
+            match join::request(addr, &target.code, self.my_record()).await {
+                Ok((secret, members)) => {
+                    let mut membership = Membership { secret, members: BTreeMap::new() };
+                    for m in members {
+                        membership.members.insert(m.id, m);
+                    }
+                    membership.upsert(self.my_record());
+                    self.replace_membership(membership);
+                    tracing::info!("joined cluster {} through {addr}", self.cluster_id());
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::warn!("join through {addr} failed: {e}");
+                    last_error = Some(e);
+                }
+            }
+        }
+        Err(last_error.map_or_else(
+            || anyhow::anyhow!("no shoal node of another cluster was found nearby (mDNS); use --join CODE@HOST:PORT"),
+            |e| anyhow::anyhow!(e),
+        ))
+    }
+
+    /// Nodes of other clusters nearby (mDNS); those without an active code refuse at once.
+    async fn find_pairing_nodes(self: &Arc<Self>) -> anyhow::Result<Vec<SocketAddr>> {
+        if self.discovery.lock().expect("discovery").is_none() {
+            anyhow::bail!("mDNS is off or unavailable, so nearby clusters cannot be found; use --join CODE@HOST:PORT");
+        }
+        let deadline = Instant::now() + Duration::from_secs(6);
+        loop {
+            let found: Vec<SocketAddr> = {
+                let state = self.state.lock().expect("state");
+                state.nearby.values().flat_map(|n| n.control.first().copied()).collect()
+            };
+            if !found.is_empty() || Instant::now() >= deadline {
+                return Ok(found);
+            }
+            if self.discovery.lock().expect("discovery").is_some() && !BROWSING.load(Ordering::Relaxed) {
+                start_browsing(self);
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Leaves the cluster: tells the members, then starts a new one-node cluster with a fresh secret.
+    pub async fn leave(&self) {
+        self.broadcast(ControlMessage::Leaving);
+        // Let the writers flush the goodbye before the connections close.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        *self.static_peers.lock().expect("static") = false;
+        self.replace_membership(Membership::new_cluster(self.my_record()));
+    }
+
+    /// Switches to `membership`: closes every connection and forgets every peer of the old cluster.
+    fn replace_membership(&self, membership: Membership) {
+        let cluster_id = membership.cluster_id();
+        {
+            let mut state = self.state.lock().expect("state");
+            state.membership = membership;
+            state.peers.clear();
+            state.static_routes.clear();
+            state.code = None;
+            let discovered = std::mem::take(&mut state.discovered);
+            state.nearby.extend(discovered);
+            let nearby = std::mem::take(&mut state.nearby);
+            for (id, node) in nearby {
+                if node.cluster_id == cluster_id {
+                    state.discovered.insert(id, node);
+                } else {
+                    state.nearby.insert(id, node);
+                }
+            }
+        }
+        self.departed.lock().expect("departed").clear();
+        self.epoch.send_modify(|e| *e += 1);
+        self.save();
+        self.readvertise();
+        self.emit(ClusterEvent::ClusterChanged { cluster_id });
+    }
+}
+
+pub(super) async fn resolve(address: &str, default_port: u16) -> anyhow::Result<SocketAddr> {
+    let with_port = if address.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
+        address.to_string()
+    } else {
+        format!("{address}:{default_port}")
+    };
+    let mut addresses =
+        tokio::net::lookup_host(&with_port).await.map_err(|e| anyhow::anyhow!("cannot resolve {with_port}: {e}"))?;
+    let first = addresses.next();
+    first.ok_or_else(|| anyhow::anyhow!("{with_port} has no address"))
+}
+
+pub(super) async fn serve_join(shared: Agent, stream: TcpStream, from: SocketAddr) -> Result<(), NetError> {
+    let allowed = shared.limiter.lock().expect("limiter").allow(from.ip());
+    let decide = || {
+        if !allowed {
+            return Err(Refusal::RateLimited);
+        }
+        let state = shared.state.lock().expect("state");
+        match &state.code {
+            None => Err(Refusal::NoCode),
+            Some(c) if c.is_expired() => Err(Refusal::Expired),
+            Some(c) => Ok(c.normalized().to_string()),
+        }
+    };
+    let attempt = |accepted: bool, reason: &str| ClusterEvent::JoinAttempt {
+        from: from.to_string(),
+        accepted,
+        reason: reason.into(),
+    };
+    match join::accept(stream, decide).await {
+        Ok((_reader, writer, mut node)) => {
+            if node.control.is_empty() || node.control.iter().all(|a| a.ip().is_unspecified()) {
+                node.control = vec![SocketAddr::new(from.ip(), shared.config.control_port())];
+            }
+            let (secret, members) = {
+                let state = shared.state.lock().expect("state");
+                (state.membership.secret.clone(), state.membership.members.values().cloned().collect::<Vec<_>>())
+            };
+            join::welcome(writer, secret, members).await?;
+            shared.emit(attempt(true, &format!("{} joined", node.name)));
+            shared.admit(node);
+            Ok(())
+        }
+        Err(AcceptError::WrongCode) => {
+            let revoked = {
+                let mut state = shared.state.lock().expect("state");
+                let revoked = state.code.as_mut().is_some_and(|c| c.record_failure());
+                if revoked {
+                    state.code = None;
+                }
+                revoked
+            };
+            shared.emit(attempt(false, "wrong code"));
+            if revoked {
+                shared.emit(ClusterEvent::CodeRevoked {
+                    reason: format!("{} wrong attempts; make a new code with `shoal code`", pairing::MAX_FAILURES),
+                });
+            }
+            Err(NetError::Handshake)
+        }
+        Err(AcceptError::Refused(r)) => {
+            shared.emit(attempt(false, r.explain()));
+            Ok(())
+        }
+        Err(AcceptError::Broken(reason)) => {
+            shared.emit(attempt(false, &reason));
+            Err(NetError::BadPreamble(reason))
+        }
+    }
+}

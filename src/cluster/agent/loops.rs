@@ -1,0 +1,229 @@
+//! The agent's background loops: accepting connections, dialing members, health, telemetry and the
+//! RDMA doctor.
+
+use super::*;
+
+/// Most connections allowed to be mid-handshake at once (strangers cannot exhaust the node).
+pub(super) const MAX_PENDING_HANDSHAKES: usize = 64;
+
+pub(super) async fn accept_loop(shared: Agent, listener: TcpListener) {
+    let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
+    loop {
+        let (stream, from) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("accepting a connection failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = pending.clone().try_acquire_owned() else {
+            tracing::warn!("refused a connection from {from}: too many handshakes in progress");
+            continue;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            if let Err(e) = handle_incoming(shared, stream, from, permit).await {
+                tracing::info!("closed a connection from {from}: {e}");
+            }
+        });
+    }
+}
+
+pub(super) async fn handle_incoming(
+    shared: Agent,
+    mut stream: TcpStream,
+    from: SocketAddr,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> Result<(), NetError> {
+    stream.set_nodelay(true)?;
+    let preamble = secure::read_preamble(&mut stream).await?;
+    match preamble.kind {
+        ConnectionKind::Member => {
+            let (reader, writer) = secure::respond(stream, preamble, &shared.secret()).await?;
+            drop(permit);
+            connection::run(shared, reader, writer, connection::Origin::Accepted).await;
+            Ok(())
+        }
+        ConnectionKind::LinkProbe => {
+            let (reader, writer) = secure::respond(stream, preamble, &shared.secret()).await?;
+            drop(permit);
+            let _busy = shared.bulk_guard();
+            probe::serve(reader, writer, &shared.inbound_probe).await
+        }
+        ConnectionKind::Join => serve_join(shared, stream, from).await,
+        ConnectionKind::Stage => Err(NetError::BadPreamble("stage connections go to the workers".into())),
+    }
+}
+
+/// Dials members without a connection (the lower id first; the higher after a grace period, in case the
+/// lower cannot reach it), --peer addresses, and same-cluster nodes seen by mDNS.
+pub(super) async fn dial_loop(shared: Agent) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tick.tick().await;
+        let me = shared.id();
+        let mut to_dial: Vec<(NodeId, Vec<SocketAddr>)> = Vec::new();
+        {
+            let mut state = shared.state.lock().expect("state");
+            let members: Vec<(NodeId, Vec<SocketAddr>)> =
+                state.membership.members.values().filter(|m| m.id != me).map(|m| (m.id, m.control.clone())).collect();
+            let discovered: Vec<(NodeId, Vec<SocketAddr>)> =
+                state.discovered.values().map(|d| (d.id, d.control.clone())).collect();
+            for (id, addresses) in members.into_iter().chain(discovered) {
+                let route = state.static_routes.get(&id).copied();
+                let found = state.discovered.get(&id).map(|d| d.control.clone()).unwrap_or_default();
+                let peer = state.peers.entry(id).or_default();
+                if peer.connection.is_some() || peer.dialing {
+                    continue;
+                }
+                let quiet = peer.last_heard.map_or(peer.watched_since.elapsed(), |t| t.elapsed());
+                if me > id && quiet < health::SUSPECT_AFTER {
+                    continue;
+                }
+                peer.dialing = true;
+                let mut candidates: Vec<SocketAddr> = route.into_iter().chain(addresses).chain(found).collect();
+                let mut seen = BTreeSet::new();
+                candidates.retain(|a| seen.insert(*a));
+                to_dial.push((id, candidates));
+            }
+        }
+        // --peer addresses are the user's explicit routes: members are dialed by their other addresses
+        // only once each of them has been tried.
+        let statics_tried = shared.config.peers.iter().all(|p| shared.static_tried.lock().expect("tried").contains(p));
+        for (id, candidates) in to_dial {
+            if statics_tried || !*shared.static_peers.lock().expect("static") {
+                tokio::spawn(dial_member(shared.clone(), id, candidates));
+            } else if let Some(p) = shared.state.lock().expect("state").peers.get_mut(&id) {
+                p.dialing = false;
+            }
+        }
+        if *shared.static_peers.lock().expect("static") {
+            for address in &shared.config.peers {
+                let Ok(addr) = resolve(address, shared.config.control_port()).await else {
+                    shared.static_tried.lock().expect("tried").insert(address.clone());
+                    continue;
+                };
+                let connected = {
+                    let state = shared.state.lock().expect("state");
+                    state
+                        .static_routes
+                        .iter()
+                        .any(|(id, a)| *a == addr && state.peers.get(id).is_some_and(|p| p.connection.is_some()))
+                };
+                if connected || !shared.dialing_static.lock().expect("dialing").insert(addr) {
+                    continue;
+                }
+                tokio::spawn(dial_static(shared.clone(), addr, address.clone()));
+            }
+        }
+    }
+}
+
+pub(super) async fn dial_member(shared: Agent, id: NodeId, candidates: Vec<SocketAddr>) {
+    let secret = shared.secret();
+    for addr in candidates {
+        match secure::connect(addr, ConnectionKind::Member, &secret).await {
+            Ok((reader, writer)) => {
+                connection::run(shared.clone(), reader, writer, connection::Origin::Dialed(addr)).await;
+                break;
+            }
+            Err(e) => {
+                tracing::debug!("dialing {} at {addr}: {e}", id.short());
+                if let Some(p) = shared.state.lock().expect("state").peers.get_mut(&id) {
+                    p.errors += 1;
+                }
+            }
+        }
+    }
+    if let Some(p) = shared.state.lock().expect("state").peers.get_mut(&id) {
+        p.dialing = false;
+    }
+}
+
+pub(super) async fn dial_static(shared: Agent, addr: SocketAddr, address: String) {
+    let secret = shared.secret();
+    match secure::connect(addr, ConnectionKind::Member, &secret).await {
+        Ok((reader, writer)) => {
+            shared.static_tried.lock().expect("tried").insert(address);
+            connection::run(shared.clone(), reader, writer, connection::Origin::DialedPeerOption(addr)).await
+        }
+        Err(e) => {
+            shared.static_tried.lock().expect("tried").insert(address);
+            tracing::debug!("dialing --peer {addr}: {e}")
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    shared.dialing_static.lock().expect("dialing").remove(&addr);
+}
+
+/// Moves peers through alive → suspect → down as silence grows, and expires the join code.
+pub(super) async fn health_loop(shared: Agent) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        let mut code_expired = false;
+        let mut went_down = Vec::new();
+        {
+            let mut guard = shared.state.lock().expect("state");
+            let state = &mut *guard;
+            let members: BTreeSet<NodeId> = state.membership.members.keys().copied().collect();
+            state.peers.retain(|id, _| members.contains(id));
+            for (id, peer) in state.peers.iter_mut() {
+                let silence = peer.last_heard.map_or(peer.watched_since.elapsed(), |t| t.elapsed());
+                let status = health::status_after(silence, peer.last_heard.is_some());
+                if status == PeerStatus::Down && peer.status != PeerStatus::Down {
+                    went_down.push(*id);
+                }
+                shared.set_status(peer, *id, status);
+            }
+            if state.code.as_ref().is_some_and(|c| c.is_expired()) {
+                state.code = None;
+                code_expired = true;
+            }
+        }
+        if code_expired {
+            shared.emit(ClusterEvent::CodeRevoked { reason: "expired".into() });
+        }
+        for peer in went_down {
+            crate::instances::on_peer_down(&shared, peer);
+        }
+    }
+}
+
+/// Samples this node's telemetry every second and shares it, with this node's link reports.
+pub(super) async fn telemetry_loop(shared: Agent) {
+    let limit = shared.config.memory_limit;
+    let Ok(mut sampler) = tokio::task::spawn_blocking(move || TelemetrySampler::new(limit)).await else { return };
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        for pid in std::mem::take(&mut *shared.tracked.lock().expect("tracked")) {
+            sampler.track_process(pid);
+        }
+        let mut telemetry = sampler.sample();
+        telemetry.rdma = shared.rdma.lock().expect("rdma").clone();
+        let links = {
+            let mut state = shared.state.lock().expect("state");
+            state.telemetry = Some(telemetry.clone());
+            state.choose_transports(telemetry.rdma.as_deref(), crate::util::now_ms());
+            state.my_reports()
+        };
+        shared.broadcast(ControlMessage::Telemetry { telemetry: telemetry.clone() });
+        shared.broadcast(ControlMessage::Links { links: links.clone() });
+        shared.emit(ClusterEvent::Telemetry { node: shared.id(), telemetry: Box::new(telemetry) });
+        shared.emit(ClusterEvent::Links { node: shared.id(), links });
+        shared.emit(ClusterEvent::Rates { rates: shared.rates() });
+    }
+}
+
+/// Runs the RDMA doctor now and every minute (the tools, system_profiler above all, are slow).
+pub(super) async fn doctor_loop(shared: Agent) {
+    loop {
+        let captures = tokio::task::spawn_blocking(crate::rdma::Captures::live).await;
+        if let Ok(captures) = captures {
+            *shared.rdma.lock().expect("rdma") = Some(Box::new(crate::rdma::doctor(&captures)));
+        }
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    }
+}
