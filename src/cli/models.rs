@@ -83,7 +83,7 @@ fn render(models: &[LibraryModel]) -> String {
             m.quantization.clone().unwrap_or_else(dash),
             m.layers.map(|l| l.to_string()).unwrap_or_else(dash),
             m.context_length.map(|c| c.to_string()).unwrap_or_else(dash),
-            format!("{:.2} GiB", m.size_bytes as f64 / (1u64 << 30) as f64),
+            super::status::gib(m.size_bytes),
             if m.runnable { "yes" } else { "no" },
             source,
         );

@@ -112,7 +112,6 @@ impl NoticeBoard {
                 let before = self.instance_states.insert(instance.clone(), InstanceState::Failed);
                 (before != Some(InstanceState::Failed)).then(|| Notice::new(format!("{model} stopped working"), error))
             }
-            ClusterEvent::ClusterChanged { .. } => None,
             _ => None,
         }
     }

@@ -16,37 +16,27 @@ pub struct ClusterRates {
 
 pub const WINDOW: Duration = Duration::from_secs(10);
 
-/// Finished requests of the last [`WINDOW`].
+/// When the requests of the last [`WINDOW`] finished (for requests per minute).
 #[derive(Default)]
-pub struct RateWindow {
-    finished: VecDeque<(Instant, usize, usize, Duration, Duration)>,
+pub struct RequestWindow {
+    finished: VecDeque<Instant>,
 }
 
-impl RateWindow {
-    /// Records a finished request: its prompt and generated tokens and how long each phase took.
-    pub fn record(&mut self, prompt_tokens: usize, generated: usize, prefill: Duration, decode: Duration) {
-        self.finished.push_back((Instant::now(), prompt_tokens, generated, prefill, decode));
+impl RequestWindow {
+    pub fn record(&mut self) {
+        self.finished.push_back(Instant::now());
         self.expire();
     }
 
     fn expire(&mut self) {
-        while self.finished.front().is_some_and(|f| f.0.elapsed() > WINDOW) {
+        while self.finished.front().is_some_and(|at| at.elapsed() > WINDOW) {
             self.finished.pop_front();
         }
     }
 
-    /// Tokens processed per second of wall time over the window (requests in parallel add up).
-    pub fn rates(&mut self) -> ClusterRates {
+    pub fn per_minute(&mut self) -> f64 {
         self.expire();
-        let secs = WINDOW.as_secs_f64();
-        let prompt: usize = self.finished.iter().map(|f| f.1).sum();
-        let generated: usize = self.finished.iter().map(|f| f.2).sum();
-        ClusterRates {
-            prefill_tokens_per_second: prompt as f64 / secs,
-            decode_tokens_per_second: generated as f64 / secs,
-            requests_per_minute: self.finished.len() as f64 * 60.0 / secs,
-            window_seconds: secs,
-        }
+        self.finished.len() as f64 * 60.0 / WINDOW.as_secs_f64()
     }
 }
 
@@ -92,13 +82,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rates_sum_the_window() {
-        let mut w = RateWindow::default();
-        w.record(100, 50, Duration::from_millis(100), Duration::from_millis(500));
-        w.record(100, 50, Duration::from_millis(100), Duration::from_millis(500));
-        let r = w.rates();
-        assert_eq!(r.decode_tokens_per_second, 10.0);
-        assert_eq!(r.prefill_tokens_per_second, 20.0);
-        assert_eq!(r.requests_per_minute, 12.0);
+    fn requests_per_minute_count_the_window() {
+        let mut w = RequestWindow::default();
+        assert_eq!(w.per_minute(), 0.0);
+        w.record();
+        w.record();
+        assert_eq!(w.per_minute(), 12.0);
     }
 }

@@ -15,7 +15,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from webdriver import Session  # noqa: E402
+from webdriver import Session, wait  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SHOAL = os.path.join(ROOT, "target", "release", "shoal")
@@ -33,20 +33,6 @@ def api(port, path, body=None):
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())
-
-
-def wait(what, condition, timeout=20):
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        try:
-            last = condition()
-            if last:
-                return last
-        except Exception as e:  # the thing waited for may not answer yet
-            last = e
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 class Processes:

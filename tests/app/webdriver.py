@@ -13,6 +13,22 @@ class WebDriverError(Exception):
     pass
 
 
+def wait(what, condition, timeout=20, interval=0.25):
+    """Calls condition() until it returns something truthy, tolerating errors from what is not up yet;
+    fails with `what` after `timeout` seconds."""
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        try:
+            last = condition()
+            if last:
+                return last
+        except (WebDriverError, OSError, KeyError, ValueError) as e:
+            last = e
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
 class Session:
     def __init__(self, driver_url, application, timeout=60):
         self.base = driver_url.rstrip("/")
@@ -69,17 +85,7 @@ class Session:
 
     def wait_for(self, what, condition, timeout=20, interval=0.25):
         """Calls condition() until it returns something truthy; fails with `what` after `timeout` seconds."""
-        deadline = time.time() + timeout
-        last = None
-        while time.time() < deadline:
-            try:
-                last = condition()
-                if last:
-                    return last
-            except WebDriverError as e:
-                last = e
-            time.sleep(interval)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+        return wait(what, condition, timeout, interval)
 
     def close(self):
         try:

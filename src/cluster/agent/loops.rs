@@ -213,7 +213,7 @@ pub(super) async fn telemetry_loop(shared: Agent) {
         shared.broadcast(ControlMessage::Links { links: links.clone() });
         shared.emit(ClusterEvent::Telemetry { node: shared.id(), telemetry: Box::new(telemetry) });
         shared.emit(ClusterEvent::Links { node: shared.id(), links });
-        shared.emit(ClusterEvent::Rates { rates: shared.rates() });
+        shared.emit(ClusterEvent::Rates { rates: shared.sample_rates() });
     }
 }
 

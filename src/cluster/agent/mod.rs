@@ -106,8 +106,10 @@ pub struct Shared {
     registry: Mutex<crate::instances::Registry>,
     /// Worker processes whose memory counts as shoal's.
     tracked: Mutex<Vec<u32>>,
-    /// Requests finished through this node's API, for its rates.
-    finished: Mutex<crate::metrics::RateWindow>,
+    /// Requests finished through this node's API, for requests per minute.
+    finished: Mutex<crate::metrics::RequestWindow>,
+    /// The rates sampled last (every second, by the telemetry loop).
+    latest_rates: Mutex<crate::metrics::ClusterRates>,
     /// Stage-0 token counters over the last seconds, for cluster-wide rates.
     counters: Mutex<crate::metrics::CounterWindow>,
     /// The RDMA doctor's latest report on this node.
@@ -181,6 +183,7 @@ pub async fn start(config: AgentConfig, join: Option<JoinTarget>) -> anyhow::Res
         registry: Mutex::new(Default::default()),
         tracked: Mutex::new(Vec::new()),
         finished: Mutex::new(Default::default()),
+        latest_rates: Mutex::new(Default::default()),
         counters: Mutex::new(Default::default()),
         rdma: Mutex::new(None),
     });
@@ -264,16 +267,13 @@ impl Shared {
 
     /// Records a request finished through this node's API (its rates go to the event stream).
     pub fn record_request(&self, model: &str, report: &crate::worker::GenerationReport) {
-        let prefill = std::time::Duration::from_secs_f64(report.time_to_first_token_ms / 1000.0);
-        let decode = std::time::Duration::from_secs_f64(
-            report.generated_tokens.saturating_sub(1) as f64 / report.decode_tokens_per_second.max(1e-9),
-        );
-        self.finished.lock().expect("finished").record(report.prompt_tokens, report.generated_tokens, prefill, decode);
+        self.finished.lock().expect("finished").record();
         self.emit(ClusterEvent::RequestFinished { model: model.to_string(), report: report.clone() });
     }
 
-    /// Cluster-wide rates: stage 0 of every instance counts the tokens it serves.
-    pub fn rates(&self) -> crate::metrics::ClusterRates {
+    /// Samples the cluster-wide rates (stage 0 of every instance counts the tokens it serves; requests
+    /// per minute are those finished through this node's API) and keeps them for [`Shared::rates`].
+    pub(super) fn sample_rates(&self) -> crate::metrics::ClusterRates {
         let counters: Vec<(String, u64, u64)> = self
             .registry()
             .instances
@@ -285,7 +285,15 @@ impl Shared {
                     .map(|s| (i.id.clone(), s.tokens.saturating_sub(s.generated_tokens), s.generated_tokens))
             })
             .collect();
-        self.counters.lock().expect("counters").rates(&counters)
+        let mut rates = self.counters.lock().expect("counters").rates(&counters);
+        rates.requests_per_minute = self.finished.lock().expect("finished").per_minute();
+        *self.latest_rates.lock().expect("latest rates") = rates.clone();
+        rates
+    }
+
+    /// The cluster-wide rates as last sampled (at most a second old).
+    pub fn rates(&self) -> crate::metrics::ClusterRates {
+        self.latest_rates.lock().expect("latest rates").clone()
     }
 
     /// Counts process `pid` (a worker) in this node's shoal memory.
