@@ -122,6 +122,21 @@ fn overrides_are_honoured_or_refused_with_a_reason() {
 }
 
 #[test]
+fn an_override_name_is_not_mistaken_for_the_start_of_another_nodes_id() {
+    // A node whose id starts with "b" beside a node called "b": "b" means the node called b.
+    let mut other = node("x", 100);
+    other.id = NodeId(uuid::Uuid::parse_str("b0000000-0000-4000-8000-000000000000").unwrap());
+    let nodes = [node("a", 100), node("b", 100), other.clone()];
+    let plan =
+        placement::plan_override(&needs(), &nodes, &[], &placement::parse_layers("a:0-14,b:15-29").unwrap()).unwrap();
+    assert_eq!(plan.stages[1].node_name, "b");
+    // Four or more characters of an id still name its node.
+    let plan = placement::plan_override(&needs(), &nodes, &[], &placement::parse_layers("a:0-14,b000:15-29").unwrap())
+        .unwrap();
+    assert_eq!(plan.stages[1].node_name, "x");
+}
+
+#[test]
 fn a_model_that_does_not_fit_says_how_much_is_missing_and_where() {
     let nodes = [node("a", 40), node("b", 40), node("c", 40)];
     let err = placement::plan(&needs(), &nodes, &[]).unwrap_err();

@@ -347,6 +347,16 @@ fn does_not_fit(
 }
 
 /// The plan an explicit `--layers` override describes, if it fits.
+/// The nodes a name in an override means: an exact name or id wins; otherwise an id prefix of at least
+/// four characters (a shorter one would match random ids by chance: "b" names every id starting with b).
+fn nodes_named<'a>(nodes: &'a [NodeOffer], name: &str) -> Vec<&'a NodeOffer> {
+    let exact: Vec<&NodeOffer> = nodes.iter().filter(|n| n.name == name || n.id.to_string() == name).collect();
+    if !exact.is_empty() || name.len() < 4 {
+        return exact;
+    }
+    nodes.iter().filter(|n| n.id.to_string().starts_with(name)).collect()
+}
+
 pub fn plan_override(
     needs: &ModelNeeds,
     nodes: &[NodeOffer],
@@ -365,11 +375,7 @@ pub fn plan_override(
             )));
         }
         expected = a.layers.end;
-        let matches: Vec<&NodeOffer> = nodes
-            .iter()
-            .filter(|n| n.name == a.node || n.id.to_string() == a.node || n.id.to_string().starts_with(&a.node))
-            .collect();
-        match matches.as_slice() {
+        match nodes_named(nodes, &a.node).as_slice() {
             [one] => chosen.push(*one),
             [] => return Err(PlacementError::BadOverride(format!("no node up is called {}", a.node))),
             _ => return Err(PlacementError::BadOverride(format!("{} names more than one node", a.node))),
