@@ -252,8 +252,8 @@ fn an_unknown_repository_says_so() {
     assert!(error.to_string().contains("has no model nobody/nothing"), "{error}");
 }
 
-/// A node downloads on `POST /api/models/pull`, reports `model_pull` events up to done, and then lists
-/// the model in `GET /api/models`.
+/// A node refuses a malformed `POST /api/models/pull`, downloads on a good one (`REPO:FILE`), reports
+/// `model_pull` events up to done, and then lists the model in `GET /api/models`.
 #[test]
 fn the_api_pulls_in_the_background_with_progress_events() {
     let hub = start_hub(Faults::default());
@@ -281,8 +281,18 @@ fn the_api_pulls_in_the_background_with_progress_events() {
             Err(e) => panic!("the node did not start: {e}"),
         }
     };
+    // Bad input is refused at once, with the reason and the parameter.
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    for bad in ["not-a-repo", "test-org/name:"] {
+        let mut refused =
+            agent.post(&format!("{base}/api/models/pull")).send_json(serde_json::json!({"repo": bad})).unwrap();
+        assert_eq!(refused.status().as_u16(), 400, "{bad}");
+        let body: serde_json::Value = refused.body_mut().read_json().unwrap();
+        assert_eq!(body["error"]["param"], "repo", "{body}");
+    }
+    // The file is named in `repo`, as `shoal pull` and the dashboard write it.
     let started: serde_json::Value = ureq::post(&format!("{base}/api/models/pull"))
-        .send_json(serde_json::json!({"repo": REPO, "file": FILE}))
+        .send_json(serde_json::json!({"repo": format!("{REPO}:{FILE}")}))
         .unwrap()
         .into_body()
         .read_json()

@@ -1,5 +1,5 @@
 //! Placement on the real SmolLM2 file's sizes: fitting, preferring fewer nodes, heterogeneous nodes,
-//! link-aware ring order, explicit overrides, and what "does not fit" says.
+//! link-aware ring order, explicit overrides, and what "does not fit" says (in words and in numbers).
 
 mod common;
 
@@ -146,4 +146,10 @@ fn a_model_that_does_not_fit_says_how_much_is_missing_and_where() {
     for name in ["a ", "b ", "c "] {
         assert!(message.contains(name), "{message}");
     }
+    // The same split in numbers: what it needs, what the three offer, and the stages' shortfalls.
+    let short = placement::shortfall(&needs(), &nodes, &[]).unwrap();
+    assert_eq!((short.nodes, short.offered), (3, 120 * MB));
+    assert!(short.needed > short.offered && short.missing >= short.needed - short.offered, "{short:?}");
+    assert!(message.contains(&format!("{:.1} MB missing", (short.needed - short.offered) as f64 / 1e6)), "{message}");
+    assert_eq!(placement::shortfall(&needs(), &[], &[]), None);
 }

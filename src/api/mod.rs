@@ -1,10 +1,12 @@
 //! The node's HTTP API: the cluster view, a server-sent-event stream of every change, the actions
-//! (join code, join, leave, link measurement), model instances, the OpenAI-compatible endpoints and the
-//! dashboard at `/`. It listens on 127.0.0.1 unless told otherwise; on any
-//! other address it requires a token for every action (reads stay open for the dashboard).
+//! (join code, join, leave, link measurement), the model library with its fit check and downloads, model
+//! instances, the OpenAI-compatible endpoints and the dashboard at `/`. It listens on 127.0.0.1 unless
+//! told otherwise; on any other address it requires a token for every action (reads stay open for the
+//! dashboard).
 
 mod cluster;
 mod error;
+mod fit;
 mod instances;
 mod models;
 mod openai;
@@ -50,6 +52,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/instances", post(instances::launch).get(instances::list))
         .route("/api/instances/{id}", get(instances::get).delete(instances::stop))
         .route("/api/models", get(models::list))
+        .route("/api/models/fit", get(fit::list))
         .route("/api/models/pull", post(models::pull))
         .route("/v1/models", get(openai::models))
         .route("/v1/chat/completions", post(openai::chat_completions))

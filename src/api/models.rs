@@ -1,5 +1,6 @@
 //! Model endpoints: `GET /api/models` (this node's library) and `POST /api/models/pull` (start a download
 //! from the hub; it answers at once with the pull's id and reports progress as `model_pull` events).
+//! `GET /api/models/fit` (the library with the fit check) is in `fit.rs`.
 
 use super::{ApiError, ApiState};
 use crate::cluster::ClusterEvent;
@@ -24,13 +25,20 @@ pub struct PullStarted {
     pub id: String,
 }
 
-/// Starts downloading `{"repo", "file"?, "revision"?}` into this node's models directory.
+/// Starts downloading `{"repo", "file"?, "revision"?}` into this node's models directory. `repo` may
+/// name the file or quantization itself, as `shoal pull` does: `ORG/NAME:Q4_K_M`.
 pub async fn pull(
     State(state): State<ApiState>,
     body: Result<Json<PullRequest>, JsonRejection>,
 ) -> Result<Json<PullStarted>, ApiError> {
-    let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    PullRequest::parse(&request.repo).map_err(|e| ApiError::bad_param("repo", e.to_string()))?;
+    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let mut request = PullRequest::parse(body.repo.trim()).map_err(|e| ApiError::bad_param("repo", e.to_string()))?;
+    if request.file.as_deref().is_some_and(str::is_empty) {
+        return Err(ApiError::bad_param("repo", format!("{:?} names no file after the colon", body.repo)));
+    }
+    request.file = request.file.or(body.file);
+    request.revision = body.revision;
+    let spec = body.repo.trim().to_string();
     let id = uuid::Uuid::new_v4().to_string();
     let agent = state.agent.clone();
     let models_dir = Library::new(&agent.config.data_dir).models_dir();
@@ -39,7 +47,7 @@ pub async fn pull(
         let event =
             |progress: &PullProgress, paths: Vec<std::path::PathBuf>, error: Option<String>| ClusterEvent::ModelPull {
                 id: pull_id.clone(),
-                repo: request.repo.clone(),
+                repo: spec.clone(),
                 progress: progress.clone(),
                 paths,
                 error,

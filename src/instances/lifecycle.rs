@@ -49,7 +49,7 @@ pub enum LaunchError {
 }
 
 /// The nodes that are up, what they offer, and the measured links between them.
-fn cluster_offers(agent: &Agent) -> (Vec<NodeOffer>, Vec<LinkCost>) {
+pub(super) fn cluster_offers(agent: &Agent) -> (Vec<NodeOffer>, Vec<LinkCost>) {
     let snapshot = agent.snapshot();
     let offers = snapshot
         .nodes
@@ -81,15 +81,20 @@ fn cluster_offers(agent: &Agent) -> (Vec<NodeOffer>, Vec<LinkCost>) {
     (offers, links)
 }
 
+/// What `model` needs with the request's context and sequences (2048 tokens and 4 by default).
+pub(super) fn needs_for(model: &Model, request: &LaunchRequest) -> ModelNeeds {
+    let context = request.context.unwrap_or(2048).clamp(16, model.config().training_context.max(16));
+    let sequences = request.sequences.unwrap_or(4).clamp(1, 64);
+    ModelNeeds::of(model, context, sequences, BATCH)
+}
+
 /// The plan a launch would use.
 pub async fn preview(agent: &Agent, request: &LaunchRequest) -> Result<(Plan, String), LaunchError> {
     let path = request.model.clone();
     let model = tokio::task::spawn_blocking(move || Model::open(&path))
         .await
         .map_err(|e| LaunchError::Invalid(e.to_string()))??;
-    let context = request.context.unwrap_or(2048).clamp(16, model.config().training_context.max(16));
-    let sequences = request.sequences.unwrap_or(4).clamp(1, 64);
-    let needs = ModelNeeds::of(&model, context, sequences, BATCH);
+    let needs = needs_for(&model, request);
     let (offers, links) = cluster_offers(agent);
     let plan = match &request.layers {
         Some(spec) => placement::plan_override(&needs, &offers, &links, &placement::parse_layers(spec)?)?,

@@ -3,11 +3,13 @@
 //! ring, tracks every stage's state and tells the cluster (every node can list instances and route
 //! requests to stage 0). When a stage fails or a node hosting one goes down, the instance is marked
 //! failed and its workers stopped; when the owner goes down, its instances end everywhere. Nothing else
-//! restarts.
+//! restarts. `Fit` says whether a model would be placed now, before anything is launched.
 
+mod fit;
 mod generate;
 mod lifecycle;
 
+pub use fit::{Fit, PoolOffers};
 pub use generate::{generate, GenerateError};
 pub use lifecycle::{launch, on_message, on_peer_down, preview, stop, LaunchError, LaunchRequest};
 

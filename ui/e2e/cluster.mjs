@@ -3,9 +3,11 @@
  * A real cluster of `shoal node` processes on loopback for the browser test: each node with its own
  * data directory and ports, joined with codes from the first node, every process in its own process
  * group so that cleanup also ends its workers. The binary is copied first, so a `cargo build` running
- * at the same time cannot replace it under the nodes (their workers start from the same file).
+ * at the same time cannot replace it under the nodes (their workers start from the same file). The
+ * nodes see an empty Hugging Face cache of their own and a hub address where nothing listens, so their
+ * libraries hold only what the test adds and a download never leaves the machine.
  */
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { copyFileSync, chmodSync, mkdtempSync, openSync, readFileSync, rmSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -69,6 +71,19 @@ export class Cluster {
     this.memoryLimit = options.memoryLimit;
     /** @type {RunningNode[]} */
     this.nodes = [];
+    /** @type {NodeJS.ProcessEnv} */
+    this.env = { ...process.env, HF_HOME: path.join(this.root, 'hf'), HF_ENDPOINT: 'http://127.0.0.1:9' };
+    delete this.env['HF_HUB_CACHE'];
+    delete this.env['HF_TOKEN'];
+  }
+
+  /**
+   * Adds a GGUF file to the library of node `name` (started or not) with `shoal models add`.
+   * @param {string} name
+   * @param {string} file
+   */
+  addModel(name, file) {
+    execFileSync(this.binary, ['models', 'add', file, '--data-dir', path.join(this.root, name)], { env: this.env, stdio: 'pipe' });
   }
 
   /**
@@ -86,7 +101,7 @@ export class Cluster {
     if (join !== null) args.push('--join', join);
     args.push(...extra);
     const out = openSync(log, 'w');
-    const child = spawn(this.binary, args, { detached: true, stdio: ['ignore', out, out] });
+    const child = spawn(this.binary, args, { detached: true, stdio: ['ignore', out, out], env: this.env });
     if (child.pid === undefined) throw new Error(`could not start ${this.binary}`);
     /** @type {RunningNode} */
     const node = { name, port, dataDir, pid: child.pid, log, exited: false };

@@ -2,8 +2,9 @@
 /**
  * The dashboard in a real browser (Debian's chromium through playwright-core) against a real cluster
  * of three `shoal node` processes on loopback: the mesh shows every node and link, the pool total is
- * the API's, a model launched from the page splits over the three nodes and answers in the chat with
- * its rates, and a SIGKILLed node turns red within 5 s. Screenshots go to ui/e2e/out/; the mesh with
+ * the API's, the library lists SmolLM2 with the fit the API computes (and a download that cannot reach
+ * the hub fails in view), a model launched from the page splits over the three nodes and answers in
+ * the chat with its rates, and a SIGKILLed node turns red within 5 s. Screenshots go to ui/e2e/out/; the mesh with
  * the model running also to assets/dashboard.png.
  *
  * Needs target/release/shoal built after `npm run build` (it embeds ui/dist) and the test model
@@ -11,7 +12,7 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, copyFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, copyFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -77,6 +78,7 @@ before(async () => {
   // SmolLM2 with a 512-token context needs about 180 MB: it would fit on two 160 MB nodes, and the test
   // spreads it over all three with a layer override typed into the launch form.
   cluster = new Cluster({ binary, basePort, memoryLimit: '160MB' });
+  cluster.addModel('alpha', modelPath);
   await cluster.form(['alpha', 'beta', 'gamma']);
 
   const served = await (await fetch(`http://127.0.0.1:${basePort}/`)).text();
@@ -145,6 +147,59 @@ test('the pool total is the sum of memory_total of the members that are up, as /
   await open('memory');
   assert.equal(await page.locator('[data-testid="node-memory"]').count(), 3);
   await shot('memory');
+});
+
+test('the library lists SmolLM2 with the fit the API computes, and Launch… previews it', async () => {
+  await open('models');
+  const library = await api(basePort, '/api/models/fit');
+  const smol = library.find((/** @type {any} */ m) => m.path === realpathSync(modelPath));
+  assert.ok(smol, `SmolLM2 is not in alpha's library: ${JSON.stringify(library)}`);
+  assert.equal(smol.runnable, true);
+  assert.ok(smol.fit?.fits, `SmolLM2 fits three nodes offering 160 MB each: ${JSON.stringify(smol.fit)}`);
+  const row = page.locator(`[data-testid="library-model"][data-path="${smol.path}"]`);
+  await row.waitFor({ timeout: 10_000 });
+  assert.equal(await page.locator('[data-testid="library-model"]').count(), library.length);
+  assert.match(await row.innerText(), /Smollm2 135M/i);
+  assert.match(await row.innerText(), /llama · 135 M parameters · Q4_1 · 98\.4 MB · 30 layers/);
+  const fit = row.locator('[data-testid="fit"]');
+  assert.equal(await fit.getAttribute('data-fits'), 'true');
+  assert.equal(await fit.getAttribute('data-nodes'), String(smol.fit.nodes));
+  const mb = (/** @type {number} */ bytes) => `${(bytes / 1e6).toFixed(bytes >= 1e8 ? 0 : 1)} MB`;
+  assert.equal(
+    (await fit.innerText()).trim(),
+    `Fits on ${smol.fit.nodes} node${smol.fit.nodes === 1 ? '' : 's'}: needs ${mb(smol.fit.needed_bytes)} of the ${mb(smol.fit.pool_bytes)} the pool offers.`,
+  );
+  await shot('library');
+
+  await row.locator('[data-testid="library-launch"]').click();
+  assert.equal(await page.inputValue('[data-testid="model-path"]'), smol.path);
+  await page.waitForSelector('[data-testid="placement-preview"]', { timeout: 15_000 });
+  assert.equal(await page.locator('[data-testid="preview-stage"]').count(), smol.fit.nodes);
+
+  // At phone width nothing in the library or the download form runs off the side.
+  await page.setViewportSize({ width: 380, height: 800 });
+  const overflow = await page.$$eval('[data-testid="library"], [data-testid="pull-panel"]', (panels) =>
+    panels.filter((p) => p.scrollWidth > p.clientWidth + 1).map((p) => p.getAttribute('data-testid')),
+  );
+  await shot('models-narrow');
+  await page.setViewportSize({ width: 1280, height: 900 });
+  assert.deepEqual(overflow, []);
+});
+
+test('a download is checked before it is sent, and one that cannot reach the hub fails in view', async () => {
+  await open('models');
+  await page.fill('[data-testid="pull-repo"]', 'https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct-GGUF');
+  await page.click('[data-testid="pull-button"]');
+  assert.match(await page.innerText('[data-testid="pull-problem"]'), /not the whole address/);
+  assert.equal(await page.locator('[data-testid="pull-row"]').count(), 0);
+
+  // The nodes' hub is an address where nothing listens: the pull fails, and says why.
+  await page.fill('[data-testid="pull-repo"]', 'HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_K_M');
+  await page.click('[data-testid="pull-button"]');
+  const failed = page.locator('[data-testid="pull-row"][data-state="failed"]');
+  await failed.waitFor({ timeout: 20_000 });
+  assert.match(await failed.locator('[data-testid="pull-failure"]').innerText(), /cannot reach 127\.0\.0\.1:9/);
+  await shot('pull-failed');
 });
 
 test('a model launched from the page splits over the three nodes', async () => {

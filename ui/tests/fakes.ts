@@ -1,12 +1,14 @@
 /**
  * Test doubles for the store's outside world: an EventSource whose events the test sends, and JSON
  * fetches the test answers (or fails) one by one. Fixtures are real /api/cluster and /api/instances
- * answers of a three-node cluster (alpha, beta, gamma) with SmolLM2 split over it.
+ * answers of a three-node cluster (alpha, beta, gamma) with SmolLM2 split over it, and a real
+ * /api/models/fit answer (SmolLM2, fitting one node offering 400 MB, and a truncated file).
  */
 import type { EventStream } from '../src/lib/state/store';
-import type { ClusterSnapshot, InstanceInfo } from '../src/lib/api/types';
+import type { ClusterSnapshot, InstanceInfo, ModelWithFit } from '../src/lib/api/types';
 import cluster from './fixtures/cluster.json';
 import instances from './fixtures/instances.json';
+import library from './fixtures/models-fit.json';
 
 export function snapshotFixture(): ClusterSnapshot {
   return structuredClone(cluster) as ClusterSnapshot;
@@ -14,6 +16,10 @@ export function snapshotFixture(): ClusterSnapshot {
 
 export function instancesFixture(): InstanceInfo[] {
   return structuredClone(instances) as InstanceInfo[];
+}
+
+export function libraryFixture(): ModelWithFit[] {
+  return structuredClone(library) as ModelWithFit[];
 }
 
 export function nodeNamed(snapshot: ClusterSnapshot, name: string) {

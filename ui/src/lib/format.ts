@@ -1,4 +1,4 @@
-/** Numbers as people read them: bytes, bit rates, latencies, token rates, time left. */
+/** Numbers as people read them: bytes, byte and bit rates, counts, latencies, token rates, time left. */
 
 const BYTE_UNITS = ['B', 'KB', 'MB', 'GB', 'TB'];
 
@@ -13,6 +13,40 @@ export function formatBytes(bytes: number): string {
   }
   const digits = unit === 0 || value >= 100 ? 0 : value >= 10 ? 1 : 2;
   return `${value.toFixed(digits)} ${BYTE_UNITS[unit]}`;
+}
+
+/** A download rate: "4.20 MB/s". */
+export function formatByteRate(bytesPerSecond: number | null): string {
+  if (bytesPerSecond === null || !Number.isFinite(bytesPerSecond) || bytesPerSecond < 0) return '—';
+  return `${formatBytes(bytesPerSecond)}/s`;
+}
+
+/** A large count, as model sizes are said: "135 M", "7.6 B". */
+export function formatCount(count: number | null): string {
+  if (count === null || !Number.isFinite(count) || count < 0) return '—';
+  const units: [number, string][] = [
+    [1e12, 'T'],
+    [1e9, 'B'],
+    [1e6, 'M'],
+    [1e3, 'K'],
+  ];
+  for (const [size, unit] of units) {
+    if (count >= size) {
+      const value = count / size;
+      return `${value >= 100 ? value.toFixed(0) : value.toFixed(1).replace(/\.0$/, '')} ${unit}`;
+    }
+  }
+  return `${Math.round(count)}`;
+}
+
+/** Time left, to the second under a minute: "42 s", "3 min 5 s", "1 h 12 min". */
+export function formatDuration(seconds: number | null): string {
+  if (seconds === null || !Number.isFinite(seconds) || seconds < 0) return '—';
+  const s = Math.round(seconds);
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min${s % 60 === 0 ? '' : ` ${s % 60} s`}`;
+  const minutes = Math.round(s / 60);
+  return `${Math.floor(minutes / 60)} h${minutes % 60 === 0 ? '' : ` ${minutes % 60} min`}`;
 }
 
 export function formatBitRate(bps: number | null): string {

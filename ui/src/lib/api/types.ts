@@ -1,7 +1,7 @@
 /**
  * The JSON the node's API speaks, mirrored from the Rust types (src/cluster/state.rs, src/node/telemetry.rs,
- * src/links, src/instances, src/placement, src/worker/protocol.rs, src/metrics, src/rdma). Field names are
- * the wire names; optional fields are ones a newer node may add.
+ * src/links, src/instances, src/placement, src/worker/protocol.rs, src/metrics, src/rdma, src/model/library.rs,
+ * src/model/pull.rs). Field names are the wire names; optional fields are ones a newer node may add.
  */
 
 export type NodeId = string;
@@ -276,6 +276,69 @@ export interface ClusterRdma {
   checks: Check[];
 }
 
+/** Where a library model was found. */
+export type ModelSource = { kind: 'shoal' } | { kind: 'hugging_face'; repo: string; revision: string } | { kind: 'added' };
+
+/** A model of this node's library (GET /api/models). */
+export interface LibraryModel {
+  name: string;
+  /** The file to open (the first part of a split set). */
+  path: string;
+  parts: string[];
+  source: ModelSource;
+  size_bytes: number;
+  architecture: string | null;
+  parameters: number | null;
+  quantization: string | null;
+  layers: number | null;
+  context_length: number | null;
+  runnable: boolean;
+  /** Why it cannot be run or read. */
+  problem: string | null;
+}
+
+/** Whether a launch with the defaults would be placed on the cluster now (src/instances/fit.rs). */
+export interface Fit {
+  fits: boolean;
+  /** Nodes the plan uses; when it does not fit, the nodes its best split was tried on. */
+  nodes: number;
+  needed_bytes: number;
+  /** What the nodes that are up offer together. */
+  pool_bytes: number;
+  /** What the best split lacks, stage by stage (0 when it fits). */
+  missing_bytes: number;
+  context: number;
+  sequences: number;
+  /** Why not, in the planner's words. */
+  reason: string | null;
+}
+
+/** A library model with its fit (GET /api/models/fit); null when it cannot run. */
+export interface ModelWithFit extends LibraryModel {
+  fit: Fit | null;
+}
+
+export type PullState = 'resolving' | 'downloading' | 'verifying' | 'done' | 'failed';
+
+export interface PullProgress {
+  file: string;
+  bytes_done: number;
+  bytes_total: number;
+  rate_bytes_per_second: number;
+  eta_seconds: number | null;
+  state: PullState;
+}
+
+/** POST /api/models/pull: `repo` is ORG/NAME, or ORG/NAME:FILE or ORG/NAME:QUANT. */
+export interface PullRequest {
+  repo: string;
+  revision?: string;
+}
+
+export interface PullStarted {
+  id: string;
+}
+
 /** Every change the node streams on /api/events, by `type` (also the SSE event name). */
 export type ClusterEvent =
   | { type: 'node_joined'; node: NodeId; name: string }
@@ -292,6 +355,7 @@ export type ClusterEvent =
   | { type: 'instance_failed'; instance: string; model: string; error: string }
   | { type: 'request_finished'; model: string; report: GenerationReport }
   | { type: 'rates'; rates: ClusterRates }
+  | { type: 'model_pull'; id: string; repo: string; progress: PullProgress; paths: string[]; error: string | null }
   | { type: 'lagged' };
 
 export type ClusterEventType = ClusterEvent['type'];
@@ -311,6 +375,7 @@ export const CLUSTER_EVENT_TYPES: readonly ClusterEventType[] = [
   'instance_failed',
   'request_finished',
   'rates',
+  'model_pull',
   'lagged',
 ];
 

@@ -15,6 +15,7 @@ import type {
 } from '../api/types';
 import { mergeLinks, reportsFromSnapshot, type ReportsByNode } from './links';
 import { nodeMemory, poolTotals, type NodeMemory, type PoolTotals } from './pool';
+import { applyPull, type PullView } from './pulls';
 
 /** How long the rates chart looks back. */
 export const RATES_WINDOW_MS = 5 * 60_000;
@@ -64,6 +65,8 @@ export interface ClusterModel {
   requests: FinishedRequest[];
   /** Newest first. */
   notices: Notice[];
+  /** This node's model downloads, newest first (events only: the snapshot does not carry them). */
+  pulls: PullView[];
   memory: NodeMemory[];
   pool: PoolTotals;
 }
@@ -85,6 +88,7 @@ export function emptyModel(): ClusterModel {
     latestRates: null,
     requests: [],
     notices: [],
+    pulls: [],
     memory: [],
     pool: poolTotals([]),
   });
@@ -199,6 +203,8 @@ export function applyEvent(model: ClusterModel, event: ClusterEvent, now: number
       const rates = [...model.rates.filter((s) => s.at > now - RATES_WINDOW_MS), sample];
       return { ...model, rates, latestRates: event.rates };
     }
+    case 'model_pull':
+      return { ...model, pulls: applyPull(model.pulls, event, now) };
     case 'lagged':
       return model;
   }

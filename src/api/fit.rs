@@ -1,0 +1,37 @@
+//! `GET /api/models/fit`: this node's library (`GET /api/models`), each runnable model with `fit`,
+//! whether a launch with the default context would be placed on the cluster's memory pool right now and
+//! on how many nodes, or how much is missing — placement's own numbers (`instances::PoolOffers`).
+//! Models that cannot run have `fit: null`.
+
+use super::{ApiError, ApiState};
+use crate::instances::{Fit, PoolOffers};
+use crate::model::library::{Library, LibraryModel};
+use axum::extract::State;
+use axum::Json;
+
+#[derive(serde::Serialize)]
+pub struct ModelFit {
+    #[serde(flatten)]
+    pub model: LibraryModel,
+    pub fit: Option<Fit>,
+}
+
+pub async fn list(State(state): State<ApiState>) -> Result<Json<Vec<ModelFit>>, ApiError> {
+    let library = Library::new(&state.agent.config.data_dir);
+    let pool = PoolOffers::now(&state.agent);
+    let check = move || {
+        let fit = |model: &LibraryModel| match pool.fit(&model.path) {
+            Ok(fit) => Some(fit),
+            Err(e) => {
+                tracing::warn!("no fit check for {}: {e}", model.path.display());
+                None
+            }
+        };
+        let models = library.list().into_iter();
+        models.map(|model| ModelFit { fit: if model.runnable { fit(&model) } else { None }, model }).collect()
+    };
+    tokio::task::spawn_blocking(check)
+        .await
+        .map(Json)
+        .map_err(|e| ApiError::failed(format!("checking the models against the pool failed: {e}")))
+}
