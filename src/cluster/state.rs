@@ -8,6 +8,7 @@ use super::pairing::JoinCode;
 use crate::discovery::DiscoveredNode;
 use crate::links::{LinkKind, LinkReport, RttWindow};
 use crate::node::{NodeId, NodeTelemetry};
+use crate::transport::ring::RdmaRoute;
 use crate::transport::select::{LinkFacts, LinkSelector, LinkTransport, RdmaBuild};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -48,6 +49,10 @@ pub struct Peer {
     /// The ring transport for this link, and its RDMA fallback state.
     pub transport: Option<LinkTransport>,
     pub selector: LinkSelector,
+    /// The RDMA devices a ring link to the peer would use now (when the selection chose RDMA).
+    pub ring_route: Option<RdmaRoute>,
+    /// Running instances whose ring link to the peer fell back to TCP, with the reason.
+    pub ring_fallbacks: BTreeMap<String, String>,
 }
 
 impl Peer {
@@ -71,6 +76,8 @@ impl Peer {
             links: Vec::new(),
             transport: None,
             selector: LinkSelector::default(),
+            ring_route: None,
+            ring_fallbacks: BTreeMap::new(),
         }
     }
 
@@ -202,7 +209,10 @@ impl ClusterState {
         for remote in &cluster.nodes[1..] {
             if let Some(peer) = self.peers.get_mut(&remote.node) {
                 let facts = LinkFacts { build: RdmaBuild::current(), local, remote, cables: &cluster.cables };
-                peer.transport = Some(peer.selector.choose(&facts, now_ms));
+                let running_fallback = peer.ring_fallbacks.values().next().map(String::as_str);
+                let (transport, route) = peer.selector.choose_ring(&facts, now_ms, running_fallback);
+                peer.ring_route = route;
+                peer.transport = Some(transport);
             }
         }
     }

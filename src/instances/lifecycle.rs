@@ -199,7 +199,7 @@ fn start_local(agent: &Agent, spec: StageSpec, owner: NodeId) {
             if let Some(pid) = handle.pid {
                 agent.track_process(pid);
             }
-            agent.registry().local.insert(key, LocalStage { handle: Arc::new(handle), front_port: None });
+            agent.registry().local.insert(key, LocalStage { handle: Arc::new(handle), front_port: None, next: None });
         }
         Err(e) => report(
             agent,
@@ -246,6 +246,13 @@ fn on_worker_event(agent: &Agent, owner: NodeId, instance: &str, stage: usize, e
         }
         WorkerEvent::Failed { error } => {
             StageReport { state: WorkerState::Failed, error: Some(error), ..Default::default() }
+        }
+        WorkerEvent::RingLink { transport } => {
+            let next = agent.registry().local.get(&(instance.to_string(), stage)).and_then(|l| l.next);
+            if let Some(next) = next {
+                agent.ring_link_changed(next, instance, transport);
+            }
+            return;
         }
     };
     report(agent, owner, instance, stage, report_of);
@@ -327,11 +334,15 @@ fn apply_report(agent: &Agent, instance: &str, stage: usize, report: StageReport
 fn connect_local(agent: &Agent, instance: &str, stage: usize, next_node: NodeId, next_port: u16) {
     let ip =
         if next_node == agent.id() { Some(std::net::IpAddr::from([127, 0, 0, 1])) } else { agent.peer_ip(next_node) };
-    let handle = agent.registry().local.get(&(instance.to_string(), stage)).map(|l| l.handle.clone());
+    let handle = agent.registry().local.get_mut(&(instance.to_string(), stage)).map(|l| {
+        l.next = Some(next_node);
+        l.handle.clone()
+    });
     let (Some(ip), Some(handle)) = (ip, handle) else { return };
     let next = SocketAddr::new(ip, next_port);
+    let rdma = if next_node == agent.id() { None } else { agent.ring_route(next_node) };
     tokio::spawn(async move {
-        let _ = handle.command(&WorkerCommand::Connect { next }).await;
+        let _ = handle.command(&WorkerCommand::Connect { next, rdma }).await;
     });
 }
 
@@ -367,6 +378,7 @@ fn stop_stages(agent: &Agent, info: &InstanceInfo) {
 }
 
 fn stop_local(agent: &Agent, instance: &str) {
+    agent.forget_ring_links(instance);
     let handles: Vec<_> = {
         let mut registry = agent.registry();
         let keys: Vec<_> = registry.local.keys().filter(|(i, _)| i == instance).cloned().collect();

@@ -83,6 +83,8 @@ impl InstanceInfo {
 pub(crate) struct LocalStage {
     pub handle: Arc<WorkerHandle>,
     pub front_port: Option<u16>,
+    /// The node the stage's ring link goes to, once it is connected.
+    pub next: Option<NodeId>,
 }
 
 /// Instances known to this node, the workers it runs, and the generation calls it has in flight.

@@ -319,12 +319,26 @@ impl BlockingReader {
     }
 }
 
+/// Shuts a blocking connection down in both directions when dropped.
+pub struct ConnectionCloser(std::net::TcpStream);
+
+impl Drop for ConnectionCloser {
+    fn drop(&mut self) {
+        let _ = self.0.shutdown(std::net::Shutdown::Both);
+    }
+}
+
 pub struct BlockingWriter {
     stream: std::net::TcpStream,
     sealer: Sealer,
 }
 
 impl BlockingWriter {
+    /// A handle that can shut the connection down from elsewhere (ending a thread blocked reading it).
+    pub fn closer(&self) -> std::io::Result<ConnectionCloser> {
+        Ok(ConnectionCloser(self.stream.try_clone()?))
+    }
+
     /// As [`SecureWriter::write_frame`], blocking.
     pub fn write_frame(&mut self, frame: &[u8]) -> Result<(), NetError> {
         use std::io::Write;

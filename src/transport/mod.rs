@@ -1,15 +1,17 @@
 //! The data plane: frames between the stages of a model instance. A [`FrameSink`] / [`FrameSource`]
 //! pair is the seam a transport implements; TCP (authenticated and encrypted with the cluster secret,
 //! TCP_NODELAY, connected asynchronously, then used blocking from the stage's compute thread) is the one
-//! here, and the RDMA transport plugs in beside it. [`select`] decides per link which one to use.
+//! here; [`ring`] opens a stage's links over it and, where chosen, over RDMA with fallback to TCP.
+//! [`select`] decides per link which one to use.
 
 pub mod frame;
 pub mod rdma;
+pub mod ring;
 pub mod select;
 
-/// Whether the ring's data plane carries frames over RDMA. Not yet: stages connect over TCP, and the
-/// link selection says so on links that could use RDMA.
-pub const RDMA_RING_DATA_PLANE: bool = false;
+/// Whether the ring's data plane carries frames over RDMA (with the `rdma` feature): each stage's link
+/// to the next uses it when the agent chose RDMA for that link ([`ring`]).
+pub const RDMA_RING_DATA_PLANE: bool = true;
 
 pub use frame::{RingFrame, RingFrameError};
 
@@ -35,6 +37,13 @@ pub trait FrameSource: Send {
 
 pub struct TcpSink(BlockingWriter);
 pub struct TcpSource(BlockingReader);
+
+impl TcpSink {
+    /// Shuts the connection down (both directions) when the returned handle is dropped.
+    pub fn closer(&self) -> Result<crate::net::secure::ConnectionCloser, NetError> {
+        Ok(self.0.closer()?)
+    }
+}
 
 impl FrameSink for TcpSink {
     fn send(&mut self, frame: &[u8]) -> Result<(), NetError> {

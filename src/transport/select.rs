@@ -4,6 +4,7 @@
 //! error or timeout moves the link to TCP at once, and RDMA is tried again later, waiting longer after
 //! each failure — never a cluster restart. Pure logic: the facts and the time are passed in.
 
+use super::ring::RdmaRoute;
 use crate::rdma::{Cable, NodeRdma, NodeReport, Verdict};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -210,6 +211,38 @@ impl LinkSelector {
                 retry_at_ms: self.retry_at_ms,
             },
             Ok(path) => LinkTransport::Rdma { device: path.local_device },
+        }
+    }
+
+    /// The link's badge and the route a ring link launched now takes. `running_fallback` is the reason
+    /// a running instance's link to this peer fell back to TCP: that link stays on TCP while it runs, so
+    /// the badge says TCP even when new launches would try RDMA again.
+    pub fn choose_ring(
+        &self,
+        facts: &LinkFacts,
+        now_ms: u64,
+        running_fallback: Option<&str>,
+    ) -> (LinkTransport, Option<RdmaRoute>) {
+        let transport = self.choose(facts, now_ms);
+        let route = match (&transport, eligible(facts)) {
+            (LinkTransport::Rdma { .. }, Ok(path)) => Some(RdmaRoute {
+                device: path.local_device,
+                peer_device: path.remote_device,
+                slot_bytes: RdmaRoute::slot_bytes_for(
+                    [facts.local, facts.remote]
+                        .map(|n| n.report.as_ref().and_then(|r| r.macos.as_ref()).map(|m| m.version.as_str())),
+                ),
+            }),
+            _ => None,
+        };
+        match (transport, running_fallback) {
+            (LinkTransport::Rdma { .. }, Some(reason)) => {
+                let reason = format!(
+                    "RDMA failed on a running model's link ({reason}); it stays on TCP until the model is launched again"
+                );
+                (LinkTransport::Tcp { reason, retry_at_ms: None }, route)
+            }
+            (transport, _) => (transport, route),
         }
     }
 

@@ -7,7 +7,8 @@ use super::compute::{Compute, Head, Work};
 use super::protocol::{FrontEvent, FrontRequest, StageStats, WorkerCommand, WorkerEvent};
 use crate::engine::{Stage, StageOptions};
 use crate::model::Model;
-use crate::transport::{self, FrameSink, FrameSource};
+use crate::transport::ring::{self, RdmaRoute, TransportReport};
+use crate::transport::{self, rdma, FrameSink, FrameSource};
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::ops::Range;
@@ -100,15 +101,15 @@ async fn serve(
     let is_head = head.is_some();
 
     // Commands from the agent; closing stdin ends the worker.
-    let (next_tx, next_rx) = tokio::sync::oneshot::channel::<SocketAddr>();
+    let (next_tx, next_rx) = tokio::sync::oneshot::channel::<(SocketAddr, Option<RdmaRoute>)>();
     tokio::spawn(async move {
         let mut next_tx = Some(next_tx);
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             match serde_json::from_str::<WorkerCommand>(&line) {
-                Ok(WorkerCommand::Connect { next }) => {
+                Ok(WorkerCommand::Connect { next, rdma }) => {
                     if let Some(tx) = next_tx.take() {
-                        let _ = tx.send(next);
+                        let _ = tx.send((next, rdma));
                     }
                 }
                 Ok(WorkerCommand::Stop) => break,
@@ -118,31 +119,15 @@ async fn serve(
         std::process::exit(0);
     });
 
-    // The ring: accept the previous stage and connect to the next, then hand both to the compute
-    // thread (and, on stage 0, the previous stage to a reader thread, as stage 0 also takes requests).
+    // The ring: accept the previous stage and connect to the next (over RDMA where the agent chose it),
+    // then hand both to the compute thread (and, on stage 0, the previous stage to a reader thread, as
+    // stage 0 also takes requests).
     let mut sink: Option<Box<dyn FrameSink>> = None;
     let mut source: Option<Box<dyn FrameSource>> = None;
     if config.stages > 1 {
-        let accept = transport::accept_tcp(&data, &secret);
-        let connect = async {
-            let next = next_rx.await.map_err(|_| anyhow::anyhow!("the agent never said where the next stage is"))?;
-            // The next stage may still be starting; keep trying for a while.
-            let mut tries = 0;
-            loop {
-                match transport::connect_tcp(next, &secret).await {
-                    Ok(c) => return Ok::<_, anyhow::Error>(c),
-                    Err(e) if tries < 50 => {
-                        tries += 1;
-                        tracing::debug!("connecting to the next stage at {next}: {e}");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    Err(e) => return Err(anyhow::anyhow!("cannot connect to the next stage at {next}: {e}")),
-                }
-            }
-        };
-        let (inbound, outbound) = tokio::join!(accept, connect);
-        source = Some(Box::new(inbound?.0));
-        sink = Some(Box::new(outbound?.1));
+        let (inbound, outbound) = tokio::join!(accept_previous(&data, &secret), connect_next(next_rx, &secret));
+        source = Some(inbound?);
+        sink = Some(outbound?);
     }
     let (recycle_tx, recycle_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     let compute = Compute::new(stage, config.stages, head, sink, Some(recycle_tx), stats.clone());
@@ -203,6 +188,40 @@ async fn serve(
         _ => "the compute thread panicked".to_string(),
     };
     anyhow::bail!("{reason}")
+}
+
+/// Accepts the previous stage and opens the link from it (with RDMA if it offers it).
+async fn accept_previous(data: &TcpListener, secret: &[u8; 32]) -> anyhow::Result<Box<dyn FrameSource>> {
+    let tcp = transport::accept_tcp(data, secret).await?;
+    let opened = tokio::task::spawn_blocking(move || ring::open_inbound(tcp, &*rdma::open::platform())).await?;
+    opened.map_err(|e| anyhow::anyhow!("opening the link from the previous stage failed: {e}"))
+}
+
+/// Connects to the next stage once the agent says where it is, over RDMA if the agent chose it; each
+/// change of the link's transport goes to the agent.
+async fn connect_next(
+    next: tokio::sync::oneshot::Receiver<(SocketAddr, Option<RdmaRoute>)>,
+    secret: &[u8; 32],
+) -> anyhow::Result<Box<dyn FrameSink>> {
+    let (next, route) = next.await.map_err(|_| anyhow::anyhow!("the agent never said where the next stage is"))?;
+    // The next stage may still be starting; keep trying for a while.
+    let mut tries = 0;
+    let tcp = loop {
+        match transport::connect_tcp(next, secret).await {
+            Ok(c) => break c,
+            Err(e) if tries < 50 => {
+                tries += 1;
+                tracing::debug!("connecting to the next stage at {next}: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => anyhow::bail!("cannot connect to the next stage at {next}: {e}"),
+        }
+    };
+    let report: TransportReport = Arc::new(|transport| emit(&WorkerEvent::RingLink { transport }));
+    let opened =
+        tokio::task::spawn_blocking(move || ring::open_outbound(tcp, route.as_ref(), &*rdma::open::platform(), report))
+            .await?;
+    opened.map_err(|e| anyhow::anyhow!("opening the link to the next stage at {next} failed: {e}"))
 }
 
 /// One client on the front port: a token line, a request line, then events until the request ends.

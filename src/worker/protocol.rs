@@ -4,6 +4,7 @@
 
 use crate::engine::{FinishReason, SamplingParams};
 use crate::model::ChatMessage;
+use crate::transport::ring::{RdmaRoute, RingTransport};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
@@ -41,6 +42,11 @@ pub enum WorkerEvent {
     Failed {
         error: String,
     },
+    /// The transport of this stage's link to the next one (sent when RDMA was asked for: whether it
+    /// carries the link, or why TCP does).
+    RingLink {
+        transport: RingTransport,
+    },
 }
 
 /// Agent → worker, one JSON object per line on stdin. Closing stdin stops the worker.
@@ -50,6 +56,9 @@ pub enum WorkerCommand {
     /// Connect to the next stage.
     Connect {
         next: SocketAddr,
+        /// The RDMA devices to carry the link over, when the agent chose RDMA for it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rdma: Option<RdmaRoute>,
     },
     Stop,
 }

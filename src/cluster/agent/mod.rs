@@ -27,6 +27,7 @@ use tokio::sync::{broadcast, oneshot, watch, Semaphore};
 mod joining;
 mod loops;
 mod nearby;
+mod ring_links;
 
 use joining::*;
 use loops::*;

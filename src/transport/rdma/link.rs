@@ -7,6 +7,8 @@
 use super::framing::{Framer, Reassembler, SendCredits};
 use super::RdmaError;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A work completion.
@@ -40,6 +42,8 @@ pub struct SlotLink<Q: QueuePair> {
     arrived: VecDeque<u32>,
     completions: Vec<Completion>,
     timeout: Duration,
+    /// Set by another thread to cut every wait short.
+    abort: Option<Arc<AtomicBool>>,
 }
 
 impl<Q: QueuePair> SlotLink<Q> {
@@ -55,6 +59,7 @@ impl<Q: QueuePair> SlotLink<Q> {
             arrived: VecDeque::new(),
             completions: Vec::new(),
             timeout,
+            abort: None,
         })
     }
 
@@ -80,6 +85,9 @@ impl<Q: QueuePair> SlotLink<Q> {
     fn wait(&mut self, ready: impl Fn(&SlotLink<Q>) -> bool) -> Result<(), RdmaError> {
         let start = Instant::now();
         while !ready(self) {
+            if self.abort.as_ref().is_some_and(|a| a.load(Ordering::Relaxed)) {
+                return Err(RdmaError::Aborted);
+            }
             if self.poll()? == 0 {
                 if start.elapsed() > self.timeout {
                     return Err(RdmaError::Timeout(self.timeout));
@@ -88,6 +96,11 @@ impl<Q: QueuePair> SlotLink<Q> {
             }
         }
         Ok(())
+    }
+
+    /// Every wait ends with [`RdmaError::Aborted`] once `flag` is set (by another thread).
+    pub fn abort_when(&mut self, flag: Arc<AtomicBool>) {
+        self.abort = Some(flag);
     }
 
     /// Sends `message` in as many slots as it needs.
@@ -117,6 +130,18 @@ impl<Q: QueuePair> SlotLink<Q> {
                 return Ok(());
             }
         }
+    }
+
+    /// Receives the next message into `out` if one has begun to arrive (then it waits for the rest);
+    /// `Ok(false)` at once if nothing has.
+    pub fn try_recv_into(&mut self, out: &mut Vec<u8>) -> Result<bool, RdmaError> {
+        if self.arrived.is_empty() {
+            self.poll()?;
+            if self.arrived.is_empty() {
+                return Ok(false);
+            }
+        }
+        self.recv_into(out).map(|()| true)
     }
 
     /// Waits until every send has completed (before closing the link).

@@ -1,7 +1,7 @@
 //! The RDMA transport over Thunderbolt: what both ends exchange to connect a queue pair
 //! ([`Endpoint`]), the errors that move a link back to TCP ([`RdmaError`]), the framing that makes
 //! unacknowledged UC sends safe ([`framing`]), messages over a queue pair with credits and timeouts
-//! ([`link`]), and — with the cargo feature `rdma` — the verbs themselves through a small C shim that
+//! ([`link`]), opening links by device name ([`open`]), and — with the cargo feature `rdma` — the verbs themselves through a small C shim that
 //! opens the platform's library at run time (`verbs`).
 //!
 //! Apple's rules (shared/research/rdma.md): UC queue pairs only, SEND/RECV only, at most 10 queue pairs
@@ -9,8 +9,11 @@
 //! 4 KiB frames as the sender, GID index 1 (the interface's IPv4), and a completion does not mean
 //! delivery.
 
+#[cfg(test)]
+pub(crate) mod fake;
 pub mod framing;
 pub mod link;
+pub mod open;
 #[cfg(feature = "rdma")]
 #[allow(unsafe_code)]
 mod verbs;
@@ -79,6 +82,8 @@ pub enum RdmaError {
     Completion { what: &'static str, status: u32 },
     #[error("no RDMA completion within {0:?}")]
     Timeout(Duration),
+    #[error("the RDMA wait was cut short: the link is moving to TCP")]
+    Aborted,
     #[error("an RDMA message was damaged or lost: {0}")]
     Framing(#[from] FramingError),
 }

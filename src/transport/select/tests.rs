@@ -5,6 +5,7 @@ use super::*;
 use crate::node::NodeId;
 use crate::rdma::{self, Captures};
 use crate::transport::rdma::{FramingError, RdmaError};
+use crate::transport::ring::RdmaRoute;
 
 fn report(folder: &str) -> NodeReport {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rdma").join(folder);
@@ -128,6 +129,37 @@ fn an_rdma_failure_falls_back_to_tcp_and_rdma_is_retried_later() {
     // A link that is not eligible says why, with no retry pending.
     let tcp_only = LinkFacts { build: RdmaBuild::WithoutFeature, ..facts };
     assert!(matches!(LinkSelector::default().choose(&tcp_only, t0), LinkTransport::Tcp { retry_at_ms: None, .. }));
+}
+
+#[test]
+fn a_ring_link_gets_both_devices_and_a_running_fallback_pins_the_badge_to_tcp() {
+    let (mini, studio) =
+        (node("mini", Some(report("healthy-two-macs"))), node("studio", Some(report("healthy-two-macs"))));
+    let cables = [cable(&mini, &studio, true)];
+    let facts = LinkFacts { build: RdmaBuild::Ready, local: &mini, remote: &studio, cables: &cables };
+    let mut link = LinkSelector::default();
+    let (badge, route) = link.choose_ring(&facts, 0, None);
+    assert_eq!(badge, LinkTransport::Rdma { device: "rdma_en4".into() });
+    let route = route.expect("a route");
+    assert_eq!((route.device.as_str(), route.peer_device.as_str()), ("rdma_en4", "rdma_en4"));
+    let version = mini.report.as_ref().and_then(|r| r.macos.as_ref()).map(|m| m.version.clone()).unwrap();
+    assert_eq!(route.slot_bytes, RdmaRoute::slot_bytes_for([Some(&version), Some(&version)]), "from {version}");
+
+    // The worker reports a fallback: TCP until the next try, then RDMA for new launches while the
+    // running model's link still shows TCP with its reason.
+    link.rdma_failed(&"slot 12 damaged", 0);
+    let (badge, route) = link.choose_ring(&facts, 0, Some("slot 12 damaged"));
+    assert!(matches!(badge, LinkTransport::Tcp { retry_at_ms: Some(_), .. }) && route.is_none(), "{badge:?}");
+    let (badge, route) = link.choose_ring(&facts, FIRST_RETRY_MS, Some("slot 12 damaged"));
+    let LinkTransport::Tcp { reason, .. } = badge else { panic!("{badge:?}") };
+    assert!(reason.contains("slot 12 damaged") && reason.contains("until the model is launched again"), "{reason}");
+    assert!(route.is_some(), "a new launch tries RDMA again");
+    let (badge, _) = link.choose_ring(&facts, FIRST_RETRY_MS, None);
+    assert!(matches!(badge, LinkTransport::Rdma { .. }));
+
+    // Without RDMA in the build, no route at all.
+    let tcp_only = LinkFacts { build: RdmaBuild::WithoutFeature, ..facts };
+    assert_eq!(LinkSelector::default().choose_ring(&tcp_only, 0, None).1, None);
 }
 
 #[test]

@@ -1,0 +1,134 @@
+//! Worker processes wired into a ring by hand, as the agent does (`Connect` on stdin), with RDMA asked
+//! for on one link: RDMA cannot start on this machine (no devices, or a build without the feature), so
+//! the stage reports the fallback to TCP with the reason, and the two-stage ring still generates
+//! exactly what one process does.
+
+mod common;
+
+use shoal::engine::SamplingParams;
+use shoal::transport::ring::{RdmaRoute, RingTransport};
+use shoal::worker::{FrontEvent, FrontRequest, PromptInput, WorkerCommand, WorkerEvent};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, ChildStdin, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::Duration;
+
+const SECRET_HEX: &str = "0707070707070707070707070707070707070707070707070707070707070707";
+const FRONT_TOKEN: &str = "front-token-for-the-test";
+
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    events: Receiver<WorkerEvent>,
+}
+
+impl Worker {
+    fn start(layers: &str, stage: usize, stages: usize) -> Worker {
+        let mut child = common::shoal()
+            .args(["worker", "--model"])
+            .arg(common::model_path())
+            .args(["--layers", layers, "--stage", &stage.to_string(), "--stages", &stages.to_string()])
+            .args(["--context", "256", "--sequences", "1", "--listen", "127.0.0.1"])
+            .env("SHOAL_CLUSTER_SECRET", SECRET_HEX)
+            .env("SHOAL_FRONT_TOKEN", FRONT_TOKEN)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("starting a worker");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let (tx, events) = channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                if let Ok(event) = serde_json::from_str::<WorkerEvent>(&line) {
+                    let _ = tx.send(event);
+                }
+            }
+        });
+        Worker { child, stdin, events }
+    }
+
+    /// The next event that `pick` takes, within a minute.
+    fn wait<T>(&self, what: &str, mut pick: impl FnMut(WorkerEvent) -> Option<T>) -> T {
+        loop {
+            let event = self.events.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| panic!("no {what}"));
+            if let WorkerEvent::Failed { error } = &event {
+                panic!("the worker failed while waiting for {what}: {error}");
+            }
+            if let Some(t) = pick(event) {
+                return t;
+            }
+        }
+    }
+
+    /// Waits until it listens: (data port, front port).
+    fn listening(&self) -> (u16, Option<u16>) {
+        self.wait("listening", |e| match e {
+            WorkerEvent::Listening { data_port, front_port, .. } => Some((data_port, front_port)),
+            _ => None,
+        })
+    }
+
+    fn command(&mut self, command: &WorkerCommand) {
+        writeln!(self.stdin, "{}", serde_json::to_string(command).unwrap()).unwrap();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Generates greedily from stage 0's front port; the text.
+fn generate(front_port: u16) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", front_port)).unwrap();
+    let request = FrontRequest {
+        prompt: PromptInput::Text("The capital of France is".into()),
+        max_tokens: 24,
+        sampling: SamplingParams { temperature: 0.0, ..SamplingParams::default() },
+        stop: Vec::new(),
+        ignore_eos: true,
+    };
+    writeln!(stream, "{FRONT_TOKEN}\n{}", serde_json::to_string(&request).unwrap()).unwrap();
+    let mut text = String::new();
+    for line in BufReader::new(stream).lines() {
+        match serde_json::from_str::<FrontEvent>(&line.unwrap()).unwrap() {
+            FrontEvent::Text { text: t } => text += &t,
+            FrontEvent::Done { .. } => return text,
+            FrontEvent::Error { message, .. } => panic!("generation failed: {message}"),
+            FrontEvent::Started { .. } => {}
+        }
+    }
+    panic!("the front connection ended before Done")
+}
+
+#[test]
+fn a_link_that_cannot_start_rdma_falls_back_to_tcp_and_the_ring_generates_as_one_process() {
+    let whole = Worker::start("0-29", 0, 1);
+    let (_, whole_front) = whole.listening();
+    whole.wait("ready", |e| matches!(e, WorkerEvent::Ready).then_some(()));
+    let expected = generate(whole_front.expect("stage 0 has a front port"));
+    drop(whole);
+
+    let mut first = Worker::start("0-14", 0, 2);
+    let mut second = Worker::start("15-29", 1, 2);
+    let (first_data, front) = first.listening();
+    let (second_data, _) = second.listening();
+    let at = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    let route = RdmaRoute { device: "rdma_en4".into(), peer_device: "rdma_en5".into(), slot_bytes: 4096 };
+    first.command(&WorkerCommand::Connect { next: at(second_data), rdma: Some(route) });
+    second.command(&WorkerCommand::Connect { next: at(first_data), rdma: None });
+
+    let reason = first.wait("the link's transport", |e| match e {
+        WorkerEvent::RingLink { transport: RingTransport::Tcp { reason } } => Some(reason),
+        WorkerEvent::RingLink { transport } => panic!("RDMA cannot carry a link here, yet: {transport:?}"),
+        _ => None,
+    });
+    assert!(reason.starts_with("RDMA could not start here"), "{reason}");
+    first.wait("ready", |e| matches!(e, WorkerEvent::Ready).then_some(()));
+    second.wait("ready", |e| matches!(e, WorkerEvent::Ready).then_some(()));
+    assert_eq!(generate(front.unwrap()), expected);
+}
