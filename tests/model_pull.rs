@@ -1,139 +1,14 @@
-//! `shoal pull` and `POST /api/models/pull` against a hub the test runs on loopback, in Hugging Face's URL
-//! layout (`/api/models/REPO/tree/REV`, `/REPO/resolve/REV/FILE`) with the SmolLM2 file's real sha256 and
-//! range support: progress to 100 %, resume after a dropped connection, a corrupted byte, no network.
+//! `shoal pull` and `POST /api/models/pull` against a hub the test runs on loopback (`common::hub`, in
+//! Hugging Face's URL layout with the SmolLM2 file's real sha256 and range support): progress to 100 %,
+//! resume after a dropped connection, a corrupted byte, no network.
 
 mod common;
 
-use sha2::{Digest, Sha256};
+use common::hub::{start_hub, start_hub_with, Faults, HubNode, FILE, REPO};
 use shoal::model::pull::{self, Hub, PullProgress, PullRequest, PullState};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-const REPO: &str = "test-org/SmolLM2-135M-Instruct-GGUF";
-const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
-/// What the loopback hub does wrong, on purpose.
-#[derive(Default, Clone)]
-struct Faults {
-    /// Close the connection after this many body bytes, on the first download only.
-    drop_after: Option<usize>,
-    /// Flip the byte at this offset of every download.
-    corrupt_at: Option<usize>,
-}
-
-struct LoopbackHub {
-    endpoint: String,
-    /// The `Range` header of every file request (None when it had none).
-    ranges: Arc<Mutex<Vec<Option<String>>>>,
-}
-
-/// A hub holding the SmolLM2 file (and a README) in `REPO`.
-fn start_hub(faults: Faults) -> LoopbackHub {
-    start_hub_with(vec![(FILE.to_string(), std::fs::read(common::model_path()).unwrap())], faults)
-}
-
-/// A hub holding `files` (path, contents) and a README in `REPO`.
-fn start_hub_with(files: Vec<(String, Vec<u8>)>, faults: Faults) -> LoopbackHub {
-    let files: Arc<Vec<HostedFile>> = Arc::new(
-        files
-            .into_iter()
-            .map(|(path, data)| HostedFile { sha: hex::encode(Sha256::digest(&data)), path, data })
-            .collect(),
-    );
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let ranges = Arc::new(Mutex::new(Vec::new()));
-    let dropped_once = Arc::new(AtomicBool::new(false));
-    let seen = ranges.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let (files, seen, faults, dropped_once) =
-                (files.clone(), seen.clone(), faults.clone(), dropped_once.clone());
-            std::thread::spawn(move || serve(stream, &files, &seen, &faults, &dropped_once));
-        }
-    });
-    LoopbackHub { endpoint, ranges }
-}
-
-struct HostedFile {
-    path: String,
-    data: Vec<u8>,
-    sha: String,
-}
-
-fn serve(
-    mut stream: TcpStream,
-    files: &[HostedFile],
-    seen: &Mutex<Vec<Option<String>>>,
-    faults: &Faults,
-    dropped_once: &AtomicBool,
-) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut request_line = String::new();
-    reader.read_line(&mut request_line).unwrap();
-    let mut range = None;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
-            break;
-        }
-        if let Some((name, value)) = line.split_once(':') {
-            if name.eq_ignore_ascii_case("range") {
-                range = Some(value.trim().to_string());
-            }
-        }
-    }
-    let path = request_line.split_whitespace().nth(1).unwrap_or("/").to_string();
-    let respond = |stream: &mut TcpStream, status: &str, extra: &str, body: &[u8]| {
-        let head = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n", body.len());
-        let _ = stream.write_all(head.as_bytes());
-        let _ = stream.write_all(body);
-    };
-    let hosted = files.iter().find(|f| path == format!("/{REPO}/resolve/main/{}", f.path));
-    if path.starts_with(&format!("/api/models/{REPO}/tree/main")) {
-        let mut tree = vec![serde_json::json!({"type": "file", "path": "README.md", "size": 6, "oid": "0123"})];
-        for f in files {
-            tree.push(serde_json::json!({"type": "file", "path": f.path, "size": f.data.len(), "oid": "4567",
-                "lfs": {"oid": f.sha, "size": f.data.len(), "pointerSize": 134}}));
-        }
-        let tree = serde_json::Value::Array(tree);
-        respond(&mut stream, "200 OK", "Content-Type: application/json\r\n", tree.to_string().as_bytes());
-    } else if let Some(HostedFile { data, .. }) = hosted {
-        seen.lock().unwrap().push(range.clone());
-        let start = range
-            .as_deref()
-            .and_then(|r| r.strip_prefix("bytes="))
-            .and_then(|r| r.trim_end_matches('-').parse::<usize>().ok())
-            .unwrap_or(0);
-        let mut body = data[start..].to_vec();
-        if let Some(at) = faults.corrupt_at.filter(|&at| at >= start) {
-            body[at - start] ^= 0x55;
-        }
-        let (status, extra) = match range {
-            Some(_) => {
-                ("206 Partial Content", format!("Content-Range: bytes {start}-{}/{}\r\n", data.len() - 1, data.len()))
-            }
-            None => ("200 OK", String::new()),
-        };
-        if let Some(n) = faults.drop_after.filter(|_| !dropped_once.swap(true, Ordering::SeqCst)) {
-            let head =
-                format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n", body.len());
-            let _ = stream.write_all(head.as_bytes());
-            let _ = stream.write_all(&body[..n]);
-            let _ = stream.flush();
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-            return;
-        }
-        respond(&mut stream, status, &extra, &body);
-    } else {
-        respond(&mut stream, "404 Not Found", "", b"{\"error\":\"Repository not found\"}");
-    }
-    let _ = reader.read(&mut [0u8; 1]);
-}
 
 fn request() -> PullRequest {
     PullRequest::parse(&format!("{REPO}:{FILE}")).unwrap()
@@ -162,7 +37,7 @@ fn pull_reports_progress_to_100_percent_and_the_file_equals_the_source() {
 
 #[test]
 fn an_interrupted_transfer_resumes_with_a_range_request_and_matches_byte_for_byte() {
-    let hub = start_hub(Faults { drop_after: Some(3_000_000), ..Faults::default() });
+    let hub = start_hub(Faults { drop_after: Some(3_000_000), drops: 1, ..Faults::default() });
     let dir = tempfile::tempdir().unwrap();
     let out = common::shoal()
         .args(["pull", &format!("{REPO}:{FILE}"), "--data-dir"])
@@ -174,7 +49,7 @@ fn an_interrupted_transfer_resumes_with_a_range_request_and_matches_byte_for_byt
     let file = downloaded(&dir.path().join("models"));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), file.display().to_string());
     assert_eq!(std::fs::read(&file).unwrap(), std::fs::read(common::model_path()).unwrap());
-    let ranges = hub.ranges.lock().unwrap().clone();
+    let ranges = hub.ranges();
     assert_eq!(ranges, vec![None, Some("bytes=3000000-".to_string())], "the resume must fetch only the rest");
 }
 
@@ -187,7 +62,7 @@ fn a_part_file_left_by_an_earlier_run_is_resumed_from_its_end() {
     std::fs::create_dir_all(target.parent().unwrap()).unwrap();
     std::fs::write(format!("{}.part", target.display()), &source[..1_234_567]).unwrap();
     pull::pull(&Hub::new(&hub.endpoint, None), dir.path(), &request(), &mut |_| {}).unwrap();
-    assert_eq!(hub.ranges.lock().unwrap().clone(), vec![Some("bytes=1234567-".to_string())]);
+    assert_eq!(hub.ranges(), vec![Some("bytes=1234567-".to_string())]);
     assert_eq!(std::fs::read(&target).unwrap(), source);
 }
 
@@ -258,29 +133,8 @@ fn an_unknown_repository_says_so() {
 fn the_api_pulls_in_the_background_with_progress_events() {
     let hub = start_hub(Faults::default());
     let dir = tempfile::tempdir().unwrap();
-    let port = {
-        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap().port()
-    };
-    let mut node = common::shoal()
-        .args(["node", "--name", "puller", "--port", &port.to_string(), "--bind", "127.0.0.1", "--no-mdns"])
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .env("HF_ENDPOINT", &hub.endpoint)
-        .env("HF_HOME", dir.path().join("hf"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let events = loop {
-        match ureq::get(&format!("{base}/api/events")).call() {
-            Ok(response) => break response,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
-            Err(e) => panic!("the node did not start: {e}"),
-        }
-    };
+    let (node, events) = HubNode::start("puller", &hub, dir.path());
+    let base = node.base.clone();
     // Bad input is refused at once, with the reason and the parameter.
     let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
     for bad in ["not-a-repo", "test-org/name:"] {
@@ -317,8 +171,7 @@ fn the_api_pulls_in_the_background_with_progress_events() {
     assert!(states.contains(&"downloading".to_string()), "{states:?}");
     let models: serde_json::Value =
         ureq::get(&format!("{base}/api/models")).call().unwrap().into_body().read_json().unwrap();
-    let _ = node.kill();
-    let _ = node.wait();
+    drop(node);
     let listed = models.as_array().unwrap();
     assert_eq!(listed.len(), 1, "{models}");
     assert_eq!(listed[0]["runnable"], true, "{models}");

@@ -65,3 +65,34 @@ fn a_middle_stage_maps_and_touches_only_its_layers() {
     assert!(resident >= expected, "a forward pass reads all of the stage's {expected} bytes; only {resident} resident");
     assert!(resident < file / 2, "resident {resident} of the {file}-byte file, for a stage of {expected} bytes");
 }
+
+/// Prefault reads a stage's own tensors, not the other stages' bytes between them: layers 2-3 lie
+/// apart in the file (blk.2 after blk.19, blk.3 after blk.29), with layers 20-29 between. Residency is
+/// coarser than pages (the kernel maps around each fault), so the check compares with what touching
+/// the whole span makes resident. (A copy of the file, so the other test's mappings do not count.)
+#[test]
+fn prefault_touches_only_the_stage_tensors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("copy.gguf");
+    std::fs::copy(common::model_path(), &path).unwrap();
+    let model = Model::open(&path).unwrap();
+    let options = StageOptions { context: 256, threads: 1, ..StageOptions::default() };
+    let stage = Stage::load(&model, 2..4, options).unwrap();
+    let tensors: Vec<_> = stage.weights().tensor_names().iter().map(|n| model.file().tensor(n).unwrap()).collect();
+    let start = tensors.iter().map(|t| t.offset).min().unwrap() as usize;
+    let end = tensors.iter().map(|t| t.offset + t.bytes).max().unwrap() as usize;
+    let own = stage.weights().mapped_bytes();
+    assert!((end - start) as u64 > 4 * own, "the stage's tensors span {} bytes for {own} of its own", end - start);
+    let before = resident_bytes_of(&path);
+    let mut reports = Vec::new();
+    stage.weights().prefault(|p| reports.push(p));
+    assert_eq!(reports.last(), Some(&1.0));
+    let prefaulted = resident_bytes_of(&path) - before;
+    let mapping = model.file().mapping();
+    let sum = (start..end).step_by(4096).fold(0u8, |sum, at| sum.wrapping_add(mapping[at]));
+    std::hint::black_box(sum);
+    let spanned = resident_bytes_of(&path) - before;
+    eprintln!("stage bytes {own}, span {}, resident: prefault {prefaulted}, whole span {spanned}", end - start);
+    assert!(prefaulted >= own, "prefault must read all {own} bytes of the stage; {prefaulted} became resident");
+    assert!(prefaulted < spanned / 2, "prefault read the bytes between the stage's tensors");
+}

@@ -1,10 +1,11 @@
 //! The node's HTTP API: the cluster view, a server-sent-event stream of every change, the actions
-//! (join code, join, leave, link measurement), the model library with its fit check and downloads, model
-//! instances, the OpenAI-compatible endpoints and the dashboard at `/`. It listens on 127.0.0.1 unless
+//! (join code, join, leave, link measurement), the model library with its fit check, downloads and copies
+//! between nodes, model instances, the OpenAI-compatible endpoints and the dashboard at `/`. It listens on 127.0.0.1 unless
 //! told otherwise; on any other address it requires a token for every action (reads stay open for the
 //! dashboard).
 
 mod cluster;
+mod copy;
 mod error;
 mod fit;
 mod instances;
@@ -54,6 +55,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/models", get(models::list))
         .route("/api/models/fit", get(fit::list))
         .route("/api/models/pull", post(models::pull))
+        .route("/api/models/cluster", get(copy::cluster_files))
+        .route("/api/models/copy", post(copy::copy))
         .route("/v1/models", get(openai::models))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))

@@ -1,11 +1,13 @@
 //! Model endpoints: `GET /api/models` (this node's library) and `POST /api/models/pull` (start a download
-//! from the hub; it answers at once with the pull's id and reports progress as `model_pull` events).
+//! from the hub, of the whole file or with `"layers": "FIRST-LAST"` only a stage's shard; it answers at
+//! once with the pull's id and reports progress as `model_pull` events).
 //! `GET /api/models/fit` (the library with the fit check) is in `fit.rs`.
 
 use super::{ApiError, ApiState};
 use crate::cluster::ClusterEvent;
 use crate::model::library::{Library, LibraryModel};
 use crate::model::pull::{self, Hub, PullProgress, PullRequest, PullState};
+use crate::model::shard;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
 use axum::Json;
@@ -25,13 +27,28 @@ pub struct PullStarted {
     pub id: String,
 }
 
-/// Starts downloading `{"repo", "file"?, "revision"?}` into this node's models directory. `repo` may
-/// name the file or quantization itself, as `shoal pull` does: `ORG/NAME:Q4_K_M`.
+/// A pull: the hub request, and the layers when only a stage's shard is wanted.
+#[derive(serde::Deserialize)]
+pub struct PullBody {
+    #[serde(flatten)]
+    request: PullRequest,
+    /// `FIRST-LAST` (both included), as `shoal pull --layers` takes it.
+    #[serde(default)]
+    layers: Option<String>,
+}
+
+/// Starts downloading `{"repo", "file"?, "revision"?, "layers"?}` into this node's models directory.
+/// `repo` may name the file or quantization itself, as `shoal pull` does: `ORG/NAME:Q4_K_M`.
 pub async fn pull(
     State(state): State<ApiState>,
-    body: Result<Json<PullRequest>, JsonRejection>,
+    body: Result<Json<PullBody>, JsonRejection>,
 ) -> Result<Json<PullStarted>, ApiError> {
-    let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Json(PullBody { request: body, layers }) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let layers = layers
+        .as_deref()
+        .map(shard::parse_layers)
+        .transpose()
+        .map_err(|e| ApiError::bad_param("layers", e.to_string()))?;
     let mut request = PullRequest::parse(body.repo.trim()).map_err(|e| ApiError::bad_param("repo", e.to_string()))?;
     if request.file.as_deref().is_some_and(str::is_empty) {
         return Err(ApiError::bad_param("repo", format!("{:?} names no file after the colon", body.repo)));
@@ -61,7 +78,7 @@ pub async fn pull(
             state: PullState::Resolving,
         };
         let mut last_sent = Instant::now() - Duration::from_secs(1);
-        let result = pull::pull(&Hub::from_env(), &models_dir, &request, &mut |progress| {
+        let mut report = |progress: &PullProgress| {
             let state_changed = progress.state != last.state;
             last = progress.clone();
             if progress.state != PullState::Done && (state_changed || last_sent.elapsed() >= Duration::from_millis(250))
@@ -69,7 +86,12 @@ pub async fn pull(
                 agent.emit(event(progress, Vec::new(), None));
                 last_sent = Instant::now();
             }
-        });
+        };
+        let hub = Hub::from_env();
+        let result = match layers {
+            Some(layers) => shard::pull_shard(&hub, &models_dir, &request, layers, &mut report).map(|p| vec![p]),
+            None => pull::pull(&hub, &models_dir, &request, &mut report),
+        };
         match result {
             Ok(paths) => agent.emit(event(&last, paths, None)),
             Err(e) => {

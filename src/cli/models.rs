@@ -1,8 +1,10 @@
 //! `shoal models` (the models this machine has, as a table or with `--json` the JSON of
-//! `GET /api/models`), `shoal models add PATH`, and `shoal pull REPO[:FILE]` with a progress bar.
+//! `GET /api/models`), `shoal models add PATH`, and `shoal pull REPO[:FILE] [--layers FIRST-LAST]` with
+//! a progress bar.
 
 use shoal::model::library::{Library, LibraryModel, ModelSource};
 use shoal::model::pull::{self, Hub, PullRequest, PullState};
+use shoal::model::shard;
 use shoal::node::DataDir;
 use std::path::PathBuf;
 
@@ -31,6 +33,10 @@ enum ModelsAction {
 pub struct PullArgs {
     /// ORG/NAME (its GGUF model) or ORG/NAME:FILE (a file, or a quantization such as Q4_K_M).
     model: String,
+    /// Fetch only what a stage running these layers reads (FIRST-LAST, both included, as
+    /// `shoal run --layers` writes them): the GGUF header and those tensors, into a sparse file.
+    #[arg(long, value_name = "FIRST-LAST")]
+    layers: Option<String>,
     /// The branch, tag or commit to download.
     #[arg(long, default_value = "main")]
     revision: String,
@@ -74,7 +80,11 @@ fn render(models: &[LibraryModel]) -> String {
             ModelSource::HuggingFace { repo, .. } => format!("hf:{repo}"),
             ModelSource::Added => "added".to_string(),
         };
-        let parts = if m.parts.len() > 1 { format!(" ({} parts)", m.parts.len()) } else { String::new() };
+        let parts = match &m.shard {
+            Some(shard) => format!(" (shard: layers {})", shard.layers),
+            None if m.parts.len() > 1 => format!(" ({} parts)", m.parts.len()),
+            None => String::new(),
+        };
         out += &format!(
             "{:<36} {:<8} {:>7} {:<9} {:>6} {:>8} {:>10} {:<5} {:<12}\n",
             format!("{}{parts}", m.name),
@@ -114,8 +124,9 @@ pub fn pull(args: PullArgs) -> anyhow::Result<()> {
         )?
         .progress_chars("=> "),
     );
+    let layers = args.layers.as_deref().map(shard::parse_layers).transpose()?;
     let mut state = PullState::Resolving;
-    let paths = pull::pull(&Hub::from_env(), &library.models_dir(), &request, &mut |p| {
+    let mut report = |p: &pull::PullProgress| {
         bar.set_length(p.bytes_total);
         bar.set_position(p.bytes_done);
         if p.state != state || bar.message() != p.file {
@@ -126,11 +137,19 @@ pub fn pull(args: PullArgs) -> anyhow::Result<()> {
             };
             bar.set_message(format!("{verb} {}", p.file).trim().to_string());
         }
-    });
+    };
+    let (hub, models_dir) = (Hub::from_env(), library.models_dir());
+    let paths = match layers {
+        Some(layers) => shard::pull_shard(&hub, &models_dir, &request, layers, &mut report).map(|path| vec![path]),
+        None => pull::pull(&hub, &models_dir, &request, &mut report),
+    };
     match paths {
         Ok(paths) => {
             bar.finish();
-            eprintln!("downloaded {}", paths[0].display());
+            match &args.layers {
+                Some(spec) => eprintln!("fetched layers {spec} into {} (a shard)", paths[0].display()),
+                None => eprintln!("downloaded {}", paths[0].display()),
+            }
             for path in paths {
                 println!("{}", path.display());
             }

@@ -379,6 +379,17 @@ pub enum ClusterEvent {
         paths: Vec<std::path::PathBuf>,
         error: Option<String>,
     },
+    /// A copy of a model file from another node to this one (`POST /api/models/copy`): its progress,
+    /// then its end (the report with the rate, or the error).
+    ModelCopy {
+        id: String,
+        from: NodeId,
+        to: NodeId,
+        file: String,
+        progress: crate::model::peer_copy::CopyProgress,
+        done: Option<crate::model::peer_copy::CopyReport>,
+        error: Option<String>,
+    },
 }
 
 impl ClusterEvent {
@@ -398,6 +409,7 @@ impl ClusterEvent {
             ClusterEvent::InstanceFailed { .. } => "instance_failed",
             ClusterEvent::RequestFinished { .. } => "request_finished",
             ClusterEvent::Rates { .. } => "rates",
+            ClusterEvent::ModelCopy { .. } => "model_copy",
             ClusterEvent::ModelPull { .. } => "model_pull",
         }
     }

@@ -42,6 +42,19 @@ impl LocalPipeline {
         Ok(LocalPipeline { stages, format, wire: Vec::new(), hidden: HiddenStates::default(), boundary_bytes: 0 })
     }
 
+    /// Chains stages loaded elsewhere (each from its own file, say): they must cover the model's layers
+    /// in order, without gaps.
+    pub fn from_stages(stages: Vec<Stage>, format: WireFormat) -> Result<LocalPipeline, EngineError> {
+        let Some(last) = stages.last() else { return Err(EngineError::BadInput("a pipeline needs a stage".into())) };
+        let layers = last.config().layers;
+        let starts = std::iter::once(0).chain(stages.iter().map(|s| s.layers().end));
+        if stages.iter().zip(starts).any(|(s, start)| s.layers().start != start) || last.layers().end != layers {
+            let splits: Vec<usize> = stages.iter().map(|s| s.layers().start).skip(1).collect();
+            return Err(EngineError::InvalidSplit { splits, layers });
+        }
+        Ok(LocalPipeline { stages, format, wire: Vec::new(), hidden: HiddenStates::default(), boundary_bytes: 0 })
+    }
+
     pub fn stages(&self) -> &[Stage] {
         &self.stages
     }

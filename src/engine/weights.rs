@@ -3,7 +3,7 @@
 
 use super::EngineError;
 use crate::ggml::{MappedTensor, SetTensorRef, TensorSet};
-use crate::model::layout::{self, OUTPUT, OUTPUT_NORM, ROPE_FREQS, TOKEN_EMBEDDING};
+use crate::model::layout::{OUTPUT, OUTPUT_NORM, ROPE_FREQS, TOKEN_EMBEDDING};
 use crate::model::{Model, TensorInfo};
 use std::ops::Range;
 
@@ -40,28 +40,16 @@ pub struct StageWeights {
 }
 
 impl StageWeights {
-    /// The tensors a stage running `layers` needs, in file order.
+    /// The tensors a stage running `layers` needs, in file order ([`Model::stage_tensors`]).
     pub fn tensors_for(model: &Model, layers: Range<usize>) -> Vec<&TensorInfo> {
-        let config = model.config();
-        let mut names: Vec<String> =
-            layers.clone().flat_map(|l| layout::layer_tensors(config, l)).map(|t| t.name).collect();
-        names.push(ROPE_FREQS.into());
-        if layers.start == 0 {
-            names.push(TOKEN_EMBEDDING.into());
-        }
-        if layers.end == config.layers {
-            names.push(OUTPUT_NORM.into());
-            names.push(if model.layout().tied_output { TOKEN_EMBEDDING.into() } else { OUTPUT.into() });
-        }
-        let mut infos: Vec<&TensorInfo> = names.iter().filter_map(|n| model.file().tensor(n)).collect();
-        infos.sort_by_key(|t| t.offset);
-        infos.dedup_by_key(|t| t.offset);
-        infos
+        model.stage_tensors(layers)
     }
 
     /// Maps the tensors of `layers` (already validated by [`Model::open`]).
     pub fn map(model: &Model, layers: Range<usize>) -> Result<StageWeights, EngineError> {
         let infos = Self::tensors_for(model, layers.clone());
+        // A shard's sparse file has holes where other stages' tensors are: refuse to compute with them.
+        crate::model::shard::check_present(model.path(), &infos)?;
         let specs: Vec<MappedTensor<'_>> = infos
             .iter()
             .map(|t| MappedTensor { name: &t.name, dtype: t.dtype, shape: &t.shape, file_offset: t.offset })

@@ -33,8 +33,10 @@ pub(super) struct SetInner {
     buffer: NonNull<sys::ggml_backend_buffer>,
     /// Keeps the file mapping alive for as long as tensors point into it.
     _mapping: Option<Arc<Mmap>>,
-    /// The mapped span (offset into the mapping, length) a mapped set's buffer covers.
-    span: Option<(usize, usize)>,
+    /// The byte ranges (start, end in the mapping) of a mapped set's tensors, sorted and merged: what
+    /// the set reads. The buffer spans more (everything between its first and last tensor), but the
+    /// bytes between them belong to other stages and may be holes in a shard's sparse file.
+    tensor_ranges: Vec<(usize, usize)>,
 }
 
 // SAFETY: the context and buffer are plain heap objects with no thread affinity; all mutation goes
@@ -127,7 +129,20 @@ impl TensorSet {
             return Err("ggml could not wrap the mapped file".into());
         };
         // From here on `inner` frees the context and buffer on every exit path.
-        let inner = Arc::new(SetInner { ctx, buffer, _mapping: Some(mapping.clone()), span: Some((first, span)) });
+        let mut tensor_ranges: Vec<(usize, usize)> = tensors
+            .iter()
+            .zip(&sizes)
+            .map(|(t, &size)| (t.file_offset as usize, (t.file_offset + size) as usize))
+            .collect();
+        tensor_ranges.sort_unstable();
+        tensor_ranges.dedup_by(|next, prev| {
+            let touches = next.0 <= prev.1;
+            if touches {
+                prev.1 = prev.1.max(next.1);
+            }
+            touches
+        });
+        let inner = Arc::new(SetInner { ctx, buffer, _mapping: Some(mapping.clone()), tensor_ranges });
         unsafe { sys::ggml_backend_buffer_set_usage(buffer.as_ptr(), sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS) };
         for t in tensors {
             let raw = create_tensor(ctx, t.name, t.dtype, t.shape)?;
@@ -177,7 +192,11 @@ impl TensorSet {
         };
         // SAFETY: the buffer was just allocated for these tensors.
         unsafe { sys::ggml_backend_buffer_clear(buffer.as_ptr(), 0) };
-        Ok(TensorSet { inner: Arc::new(SetInner { ctx, buffer, _mapping: None, span: None }), by_name, data_bytes })
+        Ok(TensorSet {
+            inner: Arc::new(SetInner { ctx, buffer, _mapping: None, tensor_ranges: Vec::new() }),
+            by_name,
+            data_bytes,
+        })
     }
 
     /// A handle to the named tensor.
@@ -190,20 +209,28 @@ impl TensorSet {
         self.data_bytes
     }
 
-    /// Reads every page of a mapped set once, so the first computation does not wait on the disk.
-    /// `progress` receives the fraction done, about every 2%.
+    /// Reads every page of a mapped set's tensors once, so the first computation does not wait on the
+    /// disk. Only the tensors' own pages are touched, not the other stages' bytes between them (which a
+    /// shard's sparse file does not have). `progress` receives the fraction done, about every 2%.
     pub fn prefault(&self, mut progress: impl FnMut(f32)) {
-        let (Some(mapping), Some((start, len))) = (&self.inner._mapping, self.inner.span) else { return };
-        let bytes = &mapping[start..start + len];
+        let Some(mapping) = &self.inner._mapping else { return };
         const PAGE: usize = 4096;
-        let step = (len / 50).max(PAGE);
+        let total: usize = self.inner.tensor_ranges.iter().map(|(start, end)| end - start).sum();
+        let step = (total / 50).max(PAGE);
         let mut sum = 0u8;
-        let mut next_report = 0;
-        for (i, page) in bytes.chunks(PAGE).enumerate() {
-            sum = sum.wrapping_add(page[0]);
-            if i * PAGE >= next_report {
-                progress((i * PAGE) as f32 / len.max(1) as f32);
-                next_report += step;
+        let (mut done, mut next_report) = (0, 0);
+        for &(start, end) in &self.inner.tensor_ranges {
+            // The first byte of the range, then the first byte of each later page.
+            let mut at = start;
+            while at < end {
+                sum = sum.wrapping_add(mapping[at]);
+                let next = ((at / PAGE) + 1) * PAGE;
+                done += next.min(end) - at;
+                at = next;
+                if done >= next_report {
+                    progress(done as f32 / total.max(1) as f32);
+                    next_report += step;
+                }
             }
         }
         std::hint::black_box(sum);

@@ -112,6 +112,7 @@ pub struct GgufFile {
     metadata: BTreeMap<String, Value>,
     tensors: Vec<TensorInfo>,
     by_name: HashMap<String, usize>,
+    data_offset: u64,
 }
 
 impl GgufFile {
@@ -127,8 +128,87 @@ impl GgufFile {
     }
 
     fn parse(path: &Path, mapping: Arc<Mmap>) -> Result<GgufFile, ModelError> {
-        let mut r = Reader { bytes: &mapping, pos: 0, path };
-        if mapping.len() < 4 || &mapping[..4] != MAGIC {
+        let GgufHeader { version, metadata, tensors, data_offset } = GgufHeader::parse(path, &mapping)?;
+        let file_len = mapping.len() as u64;
+        for t in &tensors {
+            if t.offset.checked_add(t.bytes).is_none_or(|end| end > file_len) {
+                return Err(ModelError::Truncated {
+                    path: path.into(),
+                    what: format!("the data of tensor {} ({} bytes at byte {})", t.name, t.bytes, t.offset),
+                    file_len,
+                });
+            }
+        }
+        let mut spans: Vec<(u64, u64, &str)> =
+            tensors.iter().map(|t| (t.offset, t.offset + t.bytes, t.name.as_str())).collect();
+        spans.sort_unstable();
+        if let Some(w) = spans.windows(2).find(|w| w[1].0 < w[0].1) {
+            return Err(ModelError::Corrupt {
+                path: path.into(),
+                reason: format!("tensors {} and {} overlap", w[0].2, w[1].2),
+            });
+        }
+        let by_name = tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
+        Ok(GgufFile { path: path.into(), mapping, version, metadata, tensors, by_name, data_offset })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The memory map of the whole file (shared by every stage that binds tensors from it).
+    pub fn mapping(&self) -> &Arc<Mmap> {
+        &self.mapping
+    }
+
+    pub fn file_bytes(&self) -> u64 {
+        self.mapping.len() as u64
+    }
+
+    /// Where tensor data begins: the bytes before it are the header, metadata and tensor directory.
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
+    }
+
+    pub fn metadata(&self) -> &BTreeMap<String, Value> {
+        &self.metadata
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.metadata.get(key)
+    }
+
+    /// Tensors in the order of the file's directory.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.by_name.get(name).map(|&i| &self.tensors[i])
+    }
+}
+
+/// The header of a GGUF file: version, metadata and tensor directory, and where the tensor data begins.
+/// It is parsed from the file's first bytes alone, so a shard fetch can read it before it has the rest;
+/// bytes that end inside the header give [`ModelError::Truncated`].
+pub struct GgufHeader {
+    pub version: u32,
+    pub metadata: BTreeMap<String, Value>,
+    /// Tensors in the order of the directory, with absolute offsets.
+    pub tensors: Vec<TensorInfo>,
+    /// Bytes of the header, metadata, tensor directory and alignment padding: where tensor data begins.
+    pub data_offset: u64,
+}
+
+impl GgufHeader {
+    /// Parses the header at the start of `bytes` (`path` only names the file in errors).
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<GgufHeader, ModelError> {
+        let mut r = Reader { bytes, pos: 0, path };
+        if bytes.len() < 4 || &bytes[..4] != MAGIC {
             return Err(ModelError::NotGguf {
                 path: path.into(),
                 reason: "it does not start with the bytes \"GGUF\"".into(),
@@ -150,7 +230,7 @@ impl GgufFile {
             return Err(ModelError::Truncated {
                 path: path.into(),
                 what: format!("the {n_tensors} tensors and {n_kv} metadata entries its header announces"),
-                file_len: mapping.len() as u64,
+                file_len: bytes.len() as u64,
             });
         }
         let mut metadata = BTreeMap::new();
@@ -209,64 +289,13 @@ impl GgufFile {
             tensors.push(TensorInfo { name, dtype, shape, offset, bytes });
         }
         let data_offset = (r.pos as u64).div_ceil(alignment) * alignment;
-        let file_len = mapping.len() as u64;
         for t in &mut tensors {
             t.offset = data_offset.checked_add(t.offset).ok_or_else(|| ModelError::Corrupt {
                 path: path.into(),
                 reason: format!("tensor {} has an impossible offset", t.name),
             })?;
-            if t.offset.checked_add(t.bytes).is_none_or(|end| end > file_len) {
-                return Err(ModelError::Truncated {
-                    path: path.into(),
-                    what: format!("the data of tensor {} ({} bytes at byte {})", t.name, t.bytes, t.offset),
-                    file_len,
-                });
-            }
         }
-        let mut spans: Vec<(u64, u64, &str)> =
-            tensors.iter().map(|t| (t.offset, t.offset + t.bytes, t.name.as_str())).collect();
-        spans.sort_unstable();
-        if let Some(w) = spans.windows(2).find(|w| w[1].0 < w[0].1) {
-            return Err(ModelError::Corrupt {
-                path: path.into(),
-                reason: format!("tensors {} and {} overlap", w[0].2, w[1].2),
-            });
-        }
-        Ok(GgufFile { path: path.into(), mapping, version, metadata, tensors, by_name })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    pub fn version(&self) -> u32 {
-        self.version
-    }
-
-    /// The memory map of the whole file (shared by every stage that binds tensors from it).
-    pub fn mapping(&self) -> &Arc<Mmap> {
-        &self.mapping
-    }
-
-    pub fn file_bytes(&self) -> u64 {
-        self.mapping.len() as u64
-    }
-
-    pub fn metadata(&self) -> &BTreeMap<String, Value> {
-        &self.metadata
-    }
-
-    pub fn get(&self, key: &str) -> Option<&Value> {
-        self.metadata.get(key)
-    }
-
-    /// Tensors in the order of the file's directory.
-    pub fn tensors(&self) -> &[TensorInfo] {
-        &self.tensors
-    }
-
-    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.by_name.get(name).map(|&i| &self.tensors[i])
+        Ok(GgufHeader { version, metadata, tensors, data_offset })
     }
 }
 

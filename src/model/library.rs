@@ -35,7 +35,7 @@ pub struct LibraryModel {
     /// Every file of the model, in order (one unless split).
     pub parts: Vec<PathBuf>,
     pub source: ModelSource,
-    /// Bytes of all parts together.
+    /// Bytes of all parts together; for a shard, only the bytes present.
     pub size_bytes: u64,
     pub architecture: Option<String>,
     /// Number of weights (elements of every tensor of every part).
@@ -48,6 +48,22 @@ pub struct LibraryModel {
     pub runnable: bool,
     /// Why it cannot be run or read, when it cannot.
     pub problem: Option<String>,
+    /// Set when the file is a shard (fetched with `shoal pull --layers`): only some layers are present.
+    #[serde(default)]
+    pub shard: Option<ShardSummary>,
+}
+
+/// What a shard holds (see [`super::shard`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShardSummary {
+    /// The layers present, as `shoal pull --layers` writes them: `10-20` (both included), comma-separated.
+    pub layers: String,
+    /// The same layer ranges, end exclusive.
+    pub ranges: Vec<std::ops::Range<usize>>,
+    /// Bytes present (header and fetched tensors).
+    pub present_bytes: u64,
+    /// Bytes of the whole file.
+    pub file_bytes: u64,
 }
 
 /// The models of one node.
@@ -234,6 +250,7 @@ fn describe(parts: Vec<PathBuf>, source: ModelSource) -> LibraryModel {
         context_length: None,
         runnable: false,
         problem: None,
+        shard: None,
     };
     if !path.exists() {
         model.problem = Some(format!("{} no longer exists", path.display()));
@@ -274,6 +291,27 @@ fn describe(parts: Vec<PathBuf>, source: ModelSource) -> LibraryModel {
     model.parameters = Some(parameters);
     model.architecture = architecture;
     drop(first);
+    match super::shard::read_record(&path) {
+        Ok(None) => {}
+        Ok(Some(record)) => {
+            model.size_bytes = record.present_bytes();
+            model.problem = Some(format!(
+                "a shard: only layers {} of {} are here, so it runs those stages, not the whole model; `shoal pull` without --layers fetches the rest",
+                record.layers_text(),
+                model.layers.map_or("?".into(), |n| format!("0-{}", n.saturating_sub(1)))
+            ));
+            model.shard = Some(ShardSummary {
+                layers: record.layers_text(),
+                ranges: record.layers.clone(),
+                present_bytes: record.present_bytes(),
+                file_bytes: record.size,
+            });
+            return model;
+        }
+        Err(e) => {
+            model.problem.get_or_insert(e.to_string());
+        }
+    }
     if model.problem.is_some() {
         return model;
     }

@@ -6,16 +6,19 @@ mod config;
 pub mod gguf;
 pub mod layout;
 pub mod library;
+pub mod peer_copy;
 pub mod pull;
+pub mod shard;
 mod tokenizer;
 
 pub use chat_template::{ChatMessage, ChatTemplate};
 pub use config::{Architecture, ModelConfig, RopeConfig};
-pub use gguf::{GgufFile, TensorInfo, Value};
+pub use gguf::{GgufFile, GgufHeader, TensorInfo, Value};
 pub use layout::ModelLayout;
 pub use tokenizer::{TextStream, Tokenizer};
 
 use crate::ggml::VocabError;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// Why a model file cannot be used; every message names the file and says what to do.
@@ -45,6 +48,10 @@ pub enum ModelError {
     TensorShape { path: PathBuf, tensor: String, found: Vec<u64>, expected: Vec<u64> },
     #[error("{} has a tensor {tensor} that shoal's {architecture} graph does not use (a variant such as mixture-of-experts that shoal does not run yet)", path.display())]
     UnexpectedTensor { path: PathBuf, tensor: String, architecture: &'static str },
+    #[error("{} is a shard holding only layers {layers} of the model: tensor {tensor} ({bytes} bytes at byte {offset}) was never fetched. Fetch the layers this stage runs with `shoal pull REPO:FILE --layers FIRST-LAST`, or the whole file without --layers", path.display())]
+    ShardIncomplete { path: PathBuf, layers: String, tensor: String, offset: u64, bytes: u64 },
+    #[error("cannot read {}, which records what a shard of a model holds: {reason}. Delete it and the model file beside it, and fetch again", path.display())]
+    ShardRecord { path: PathBuf, reason: String },
     #[error(transparent)]
     Tokenizer(#[from] VocabError),
     #[error("{0}")]
@@ -82,6 +89,27 @@ impl Model {
 
     pub fn layout(&self) -> &ModelLayout {
         &self.layout
+    }
+
+    /// The tensors a stage running `layers` reads, in file order: its layers' tensors, RoPE factors when
+    /// the model has them, the token embedding on the first stage, and the final norm with the output
+    /// head on the last (the embedding matrix when the head is tied to it).
+    pub fn stage_tensors(&self, layers: Range<usize>) -> Vec<&TensorInfo> {
+        let config = &self.config;
+        let mut names: Vec<String> =
+            layers.clone().flat_map(|l| layout::layer_tensors(config, l)).map(|t| t.name).collect();
+        names.push(layout::ROPE_FREQS.into());
+        if layers.start == 0 {
+            names.push(layout::TOKEN_EMBEDDING.into());
+        }
+        if layers.end == config.layers {
+            names.push(layout::OUTPUT_NORM.into());
+            names.push(if self.layout.tied_output { layout::TOKEN_EMBEDDING } else { layout::OUTPUT }.into());
+        }
+        let mut infos: Vec<&TensorInfo> = names.iter().filter_map(|n| self.file.tensor(n)).collect();
+        infos.sort_by_key(|t| t.offset);
+        infos.dedup_by_key(|t| t.offset);
+        infos
     }
 
     /// The model's display name (`general.name`), or its file name.

@@ -1,11 +1,14 @@
 //! Downloads of GGUF models from a Hugging Face–compatible hub (`HF_ENDPOINT`, default huggingface.co)
 //! into `<data-dir>/models/ORG--NAME/FILE`: the file list and sha256 from the hub's tree API, the bytes
 //! through a `.part` file resumed with HTTP range requests, and a checksum check before the file is
-//! renamed into place. Progress goes to a callback (the CLI's bar, the API's events).
+//! renamed into place. A shard already at the destination ([`super::shard`]) is completed in place
+//! instead: only its holes are fetched, then the whole file's checksum is checked. Progress goes to a
+//! callback (the CLI's bar, the API's events).
 
 use super::library::split_part;
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -37,7 +40,7 @@ impl PullRequest {
         Ok(PullRequest { repo: repo.to_string(), file, revision: None })
     }
 
-    fn revision(&self) -> &str {
+    pub(crate) fn revision(&self) -> &str {
         self.revision.as_deref().unwrap_or("main")
     }
 }
@@ -111,6 +114,21 @@ impl Hub {
             let host = self.endpoint.split("://").nth(1).unwrap_or(&self.endpoint);
             anyhow::anyhow!("cannot reach {host}: {e}. Set HF_ENDPOINT or check the network")
         })
+    }
+
+    /// The download URL of `path` in `repo` at `revision`.
+    pub fn file_url(&self, repo: &str, revision: &str, path: &str) -> String {
+        format!("{}/{repo}/resolve/{revision}/{path}", self.endpoint)
+    }
+
+    /// Asks for the bytes `range` (end exclusive) of `url`. The token goes only to the hub itself,
+    /// never to another server (a peer serving a file).
+    pub(super) fn get_range(&self, url: &str, range: &Range<u64>) -> Result<ureq::http::Response<ureq::Body>, String> {
+        let mut request = self.http.get(url).header("Range", format!("bytes={}-{}", range.start, range.end - 1));
+        if let Some(token) = self.token.as_ref().filter(|_| url.starts_with(&format!("{}/", self.endpoint))) {
+            request = request.header("Authorization", format!("Bearer {token}"));
+        }
+        request.call().map_err(|e| e.to_string())
     }
 
     /// Every file of `repo` at `revision`, with sizes and sha256 sums.
@@ -218,7 +236,7 @@ pub fn pull(
     let mut paths = Vec::new();
     for file in &files {
         report.file = file.path.clone();
-        let url = format!("{}/{}/resolve/{}/{}", hub.endpoint, request.repo, request.revision(), file.path);
+        let url = hub.file_url(&request.repo, request.revision(), &file.path);
         let destination = repo_dir(models_dir, &request.repo).join(&file.path);
         let done_before = report.bytes_done;
         download_file(hub, &url, file, &destination, &mut |done, rate, state| {
@@ -237,7 +255,8 @@ pub fn pull(
     Ok(paths)
 }
 
-/// One file: resume its `.part`, verify, rename. `progress(bytes of this file, rate, state)`.
+/// One file: resume its `.part`, verify, rename. `progress(bytes of this file, rate, state)`. A shard
+/// of the file already there (see [`super::shard`]) is completed in place instead.
 fn download_file(
     hub: &Hub,
     url: &str,
@@ -245,6 +264,9 @@ fn download_file(
     destination: &Path,
     progress: &mut dyn FnMut(u64, u64, PullState),
 ) -> anyhow::Result<()> {
+    if super::shard::is_shard(destination) {
+        return super::shard::complete(hub, url, file, destination, progress);
+    }
     if std::fs::metadata(destination).is_ok_and(|m| m.len() == file.size) {
         progress(file.size, 0, PullState::Downloading);
         return Ok(());

@@ -19,6 +19,8 @@ pub enum ConnectionKind {
     LinkProbe = 3,
     /// A data-plane connection between model stages (keyed by the cluster secret).
     Stage = 4,
+    /// A copy of model files between members (keyed by the cluster secret).
+    ModelCopy = 5,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +54,7 @@ impl Preamble {
             2 => ConnectionKind::Join,
             3 => ConnectionKind::LinkProbe,
             4 => ConnectionKind::Stage,
+            5 => ConnectionKind::ModelCopy,
             k => return Err(NetError::BadPreamble(format!("unknown connection kind {k}"))),
         };
         if b[7] != 0 {

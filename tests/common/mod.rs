@@ -1,9 +1,10 @@
 //! Helpers shared by the integration tests: the test model, the llama.cpp oracle, the `shoal` binary,
-//! and a small GGUF writer for crafted files.
+//! a small GGUF writer for crafted files, and a loopback hub for downloads.
 #![allow(dead_code)]
 
 pub mod cluster;
 pub mod gguf_writer;
+pub mod hub;
 
 use serde::Deserialize;
 use std::path::PathBuf;

@@ -53,6 +53,13 @@ pub(super) async fn handle_incoming(
         }
         ConnectionKind::Join => serve_join(shared, stream, from).await,
         ConnectionKind::Stage => Err(NetError::BadPreamble("stage connections go to the workers".into())),
+        ConnectionKind::ModelCopy => {
+            let (reader, writer) = secure::respond(stream, preamble, &shared.secret()).await?;
+            drop(permit);
+            let _busy = shared.bulk_guard();
+            let library = crate::model::library::Library::new(&shared.config.data_dir);
+            crate::model::peer_copy::serve(reader, writer, library).await
+        }
     }
 }
 

@@ -262,6 +262,12 @@ impl Shared {
         state.peers.get(&peer).and_then(|p| p.connection.as_ref()).map(|c| c.peer_control.ip())
     }
 
+    /// The address `peer`'s agent listens at (for connections of other kinds than control).
+    pub fn peer_control(&self, peer: NodeId) -> Option<SocketAddr> {
+        let state = self.state.lock().expect("state");
+        state.peers.get(&peer).and_then(|p| p.connection.as_ref()).map(|c| c.peer_control)
+    }
+
     pub fn secret_bytes(&self) -> [u8; 32] {
         self.secret()
     }

@@ -1,0 +1,280 @@
+//! Copying model files between nodes, so a file one node has need not come from the internet again.
+//! A node offers the complete GGUF files of its library to members of its cluster, over a connection
+//! authenticated and encrypted with the cluster secret (a node without the secret gets nothing); files
+//! are named by file name and size, never by path, so nothing outside the library can be asked for.
+//!
+//! One request per connection: `List` (the files offered) or `Fetch` (a file, whole or some byte
+//! ranges). The answer to a fetch is a header, the bytes in frames of up to 1 MiB, and a trailer with
+//! the SHA-256 of every byte sent. The receiver writes into `<name>.part` (ranges at their offsets, so
+//! the file stays sparse), hashes what arrives and keeps the file only if the hashes agree — and, for a
+//! whole file whose hub hash the sender knows (a Hugging Face cache blob is named by it), only if the
+//! whole file hashes to that too.
+
+use super::library::{Library, ModelSource};
+use crate::net::secure::{self, Psk};
+use crate::net::{ConnectionKind, NetError, SecureReader, SecureWriter};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+
+/// Bytes per data frame.
+const CHUNK: usize = 1 << 20;
+/// Largest control message (a list of files, a header, a trailer).
+const MAX_MESSAGE: usize = 4 << 20;
+
+/// A file a node offers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OfferedFile {
+    pub name: String,
+    pub size: u64,
+    /// The Hugging Face repository it came from, when known (`ORG/NAME`).
+    pub repo: Option<String>,
+    /// The hub's SHA-256 of the file, when known.
+    pub sha256: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "request", rename_all = "snake_case")]
+enum Request {
+    List,
+    /// `ranges` as (offset, length); empty for the whole file.
+    Fetch {
+        name: String,
+        size: u64,
+        ranges: Vec<(u64, u64)>,
+    },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Header {
+    error: Option<String>,
+    file: Option<OfferedFile>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Trailer {
+    sha256: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    #[error("cannot reach the node: {0}")]
+    Connect(NetError),
+    #[error("the copy broke off: {0}")]
+    Network(#[from] NetError),
+    #[error("the node does not offer it: {0}")]
+    Refused(String),
+    #[error("the copy arrived damaged: {0}; nothing was kept")]
+    Damaged(String),
+    #[error("writing {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("the node answered something else than shoal's file copy: {0}")]
+    Protocol(String),
+}
+
+/// Where a copy stands.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CopyProgress {
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    pub bytes_per_second: u64,
+}
+
+/// A finished copy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CopyReport {
+    pub path: PathBuf,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub bytes_per_second: u64,
+    pub sha256: String,
+}
+
+/// The files of `library` a peer may copy: every part of every complete model.
+pub fn offered_files(library: &Library) -> Vec<(OfferedFile, PathBuf)> {
+    let mut files = Vec::new();
+    for model in library.list() {
+        if model.shard.is_some() || model.problem.as_deref().is_some_and(|p| p.contains("missing")) {
+            continue;
+        }
+        for part in &model.parts {
+            let (Some(name), Ok(meta)) = (part.file_name().and_then(|n| n.to_str()), std::fs::metadata(part)) else {
+                continue;
+            };
+            let (repo, sha256) = match &model.source {
+                ModelSource::HuggingFace { repo, .. } => (Some(repo.clone()), hub_blob_sha256(part)),
+                ModelSource::Shoal => (repo_of_shoal_file(part), None),
+                ModelSource::Added => (None, None),
+            };
+            files.push((OfferedFile { name: name.to_string(), size: meta.len(), repo, sha256 }, part.clone()));
+        }
+    }
+    files
+}
+
+/// A Hugging Face cache snapshot file links to `blobs/<sha256>`.
+fn hub_blob_sha256(path: &Path) -> Option<String> {
+    let target = std::fs::canonicalize(path).ok()?;
+    let name = target.file_name()?.to_str()?;
+    (name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit())).then(|| name.to_ascii_lowercase())
+}
+
+/// `models/ORG--NAME/FILE` was pulled from `ORG/NAME`.
+fn repo_of_shoal_file(path: &Path) -> Option<String> {
+    let folder = path.parent()?.file_name()?.to_str()?;
+    folder.split_once("--").map(|(org, name)| format!("{org}/{name}"))
+}
+
+async fn send_json(writer: &mut SecureWriter, value: &impl Serialize) -> Result<(), NetError> {
+    writer.write_frame(&serde_json::to_vec(value).expect("plain data serializes")).await
+}
+
+async fn recv_json<T: for<'de> Deserialize<'de>>(reader: &mut SecureReader) -> Result<T, CopyError> {
+    let bytes = reader.read_frame(MAX_MESSAGE).await?;
+    serde_json::from_slice(&bytes).map_err(|e| CopyError::Protocol(e.to_string()))
+}
+
+/// Serves one copy connection (after its handshake).
+pub async fn serve(mut reader: SecureReader, mut writer: SecureWriter, library: Library) -> Result<(), NetError> {
+    let request: Request = match reader.read_frame(MAX_MESSAGE).await.map(|b| serde_json::from_slice(&b)) {
+        Ok(Ok(request)) => request,
+        Ok(Err(e)) => return Err(NetError::BadPreamble(format!("a malformed copy request: {e}"))),
+        Err(e) => return Err(e),
+    };
+    let offered = tokio::task::spawn_blocking(move || offered_files(&library)).await.unwrap_or_default();
+    let (name, size, ranges) = match request {
+        Request::List => {
+            let files: Vec<OfferedFile> = offered.into_iter().map(|(f, _)| f).collect();
+            return send_json(&mut writer, &files).await;
+        }
+        Request::Fetch { name, size, ranges } => (name, size, ranges),
+    };
+    let Some((file, path)) = offered.into_iter().find(|(f, _)| f.name == name && f.size == size) else {
+        let error = format!("no complete file {name} of {size} bytes here");
+        return send_json(&mut writer, &Header { error: Some(error), file: None }).await;
+    };
+    if let Some((offset, length)) = ranges.iter().find(|(o, l)| o.checked_add(*l).is_none_or(|end| end > size)) {
+        let error = format!("bytes {offset}+{length} are outside the file's {size}");
+        return send_json(&mut writer, &Header { error: Some(error), file: None }).await;
+    }
+    let mut source = tokio::fs::File::open(&path).await?;
+    send_json(&mut writer, &Header { error: None, file: Some(file) }).await?;
+    let ranges = if ranges.is_empty() { vec![(0, size)] } else { ranges };
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0; CHUNK];
+    for (offset, length) in ranges {
+        source.seek(std::io::SeekFrom::Start(offset)).await?;
+        let mut left = length;
+        while left > 0 {
+            let n = (left as usize).min(CHUNK);
+            source.read_exact(&mut buffer[..n]).await?;
+            hasher.update(&buffer[..n]);
+            writer.write_frame(&buffer[..n]).await?;
+            left -= n as u64;
+        }
+    }
+    send_json(&mut writer, &Trailer { sha256: hex::encode(hasher.finalize()) }).await
+}
+
+/// The files the node at `addr` offers.
+pub async fn list(addr: SocketAddr, secret: &Psk) -> Result<Vec<OfferedFile>, CopyError> {
+    let (mut reader, mut writer) =
+        secure::connect(addr, ConnectionKind::ModelCopy, secret).await.map_err(CopyError::Connect)?;
+    send_json(&mut writer, &Request::List).await?;
+    recv_json(&mut reader).await
+}
+
+/// Copies `file` (whole, or the byte `ranges`) from the node at `addr` into `dest` (a sparse file of
+/// the full size for ranges), reporting progress about four times a second.
+pub async fn fetch(
+    addr: SocketAddr,
+    secret: &Psk,
+    file: &OfferedFile,
+    ranges: &[(u64, u64)],
+    dest: &Path,
+    mut progress: impl FnMut(&CopyProgress),
+) -> Result<CopyReport, CopyError> {
+    let (mut reader, mut writer) =
+        secure::connect(addr, ConnectionKind::ModelCopy, secret).await.map_err(CopyError::Connect)?;
+    let request = Request::Fetch { name: file.name.clone(), size: file.size, ranges: ranges.to_vec() };
+    send_json(&mut writer, &request).await?;
+    let header: Header = recv_json(&mut reader).await?;
+    if let Some(error) = header.error {
+        return Err(CopyError::Refused(error));
+    }
+    let offered = header.file.ok_or_else(|| CopyError::Protocol("a header without its file".into()))?;
+    let part = dest.with_extension("part");
+    let write_error = |source| CopyError::Write { path: part.clone(), source };
+    if let Some(folder) = part.parent() {
+        tokio::fs::create_dir_all(folder).await.map_err(write_error)?;
+    }
+    let mut out = tokio::fs::File::create(&part).await.map_err(write_error)?;
+    out.set_len(offered.size).await.map_err(write_error)?;
+    let result = receive(&mut reader, &mut out, &offered, ranges, &mut progress).await;
+    drop(out);
+    let report = match result {
+        Ok(report) => report,
+        Err(e) => {
+            let _ = tokio::fs::remove_file(&part).await;
+            return Err(e);
+        }
+    };
+    tokio::fs::rename(&part, dest).await.map_err(|source| CopyError::Write { path: dest.to_path_buf(), source })?;
+    Ok(CopyReport { path: dest.to_path_buf(), ..report })
+}
+
+async fn receive(
+    reader: &mut SecureReader,
+    out: &mut tokio::fs::File,
+    offered: &OfferedFile,
+    ranges: &[(u64, u64)],
+    progress: &mut impl FnMut(&CopyProgress),
+) -> Result<CopyReport, CopyError> {
+    let ranges = if ranges.is_empty() { vec![(0, offered.size)] } else { ranges.to_vec() };
+    let total: u64 = ranges.iter().map(|(_, l)| l).sum();
+    let started = Instant::now();
+    let mut last_report = started;
+    let mut hasher = Sha256::new();
+    let mut done = 0u64;
+    let mut frame = Vec::new();
+    let rate = |done: u64| (done as f64 / started.elapsed().as_secs_f64().max(1e-6)) as u64;
+    for (offset, length) in &ranges {
+        out.seek(std::io::SeekFrom::Start(*offset)).await.map_err(|e| CopyError::Damaged(e.to_string()))?;
+        let mut left = *length;
+        while left > 0 {
+            reader.read_frame_into(CHUNK, &mut frame).await?;
+            if frame.is_empty() || frame.len() as u64 > left {
+                return Err(CopyError::Protocol(format!("{} bytes where at most {left} were due", frame.len())));
+            }
+            hasher.update(&frame);
+            out.write_all(&frame).await.map_err(|e| CopyError::Damaged(format!("cannot write: {e}")))?;
+            left -= frame.len() as u64;
+            done += frame.len() as u64;
+            if last_report.elapsed() >= Duration::from_millis(250) {
+                last_report = Instant::now();
+                progress(&CopyProgress { bytes_done: done, bytes_total: total, bytes_per_second: rate(done) });
+            }
+        }
+    }
+    out.flush().await.map_err(|e| CopyError::Damaged(format!("cannot write: {e}")))?;
+    let trailer: Trailer = recv_json(reader).await?;
+    let sha256 = hex::encode(hasher.finalize());
+    if trailer.sha256 != sha256 {
+        return Err(CopyError::Damaged(format!(
+            "the sender hashed {}, what arrived hashes to {sha256}",
+            trailer.sha256
+        )));
+    }
+    let whole = ranges.len() == 1 && ranges[0] == (0, offered.size);
+    if let (true, Some(expected)) = (whole, &offered.sha256) {
+        if !expected.eq_ignore_ascii_case(&sha256) {
+            return Err(CopyError::Damaged(format!("the hub's SHA-256 is {expected}, the file's is {sha256}")));
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    progress(&CopyProgress { bytes_done: done, bytes_total: total, bytes_per_second: rate(done) });
+    Ok(CopyReport { path: PathBuf::new(), bytes: done, seconds, bytes_per_second: rate(done), sha256 })
+}

@@ -1,0 +1,438 @@
+//! Shard-only fetch: a node that hosts layers [a, b) of a model downloads only the GGUF header and the
+//! bytes of the tensors its stage reads ([`Model::stage_tensors`], what `Stage::load` maps: the layers'
+//! tensors, RoPE factors, the token embedding on the first stage, the final norm and output head on the
+//! last — the embedding matrix when the head is tied to it). The bytes come with HTTP range requests from
+//! the hub, or from any server that answers range requests for the file (a peer), and land at their
+//! offsets in a sparse file of the whole file's length, which the engine maps as it maps a whole file;
+//! the holes take no disk space. The header is read progressively: a first chunk, then more until it
+//! parses. Adjacent tensors are fetched together, one request per run of them.
+//!
+//! Beside the file, `<file>.shard.json` ([`ShardRecord`]) records the source, the whole file's size
+//! and sha256, and the byte ranges and layers present. A later fetch for other layers, or a rerun after
+//! an interruption, fetches only what is missing (the bytes of a broken connection are kept up to where
+//! it broke). The library lists such a file as a shard with its layers, never as a whole model; a stage
+//! refuses to map a tensor that was not fetched; `shoal pull` without `--layers` fills the holes of a
+//! shard in place and then checks the whole file's sha256.
+//!
+//! Verified: the header parses and describes a model shoal runs (what [`Model::open`] checks); every
+//! answer is a 206 whose `Content-Range` holds exactly the bytes asked for, of a file of the size the
+//! hub lists (or the first answer gave); each range arrived with exactly its length. NOT verified: the
+//! content of the tensor bytes. The hub publishes one sha256 for the whole file and nothing per range,
+//! so a shard cannot be checked against it; a server that sends wrong bytes with correct framing goes
+//! unnoticed until the file is completed (`shoal pull` without `--layers`), which checks the sha256.
+
+mod http;
+mod record;
+
+pub use record::{check_present, is_shard, read_record, sidecar, ShardRecord, SIDECAR_SUFFIX};
+
+use super::gguf::GgufHeader;
+use super::pull::{choose_files, repo_dir, sha256_of, Hub, HubFile, PullProgress, PullRequest, PullState};
+use super::{Model, ModelError, Value};
+use http::{get_range, Failure, Meter};
+use std::fs::File;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// The first request for the header asks for this much; later ones for as much again, up to
+/// [`HEADER_STEP`] each.
+const HEADER_FIRST: u64 = 1 << 20;
+const HEADER_STEP: u64 = 4 << 20;
+/// Headers larger than this are not GGUF files shoal fetches by shard.
+const HEADER_LIMIT: u64 = 256 << 20;
+/// Attempts of one run of bytes, each resuming where the previous one broke.
+const ATTEMPTS: usize = 4;
+/// A long run of bytes is recorded as present every this many bytes, so a crash loses little.
+const CHECKPOINT: u64 = 256 << 20;
+
+/// Why a shard fetch failed; each message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardError {
+    #[error("layers {spec:?}: write FIRST-LAST, both included, such as 10-19")]
+    BadLayers { spec: String },
+    #[error("layers {}-{} are not inside the model's {model_layers} layers (0-{})", layers.start, layers.end.saturating_sub(1), model_layers.saturating_sub(1))]
+    LayersOutside { layers: Range<usize>, model_layers: usize },
+    #[error("cannot reach {url}: {reason}. Check the address and the network (HF_ENDPOINT for the hub)")]
+    Unreachable { url: String, reason: String },
+    #[error("{url} answered {status} when asked for bytes {start}-{last}; nothing of that answer was kept. Check that the file is still there and run the same command again")]
+    Status { url: String, status: u16, start: u64, last: u64 },
+    #[error("{url} sent the whole file when asked for a byte range: a shard fetch needs a server that answers range requests. Download the whole file instead (without --layers)")]
+    NoRanges { url: String },
+    #[error("the answer of {url} for bytes {start}-{last} is damaged: {reason}; nothing of it was kept. Run the same command again; if it happens again, the server is faulty")]
+    Damaged { url: String, start: u64, last: u64, reason: String },
+    #[error("the transfer from {url} broke {attempts} times (last: {reason}); the bytes that arrived are kept: run the same command again to fetch the rest")]
+    Interrupted { url: String, attempts: usize, reason: String },
+    #[error("{url} serves a file of {served} bytes where {expected} were expected: it is not the same file. Check which file the URL names")]
+    WrongSize { url: String, served: u64, expected: u64 },
+    #[error("the GGUF header of {url} does not end within its first {limit} bytes; the file is damaged or not a model shoal fetches by shard")]
+    HeaderTooLarge { url: String, limit: u64 },
+    #[error("{} holds a shard of another version of this file ({reason}); delete it and {}, then fetch again", path.display(), sidecar(path).display())]
+    DifferentFile { path: PathBuf, reason: String },
+    #[error("{} already exists and is not a shard of this file (it has no {}); move it away and fetch again", path.display(), sidecar(path).display())]
+    NotAShard { path: PathBuf },
+    #[error("cannot write {}: {source}. Check the disk's free space and the permissions", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
+
+/// Where a shard's bytes come from: a URL that answers range requests for the whole file.
+#[derive(Clone, Debug)]
+pub struct ShardSource {
+    pub url: String,
+    /// The whole file's length, when known (the hub lists it); otherwise the first answer tells it.
+    pub size: Option<u64>,
+    /// The whole file's sha256, when known: kept in the record for when the file is completed.
+    pub sha256: Option<String>,
+}
+
+/// What a fetch did.
+#[derive(Clone, Debug)]
+pub struct Fetched {
+    /// Bytes that came over the network.
+    pub bytes_fetched: u64,
+    /// The shard's record afterwards; None when the whole file was already there.
+    pub record: Option<ShardRecord>,
+}
+
+/// `FIRST-LAST` (both included, as `shoal run --layers` writes them) or `LAYER` → the range of layers.
+pub fn parse_layers(spec: &str) -> Result<Range<usize>, ShardError> {
+    let bad = || ShardError::BadLayers { spec: spec.to_string() };
+    let (first, last) = spec.trim().split_once('-').unwrap_or((spec.trim(), spec.trim()));
+    let (first, last): (usize, usize) =
+        (first.trim().parse().map_err(|_| bad())?, last.trim().parse().map_err(|_| bad())?);
+    if last < first {
+        return Err(bad());
+    }
+    Ok(first..last + 1)
+}
+
+/// Fetches the shard of `layers` of the hub model `request` names into `models_dir`, where `pull`
+/// puts the whole file. Returns the file's path.
+pub fn pull_shard(
+    hub: &Hub,
+    models_dir: &Path,
+    request: &PullRequest,
+    layers: Range<usize>,
+    progress: &mut dyn FnMut(&PullProgress),
+) -> anyhow::Result<PathBuf> {
+    let files = choose_files(request, &hub.files(&request.repo, request.revision())?)?;
+    let [file] = files.as_slice() else {
+        anyhow::bail!(
+            "{} is a split GGUF set of {} files; a shard can only be fetched from a single-file model (download the set without --layers)",
+            files[0].path,
+            files.len()
+        );
+    };
+    let source = ShardSource {
+        url: hub.file_url(&request.repo, request.revision(), &file.path),
+        size: Some(file.size),
+        sha256: file.sha256.clone(),
+    };
+    let destination = repo_dir(models_dir, &request.repo).join(&file.path);
+    fetch(hub, &source, &destination, layers, progress)?;
+    Ok(destination)
+}
+
+/// Fetches what a stage running `layers` reads from `source` into the sparse file `destination`,
+/// adding to a shard already there. Nothing is fetched when `destination` is already the whole file.
+pub fn fetch(
+    hub: &Hub,
+    source: &ShardSource,
+    destination: &Path,
+    layers: Range<usize>,
+    progress: &mut dyn FnMut(&PullProgress),
+) -> Result<Fetched, ShardError> {
+    let name = destination.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    let mut meter = Meter::new(&name, progress);
+    let (mut shard, spare) = match Shard::open(destination, source)? {
+        Existing::Whole(size) => {
+            meter.set(size, size, PullState::Done);
+            return Ok(Fetched { bytes_fetched: 0, record: None });
+        }
+        Existing::Shard(shard) => (shard, None),
+        Existing::Nothing => {
+            let (header, size) = fetch_header(hub, source, &mut meter)?;
+            Shard::create(destination, source, size, header)?
+        }
+    };
+    let model = Model::open(destination).inspect_err(|_| shard.forget_if_new())?;
+    let model_layers = model.config().layers;
+    if layers.is_empty() || layers.end > model_layers {
+        shard.forget_if_new();
+        return Err(ShardError::LayersOutside { layers, model_layers });
+    }
+    // Gaps smaller than the alignment are padding: fetched with their neighbours, not on their own.
+    let alignment = model.file().get("general.alignment").and_then(Value::as_u64).unwrap_or(32);
+    let mut wanted: Vec<Range<u64>> =
+        model.stage_tensors(layers.clone()).iter().map(|t| t.offset..t.offset + t.bytes).collect();
+    record::merge(&mut wanted, alignment);
+    if let Some((offset, bytes)) = spare {
+        // Bytes past the header that came with its last chunk: keep those the stage needs.
+        for run in shard.record.missing(&wanted) {
+            let (from, to) = (run.start.max(offset), run.end.min(offset + bytes.len() as u64));
+            if from < to {
+                shard.write(from, &bytes[(from - offset) as usize..(to - offset) as usize])?;
+                shard.commit(from..to)?;
+            }
+        }
+    }
+    let missing = shard.record.missing(&wanted);
+    let total: u64 = shard.record.header_bytes + wanted.iter().map(|r| r.end - r.start).sum::<u64>();
+    let left: u64 = missing.iter().map(|r| r.end - r.start).sum();
+    meter.set(total - left, total, PullState::Downloading);
+    for run in missing {
+        fetch_run(hub, &source.url, &mut shard, run, &mut meter)?;
+    }
+    shard.record.source = source.url.clone();
+    shard.record.add_layers(layers.clone());
+    shard.save()?;
+    check_present(destination, &model.stage_tensors(layers))?;
+    meter.state(PullState::Done);
+    Ok(Fetched { bytes_fetched: meter.fetched, record: Some(shard.record) })
+}
+
+/// Completes the shard at `destination` for `pull`: fetches every byte still missing, checks the
+/// whole file's sha256 and drops the record. A file failing the check is deleted, as `pull` does.
+pub(super) fn complete(
+    hub: &Hub,
+    url: &str,
+    file: &HubFile,
+    destination: &Path,
+    progress: &mut dyn FnMut(u64, u64, PullState),
+) -> anyhow::Result<()> {
+    let source = ShardSource { url: url.to_string(), size: Some(file.size), sha256: file.sha256.clone() };
+    let mut report = |p: &PullProgress| progress(p.bytes_done, p.rate_bytes_per_second, p.state);
+    let mut meter = Meter::new(&file.path, &mut report);
+    let Existing::Shard(mut shard) = Shard::open(destination, &source)? else {
+        anyhow::bail!("{} changed while it was being completed; run the command again", destination.display());
+    };
+    let everything = 0..file.size;
+    let missing = shard.record.missing(std::slice::from_ref(&everything));
+    let left: u64 = missing.iter().map(|r| r.end - r.start).sum();
+    meter.set(file.size - left, file.size, PullState::Downloading);
+    for run in missing {
+        fetch_run(hub, url, &mut shard, run, &mut meter)?;
+    }
+    meter.state(PullState::Verifying);
+    drop(meter);
+    if let Some(expected) = &file.sha256 {
+        let actual = sha256_of(destination)?;
+        if &actual != expected {
+            let _ = std::fs::remove_file(destination);
+            let _ = std::fs::remove_file(sidecar(destination));
+            anyhow::bail!(
+                "{} failed its checksum once completed: the hub says sha256 {expected}, the file has {actual}; the damaged file was deleted, run the command again",
+                file.path
+            );
+        }
+    }
+    std::fs::remove_file(sidecar(destination))
+        .map_err(|e| anyhow::anyhow!("cannot remove {}: {e}", sidecar(destination).display()))?;
+    Ok(())
+}
+
+/// Reads the header progressively. Returns its bytes (with whatever came after it in the last chunk)
+/// and the whole file's size.
+fn fetch_header(hub: &Hub, source: &ShardSource, meter: &mut Meter) -> Result<(Vec<u8>, u64), ShardError> {
+    let mut size = source.size;
+    let mut bytes: Vec<u8> = Vec::new();
+    loop {
+        let have = bytes.len() as u64;
+        let step = if have == 0 { HEADER_FIRST } else { have.min(HEADER_STEP) };
+        let end = (have + step).min(size.unwrap_or(u64::MAX)).min(HEADER_LIMIT);
+        if end <= have {
+            return Err(ShardError::HeaderTooLarge { url: source.url.clone(), limit: HEADER_LIMIT });
+        }
+        let mut append = |offset: u64, chunk: &[u8]| {
+            debug_assert_eq!(offset, bytes.len() as u64);
+            bytes.extend_from_slice(chunk);
+            Ok(())
+        };
+        retry(&source.url, have..end, |range| get_range(hub, &source.url, range, &mut size, &mut append))?;
+        meter.add(bytes.len() as u64 - have);
+        let size = size.expect("known after an answer");
+        match GgufHeader::parse(Path::new(&source.url), &bytes) {
+            Ok(header) if header.data_offset <= size => return Ok((bytes, size)),
+            Ok(_) => return Err(ShardError::HeaderTooLarge { url: source.url.clone(), limit: size }),
+            Err(ModelError::Truncated { .. }) if (bytes.len() as u64) < size => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Fetches `run` into the shard, resuming after broken connections and recording what arrived.
+fn fetch_run(hub: &Hub, url: &str, shard: &mut Shard, run: Range<u64>, meter: &mut Meter) -> Result<(), ShardError> {
+    let mut size = Some(shard.record.size);
+    let mut committed = run.start;
+    let outcome = retry(url, run.clone(), |range| {
+        let mut sink = |offset: u64, bytes: &[u8]| {
+            shard.write(offset, bytes)?;
+            meter.add(bytes.len() as u64);
+            let end = offset + bytes.len() as u64;
+            if end - committed >= CHECKPOINT {
+                shard.commit(committed..end)?;
+                committed = end;
+            }
+            Ok(())
+        };
+        let result = get_range(hub, url, range, &mut size, &mut sink);
+        if let Err(Failure::Broken { reached, .. }) = &result {
+            // What arrived before the break is intact: keep it.
+            shard.commit(committed..*reached)?;
+            committed = *reached;
+        }
+        result
+    });
+    match outcome {
+        Ok(()) => shard.commit(committed..run.end),
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs `attempt` on `range` up to [`ATTEMPTS`] times, each resuming where the last one broke.
+fn retry(
+    url: &str,
+    range: Range<u64>,
+    mut attempt: impl FnMut(Range<u64>) -> Result<u64, Failure>,
+) -> Result<(), ShardError> {
+    let mut from = range.start;
+    let mut last_reason = String::new();
+    for n in 0..ATTEMPTS {
+        match attempt(from..range.end) {
+            Ok(_) => return Ok(()),
+            Err(Failure::Fatal(e)) => return Err(e),
+            Err(Failure::Broken { reached, reason }) => {
+                tracing::warn!(
+                    "the transfer from {url} broke at byte {reached} (attempt {}): {reason}; resuming",
+                    n + 1
+                );
+                from = reached;
+                last_reason = reason;
+            }
+        }
+    }
+    Err(ShardError::Interrupted { url: url.to_string(), attempts: ATTEMPTS, reason: last_reason })
+}
+
+/// Bytes that came after the header in its last chunk: their offset and contents.
+type Spare = Option<(u64, Vec<u8>)>;
+
+/// What is at the destination before a fetch.
+enum Existing {
+    Nothing,
+    /// The whole file, of this size.
+    Whole(u64),
+    Shard(Shard),
+}
+
+/// An open shard: its sparse file and record.
+struct Shard {
+    path: PathBuf,
+    file: File,
+    record: ShardRecord,
+    /// Created by this fetch (and removed again if the model turns out unusable).
+    new: bool,
+}
+
+impl Shard {
+    fn open(path: &Path, source: &ShardSource) -> Result<Existing, ShardError> {
+        let record = read_record(path)?;
+        let length = match std::fs::metadata(path) {
+            Ok(meta) => Some(meta.len()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(source) => return Err(ShardError::Io { path: path.into(), source }),
+        };
+        let mut record = match (record, length) {
+            (None, None) => return Ok(Existing::Nothing),
+            (Some(_), None) => {
+                // A record whose file is gone (deleted, or a fetch stopped before creating it).
+                let _ = std::fs::remove_file(sidecar(path));
+                return Ok(Existing::Nothing);
+            }
+            (None, Some(length)) if source.size == Some(length) => return Ok(Existing::Whole(length)),
+            (None, Some(_)) => return Err(ShardError::NotAShard { path: path.into() }),
+            (Some(record), Some(_)) if record.header_bytes == 0 || !record.covers(&(0..record.header_bytes)) => {
+                // A fetch that stopped before its header was on disk left nothing worth keeping.
+                let _ = std::fs::remove_file(path);
+                let _ = std::fs::remove_file(sidecar(path));
+                return Ok(Existing::Nothing);
+            }
+            (Some(record), Some(length)) => {
+                if length != record.size {
+                    let reason = format!("the file has {length} bytes, its record says {}", record.size);
+                    return Err(ShardError::DifferentFile { path: path.into(), reason });
+                }
+                record
+            }
+        };
+        if let Some(size) = source.size.filter(|&s| s != record.size) {
+            let reason = format!("{} serves {size} bytes, the shard has {}", source.url, record.size);
+            return Err(ShardError::DifferentFile { path: path.into(), reason });
+        }
+        match (&source.sha256, &record.sha256) {
+            (Some(new), Some(old)) if new != old => {
+                let reason = format!("sha256 {new} at {}, {old} for the shard", source.url);
+                return Err(ShardError::DifferentFile { path: path.into(), reason });
+            }
+            (Some(new), None) => record.sha256 = Some(new.clone()),
+            _ => {}
+        }
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|source| ShardError::Io { path: path.into(), source })?;
+        Ok(Existing::Shard(Shard { path: path.into(), file, record, new: false }))
+    }
+
+    /// Creates the sparse file with its header. Returns the shard and the bytes that came after the
+    /// header (their offset and contents).
+    fn create(path: &Path, source: &ShardSource, size: u64, bytes: Vec<u8>) -> Result<(Shard, Spare), ShardError> {
+        let io = |source| ShardError::Io { path: path.into(), source };
+        let header = GgufHeader::parse(path, &bytes)?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        // The record comes first, claiming nothing: a file never exists without one.
+        let mut record = ShardRecord::new(&source.url, size, source.sha256.clone());
+        record.header_bytes = header.data_offset;
+        record::save_record(path, &mut record).map_err(io)?;
+        let file = File::options().read(true).write(true).create_new(true).open(path).map_err(io)?;
+        file.set_len(size).map_err(io)?;
+        let mut shard = Shard { path: path.into(), file, record, new: true };
+        let header_end = header.data_offset as usize;
+        shard.write(0, &bytes[..header_end])?;
+        shard.commit(0..header.data_offset)?;
+        let spare = (bytes.len() > header_end).then(|| (header.data_offset, bytes[header_end..].to_vec()));
+        Ok((shard, spare))
+    }
+
+    fn write(&self, offset: u64, bytes: &[u8]) -> Result<(), ShardError> {
+        self.file.write_all_at(bytes, offset).map_err(|source| ShardError::Io { path: self.path.clone(), source })
+    }
+
+    /// Records `range` as present, once its bytes are on disk.
+    fn commit(&mut self, range: Range<u64>) -> Result<(), ShardError> {
+        if range.is_empty() {
+            return Ok(());
+        }
+        self.file.sync_data().map_err(|source| ShardError::Io { path: self.path.clone(), source })?;
+        self.record.add_present(range);
+        self.save()
+    }
+
+    fn save(&mut self) -> Result<(), ShardError> {
+        record::save_record(&self.path, &mut self.record)
+            .map_err(|source| ShardError::Io { path: sidecar(&self.path), source })
+    }
+
+    /// Removes a shard this fetch created, when its model turns out to be one shoal cannot run.
+    fn forget_if_new(&self) {
+        if self.new {
+            let _ = std::fs::remove_file(&self.path);
+            let _ = std::fs::remove_file(sidecar(&self.path));
+        }
+    }
+}

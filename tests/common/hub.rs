@@ -1,0 +1,237 @@
+//! A Hugging Face–compatible hub on loopback for the download tests: the hub's URL layout
+//! (`/api/models/REPO/tree/REV`, `/REPO/resolve/REV/FILE`), real sha256 sums, range requests
+//! (`bytes=A-B` and `bytes=A-`), a log of every file request with the body bytes it was sent, and faults
+//! on purpose (a dropped connection, a flipped byte, a wrong length, an error status, no range support).
+
+use sha2::{Digest, Sha256};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub const REPO: &str = "test-org/SmolLM2-135M-Instruct-GGUF";
+pub const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// What the hub does wrong. Faults touch only file requests whose range starts at or after `from`.
+#[derive(Default, Clone)]
+pub struct Faults {
+    pub from: usize,
+    /// Close the connection after this many body bytes, on the first `drops` answers.
+    pub drop_after: Option<usize>,
+    pub drops: usize,
+    /// Flip the byte at this offset of every answer holding it.
+    pub corrupt_at: Option<usize>,
+    /// Send (and announce) a body this many bytes shorter than the range asked for.
+    pub short_by: Option<usize>,
+    /// Answer with this status and no file bytes.
+    pub status: Option<u16>,
+    /// Answer ranges with the whole file (200), as a server without range support does.
+    pub ignore_range: bool,
+}
+
+/// One file request as the hub saw it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Served {
+    /// The `Range` header, if any.
+    pub range: Option<String>,
+    /// The first byte sent.
+    pub start: u64,
+    /// Body bytes sent.
+    pub bytes: u64,
+    /// Whether it carried an `Authorization` header.
+    pub authorized: bool,
+}
+
+pub struct LoopbackHub {
+    pub endpoint: String,
+    served: Arc<Mutex<Vec<Served>>>,
+}
+
+impl LoopbackHub {
+    /// The `Range` header of every file request (None when it had none).
+    pub fn ranges(&self) -> Vec<Option<String>> {
+        self.served().into_iter().map(|s| s.range).collect()
+    }
+
+    pub fn served(&self) -> Vec<Served> {
+        self.served.lock().unwrap().clone()
+    }
+
+    /// Forgets the requests so far.
+    pub fn clear(&self) {
+        self.served.lock().unwrap().clear();
+    }
+}
+
+/// A hub holding the SmolLM2 file (and a README) in `REPO`.
+pub fn start_hub(faults: Faults) -> LoopbackHub {
+    start_hub_with(vec![(FILE.to_string(), std::fs::read(super::model_path()).unwrap())], faults)
+}
+
+struct HostedFile {
+    path: String,
+    data: Vec<u8>,
+    sha: String,
+}
+
+/// A hub holding `files` (path, contents) and a README in `REPO`.
+pub fn start_hub_with(files: Vec<(String, Vec<u8>)>, faults: Faults) -> LoopbackHub {
+    let files: Arc<Vec<HostedFile>> = Arc::new(
+        files
+            .into_iter()
+            .map(|(path, data)| HostedFile { sha: hex::encode(Sha256::digest(&data)), path, data })
+            .collect(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let drops_done = Arc::new(AtomicUsize::new(0));
+    let log = served.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let (files, log, faults, drops_done) = (files.clone(), log.clone(), faults.clone(), drops_done.clone());
+            std::thread::spawn(move || serve(stream, &files, &log, &faults, &drops_done));
+        }
+    });
+    LoopbackHub { endpoint, served }
+}
+
+fn respond(stream: &mut TcpStream, status: &str, extra: &str, body: &[u8]) {
+    let head = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n", body.len());
+    let _ = stream.write_all(head.as_bytes());
+    let _ = stream.write_all(body);
+}
+
+/// `bytes=A-B` or `bytes=A-` → (A, B + 1 or the end).
+fn parse_range(range: &str, len: usize) -> Option<(usize, usize)> {
+    let (a, b) = range.strip_prefix("bytes=")?.split_once('-')?;
+    let start: usize = a.parse().ok()?;
+    let end = if b.is_empty() { len } else { b.parse::<usize>().ok()? + 1 };
+    (start < end && end <= len).then_some((start, end))
+}
+
+fn serve(mut stream: TcpStream, files: &[HostedFile], log: &Mutex<Vec<Served>>, faults: &Faults, drops: &AtomicUsize) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).is_err() {
+        return;
+    }
+    let (mut range, mut authorized) = (None, false);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("range") {
+                range = Some(value.trim().to_string());
+            }
+            authorized |= name.eq_ignore_ascii_case("authorization");
+        }
+    }
+    let path = request_line.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let hosted = files.iter().find(|f| path == format!("/{REPO}/resolve/main/{}", f.path));
+    if path.starts_with(&format!("/api/models/{REPO}/tree/main")) {
+        let mut tree = vec![serde_json::json!({"type": "file", "path": "README.md", "size": 6, "oid": "0123"})];
+        for f in files {
+            tree.push(serde_json::json!({"type": "file", "path": f.path, "size": f.data.len(), "oid": "4567",
+                "lfs": {"oid": f.sha, "size": f.data.len(), "pointerSize": 134}}));
+        }
+        let tree = serde_json::Value::Array(tree);
+        respond(&mut stream, "200 OK", "Content-Type: application/json\r\n", tree.to_string().as_bytes());
+    } else if let Some(HostedFile { data, .. }) = hosted {
+        let asked = range.as_deref().map(|r| parse_range(r, data.len()));
+        let (start, mut end) = match asked {
+            None => (0, data.len()),
+            Some(Some(span)) => span,
+            Some(None) => {
+                log.lock().unwrap().push(Served { range, start: 0, bytes: 0, authorized });
+                let extra = format!("Content-Range: bytes */{}\r\n", data.len());
+                respond(&mut stream, "416 Range Not Satisfiable", &extra, b"");
+                return;
+            }
+        };
+        let faulty = start >= faults.from;
+        let mut served = Served { range: range.clone(), start: start as u64, bytes: 0, authorized };
+        if let Some(status) = faults.status.filter(|_| faulty) {
+            log.lock().unwrap().push(served);
+            respond(&mut stream, &format!("{status} Failing On Purpose"), "", b"");
+            return;
+        }
+        let ranged = range.is_some() && !(faults.ignore_range && faulty);
+        let (status, extra) = if ranged {
+            ("206 Partial Content", format!("Content-Range: bytes {start}-{}/{}\r\n", end - 1, data.len()))
+        } else {
+            end = data.len();
+            ("200 OK", String::new())
+        };
+        let start = if ranged { start } else { 0 };
+        let mut body = data[start..end].to_vec();
+        if let Some(at) = faults.corrupt_at.filter(|&at| faulty && at >= start && at < end) {
+            body[at - start] ^= 0x55;
+        }
+        if let Some(short) = faults.short_by.filter(|_| faulty) {
+            body.truncate(body.len().saturating_sub(short));
+        }
+        let drop = faults.drop_after.filter(|_| faulty && drops.fetch_add(1, Ordering::SeqCst) < faults.drops);
+        if let Some(n) = drop {
+            let head =
+                format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n", body.len());
+            let _ = stream.write_all(head.as_bytes());
+            let n = n.min(body.len());
+            let _ = stream.write_all(&body[..n]);
+            served.bytes = n as u64;
+            log.lock().unwrap().push(served);
+            let _ = stream.flush();
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+        served.bytes = body.len() as u64;
+        log.lock().unwrap().push(served);
+        respond(&mut stream, status, &extra, &body);
+    } else {
+        respond(&mut stream, "404 Not Found", "", b"{\"error\":\"Repository not found\"}");
+    }
+    let _ = reader.read(&mut [0u8; 1]);
+}
+
+/// A `shoal node` on loopback whose hub is `hub` (killed when dropped).
+pub struct HubNode {
+    pub child: std::process::Child,
+    pub base: String,
+}
+
+impl HubNode {
+    /// Starts the node and opens its event stream once the API answers.
+    pub fn start(name: &str, hub: &LoopbackHub, dir: &std::path::Path) -> (HubNode, ureq::http::Response<ureq::Body>) {
+        use std::time::{Duration, Instant};
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = super::shoal()
+            .args(["node", "--name", name, "--port", &port.to_string(), "--bind", "127.0.0.1", "--no-mdns"])
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .env("HF_ENDPOINT", &hub.endpoint)
+            .env("HF_HOME", dir.join("hf"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let base = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let events = loop {
+            match ureq::get(&format!("{base}/api/events")).call() {
+                Ok(response) => break response,
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+                Err(e) => panic!("the node did not start: {e}"),
+            }
+        };
+        (HubNode { child, base }, events)
+    }
+}
+
+impl Drop for HubNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
