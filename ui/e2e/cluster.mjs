@@ -8,7 +8,7 @@
  * libraries hold only what the test adds and a download never leaves the machine.
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { copyFileSync, chmodSync, mkdtempSync, openSync, readFileSync, rmSync, existsSync } from 'node:fs';
+import { copyFileSync, chmodSync, linkSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
@@ -84,6 +84,26 @@ export class Cluster {
    */
   addModel(name, file) {
     execFileSync(this.binary, ['models', 'add', file, '--data-dir', path.join(this.root, name)], { env: this.env, stdio: 'pipe' });
+  }
+
+  /**
+   * Puts a GGUF file into node `name`'s models folder, `<data-dir>/models/<folder>/` (ORG--NAME, as
+   * `shoal pull` names it), where the node finds it as a download and offers it to its peers. A hard
+   * link, or a copy where the file is on another file system. Returns the file's path there.
+   * @param {string} name
+   * @param {string} file
+   * @param {string} folder
+   */
+  placeModel(name, file, folder) {
+    const dir = path.join(this.root, name, 'models', folder);
+    mkdirSync(dir, { recursive: true });
+    const dest = path.join(dir, path.basename(file));
+    try {
+      linkSync(file, dest);
+    } catch {
+      copyFileSync(file, dest);
+    }
+    return dest;
   }
 
   /**

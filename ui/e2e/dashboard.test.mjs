@@ -3,8 +3,10 @@
  * The dashboard in a real browser (Debian's chromium through playwright-core) against a real cluster
  * of three `shoal node` processes on loopback: the mesh shows every node and link, the pool total is
  * the API's, the library lists SmolLM2 with the fit the API computes (and a download that cannot reach
- * the hub fails in view), a model launched from the page splits over the three nodes and answers in
- * the chat with its rates, and a SIGKILLed node turns red within 5 s. Screenshots go to ui/e2e/out/; the mesh with
+ * the hub fails in view), the model file gamma has is copied to beta from beta's page (the cluster panel
+ * names the nodes that have it, the copy row ends with its rate, the mesh shows it on the gamma–beta
+ * edge), a model launched from the page splits over the three nodes and answers in the chat with its
+ * rates, and a SIGKILLed node turns red within 5 s. Screenshots go to ui/e2e/out/; the mesh with
  * the model running also to assets/dashboard.png.
  *
  * Needs target/release/shoal built after `npm run build` (it embeds ui/dist) and the test model
@@ -24,6 +26,9 @@ const repo = path.resolve(here, '..', '..');
 const out = path.join(here, 'out');
 const binary = process.env['SHOAL_BIN'] ?? path.join(repo, 'target', 'release', 'shoal');
 const modelPath = path.join(repo, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf');
+const modelFile = path.basename(modelPath);
+/** gamma's copy of the model sits where `shoal pull` would put it, so gamma knows its repository. */
+const modelFolder = 'HuggingFaceTB--SmolLM2-135M-Instruct-GGUF';
 const basePort = Number(process.env['SHOAL_E2E_PORT'] ?? 53100);
 const CHROMIUM_FLAGS = [
   '--headless',
@@ -79,6 +84,7 @@ before(async () => {
   // spreads it over all three with a layer override typed into the launch form.
   cluster = new Cluster({ binary, basePort, memoryLimit: '160MB' });
   cluster.addModel('alpha', modelPath);
+  cluster.placeModel('gamma', modelPath, modelFolder);
   await cluster.form(['alpha', 'beta', 'gamma']);
 
   const served = await (await fetch(`http://127.0.0.1:${basePort}/`)).text();
@@ -178,7 +184,7 @@ test('the library lists SmolLM2 with the fit the API computes, and Launch… pre
 
   // At phone width nothing in the library or the download form runs off the side.
   await page.setViewportSize({ width: 380, height: 800 });
-  const overflow = await page.$$eval('[data-testid="library"], [data-testid="pull-panel"]', (panels) =>
+  const overflow = await page.$$eval('[data-testid="library"], [data-testid="cluster-files"], [data-testid="pull-panel"]', (panels) =>
     panels.filter((p) => p.scrollWidth > p.clientWidth + 1).map((p) => p.getAttribute('data-testid')),
   );
   await shot('models-narrow');
@@ -200,6 +206,96 @@ test('a download is checked before it is sent, and one that cannot reach the hub
   await failed.waitFor({ timeout: 20_000 });
   assert.match(await failed.locator('[data-testid="pull-failure"]').innerText(), /cannot reach 127\.0\.0\.1:9/);
   await shot('pull-failed');
+});
+
+test('a model file gamma has is copied to beta from its page, with progress, its rate and the mesh edge', async () => {
+  assert.ok(cluster && browser);
+  const [, beta, gamma] = cluster.nodes;
+  assert.ok(beta && gamma);
+  const snapshot = await api(beta.port, '/api/cluster');
+  const idOf = (/** @type {string} */ name) => snapshot.nodes.find((/** @type {any} */ n) => n.name === name).id;
+  // alpha offers the file it added by path too; beta has nothing.
+  const lists = await api(beta.port, '/api/models/cluster');
+  const holders = lists.filter((/** @type {any} */ l) => l.files.some((/** @type {any} */ f) => f.name === modelFile)).map((/** @type {any} */ l) => l.name);
+  assert.deepEqual(holders.sort(), ['alpha', 'gamma']);
+
+  const models = await browser.newPage();
+  const mesh = await browser.newPage();
+  for (const tab of [models, mesh]) tab.on('pageerror', (error) => pageErrors.push(error.message));
+  try {
+    // A second tab on beta's mesh records every copy label it shows: 98 MB over loopback take well under a second.
+    await mesh.goto(`http://127.0.0.1:${beta.port}/#/mesh`);
+    await mesh.waitForFunction(() => document.querySelectorAll('[data-testid="node-card"]').length === 3, null, { timeout: 10_000 });
+    await mesh.evaluate(() => {
+      /** @type {string[]} */
+      const seen = [];
+      Object.assign(window, { copyLabels: seen });
+      new MutationObserver(() => {
+        for (const edge of document.querySelectorAll('[data-testid="copy-edge"]')) {
+          const entry = `${edge.getAttribute('data-state')}|${edge.querySelector('text')?.textContent?.trim()}`;
+          if (!seen.includes(entry)) seen.push(entry);
+        }
+      }).observe(document.body, { subtree: true, childList: true, characterData: true, attributes: true });
+    });
+
+    await models.goto(`http://127.0.0.1:${beta.port}/#/models`);
+    const row = models.locator(`[data-testid="cluster-file"][data-name="${modelFile}"]`);
+    await row.waitFor({ timeout: 15_000 });
+    assert.equal(await row.getAttribute('data-here'), 'false');
+    assert.deepEqual((await row.locator('[data-testid="file-holder"]').allInnerTexts()).map((t) => t.trim()), ['alpha', 'gamma']);
+    assert.match(await row.innerText(), /98\.4 MB/);
+    assert.match(await row.innerText(), /HuggingFaceTB\/SmolLM2-135M-Instruct-GGUF/);
+    // gamma knows the file's repository (alpha added it by path), so the copy comes from gamma.
+    const button = row.locator('[data-testid="copy-here"]');
+    assert.equal((await button.innerText()).trim(), 'Copy here from gamma');
+    assert.equal(await button.getAttribute('data-source'), idOf('gamma'));
+
+    // At phone width the panel and its actions stay inside it.
+    await models.setViewportSize({ width: 380, height: 800 });
+    const narrow = await models.$eval('[data-testid="cluster-files"]', (p) => p.scrollWidth <= p.clientWidth + 1);
+    await models.setViewportSize({ width: 1280, height: 900 });
+    assert.ok(narrow, 'the cluster panel runs off the side at 380 px');
+
+    await button.click();
+    const done = models.locator('[data-testid="copy-row"][data-state="done"]');
+    await done.waitFor({ timeout: 30_000 });
+    assert.equal((await done.getAttribute('data-file')), modelFile);
+    assert.equal((await done.locator('[data-testid="copy-route"]').innerText()).replace(/\s+/g, ' ').trim(), 'gamma → beta');
+    const report = await done.locator('[data-testid="copy-done"]').innerText();
+    assert.match(report, /^Copied at [\d.]+ [KMG]B\/s: 98\.4 MB in [\d.]+ s/);
+    assert.ok(Number(await done.locator('[data-testid="copy-done"]').getAttribute('data-rate')) > 0);
+    process.stdout.write(`# ${report.split(':')[0]}\n`);
+
+    // The file is on beta now: the panel asked again and beta holds it, and it is in beta's library.
+    await models.waitForSelector(`[data-testid="cluster-file"][data-name="${modelFile}"][data-here="true"]`, { timeout: 10_000 });
+    assert.deepEqual((await row.locator('[data-testid="file-holder"]').allInnerTexts()).map((t) => t.trim()), ['beta', 'alpha', 'gamma']);
+    const copied = models.locator(`[data-testid="library-model"][data-path$="/${modelFolder}/${modelFile}"]`);
+    await copied.waitFor({ timeout: 10_000 });
+    assert.equal(await copied.getAttribute('data-runnable'), 'true');
+    await models.screenshot({ path: path.join(out, 'models-copy.png'), fullPage: true });
+
+    // The mesh drew it on the gamma–beta edge while it ran, and keeps the final rate there a while.
+    const edge = mesh.locator('[data-testid="copy-edge"][data-state="done"]');
+    await edge.waitFor({ timeout: 5_000 });
+    assert.equal(await edge.getAttribute('data-from'), idOf('gamma'));
+    assert.equal(await edge.getAttribute('data-to'), idOf('beta'));
+    assert.match((await edge.locator('text').textContent()) ?? '', /^copied SmolLM2… at [\d.]+ [KMG]B\/s$/);
+    const seen = /** @type {string[]} */ (await mesh.evaluate(() => /** @type {any} */ (window).copyLabels));
+    assert.ok(seen.some((s) => /^copying\|copying SmolLM2… \d+ %/.test(s)), `the running copy on the mesh: ${seen.join(' / ')}`);
+    process.stdout.write(`# mesh labels seen: ${seen.join(' / ')}\n`);
+    await mesh.screenshot({ path: path.join(out, 'mesh-copy.png'), fullPage: true });
+    // At phone width the label stays inside the picture.
+    await mesh.setViewportSize({ width: 380, height: 700 });
+    const inside = await mesh.$eval('[data-testid="copy-edge"] text', (text) => {
+      const box = /** @type {SVGTextElement} */ (text).getBBox();
+      return box.x >= 0 && box.x + box.width <= 360;
+    });
+    await mesh.screenshot({ path: path.join(out, 'mesh-copy-narrow.png') });
+    assert.ok(inside, 'the copy label runs out of the mesh picture');
+  } finally {
+    await models.close();
+    await mesh.close();
+  }
 });
 
 test('a model launched from the page splits over the three nodes', async () => {

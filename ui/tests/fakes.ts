@@ -2,13 +2,17 @@
  * Test doubles for the store's outside world: an EventSource whose events the test sends, and JSON
  * fetches the test answers (or fails) one by one. Fixtures are real /api/cluster and /api/instances
  * answers of a three-node cluster (alpha, beta, gamma) with SmolLM2 split over it, and a real
- * /api/models/fit answer (SmolLM2, fitting one node offering 400 MB, and a truncated file).
+ * /api/models/fit answer (SmolLM2, fitting one node offering 400 MB, and a truncated file). The
+ * /api/models/cluster answer has a real answer's shape with that cluster's members: alpha (this node)
+ * has a Qwen file, beta has it and SmolLM2 (pulled by shoal, so its repository is known), gamma has
+ * SmolLM2 added by path.
  */
 import type { EventStream } from '../src/lib/state/store';
-import type { ClusterSnapshot, InstanceInfo, ModelWithFit } from '../src/lib/api/types';
+import type { ClusterSnapshot, InstanceInfo, ModelWithFit, NodeFiles } from '../src/lib/api/types';
 import cluster from './fixtures/cluster.json';
 import instances from './fixtures/instances.json';
 import library from './fixtures/models-fit.json';
+import clusterFiles from './fixtures/models-cluster.json';
 
 export function snapshotFixture(): ClusterSnapshot {
   return structuredClone(cluster) as ClusterSnapshot;
@@ -20,6 +24,10 @@ export function instancesFixture(): InstanceInfo[] {
 
 export function libraryFixture(): ModelWithFit[] {
   return structuredClone(library) as ModelWithFit[];
+}
+
+export function clusterFilesFixture(): NodeFiles[] {
+  return structuredClone(clusterFiles) as NodeFiles[];
 }
 
 export function nodeNamed(snapshot: ClusterSnapshot, name: string) {

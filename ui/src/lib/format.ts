@@ -49,6 +49,14 @@ export function formatDuration(seconds: number | null): string {
   return `${Math.floor(minutes / 60)} h${minutes % 60 === 0 ? '' : ` ${minutes % 60} min`}`;
 }
 
+/** How long something took, to the tenth under ten seconds: "0.35 s", "4.2 s", "1 min 5 s". */
+export function formatSeconds(seconds: number | null): string {
+  if (seconds === null || !Number.isFinite(seconds) || seconds < 0) return '—';
+  if (seconds < 1) return `${seconds.toFixed(2)} s`;
+  if (seconds < 10) return `${seconds.toFixed(1)} s`;
+  return formatDuration(seconds);
+}
+
 export function formatBitRate(bps: number | null): string {
   if (bps === null || !Number.isFinite(bps)) return '—';
   if (bps >= 1e9) return `${(bps / 1e9).toFixed(bps >= 1e11 ? 0 : 1)} Gb/s`;

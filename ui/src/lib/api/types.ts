@@ -1,7 +1,8 @@
 /**
  * The JSON the node's API speaks, mirrored from the Rust types (src/cluster/state.rs, src/node/telemetry.rs,
  * src/links, src/instances, src/placement, src/worker/protocol.rs, src/metrics, src/rdma, src/model/library.rs,
- * src/model/pull.rs). Field names are the wire names; optional fields are ones a newer node may add.
+ * src/model/pull.rs, src/model/peer_copy.rs, src/api/copy.rs). Field names are the wire names; optional fields
+ * are ones a newer node may add.
  */
 
 export type NodeId = string;
@@ -295,6 +296,19 @@ export interface LibraryModel {
   runnable: boolean;
   /** Why it cannot be run or read. */
   problem: string | null;
+  /** Set when the file is a shard (`shoal pull --layers`): only these layers are present. */
+  shard?: ShardSummary | null;
+}
+
+/** What a shard holds (src/model/library.rs). */
+export interface ShardSummary {
+  /** As `--layers` writes them: `10-20` (both included), comma-separated. */
+  layers: string;
+  /** The same ranges, end exclusive. */
+  ranges: { start: number; end: number }[];
+  /** Bytes present (header and fetched tensors); size_bytes says the same. */
+  present_bytes: number;
+  file_bytes: number;
 }
 
 /** Whether a launch with the defaults would be placed on the cluster now (src/instances/fit.rs). */
@@ -333,10 +347,58 @@ export interface PullProgress {
 export interface PullRequest {
   repo: string;
   revision?: string;
+  /** Only a stage's shard: FIRST-LAST, both included. */
+  layers?: string;
 }
 
 export interface PullStarted {
   id: string;
+}
+
+/** A complete GGUF file a node offers the other members (every part of a split model is one). */
+export interface OfferedFile {
+  name: string;
+  size: number;
+  /** The Hugging Face repository it came from (ORG/NAME), when known. */
+  repo: string | null;
+  /** The hub's SHA-256 of the file, when known. */
+  sha256: string | null;
+}
+
+/** One member's files (GET /api/models/cluster lists every member that is up, this node included). */
+export interface NodeFiles {
+  node: NodeId;
+  name: string;
+  files: OfferedFile[];
+  /** Why the node's list is missing (it did not answer, no connection to it). */
+  error: string | null;
+}
+
+/** POST /api/models/copy: `from` is a member's name or id, `file` a name GET /api/models/cluster lists. */
+export interface CopyRequest {
+  from: string;
+  file: string;
+}
+
+export interface CopyStarted {
+  id: string;
+  /** Where the file will be on this node. */
+  path: string;
+}
+
+export interface CopyProgress {
+  bytes_done: number;
+  bytes_total: number;
+  bytes_per_second: number;
+}
+
+/** A finished copy: the SHA-256 of what arrived agreed with the sender's. */
+export interface CopyReport {
+  path: string;
+  bytes: number;
+  seconds: number;
+  bytes_per_second: number;
+  sha256: string;
 }
 
 /** Every change the node streams on /api/events, by `type` (also the SSE event name). */
@@ -356,6 +418,18 @@ export type ClusterEvent =
   | { type: 'request_finished'; model: string; report: GenerationReport }
   | { type: 'rates'; rates: ClusterRates }
   | { type: 'model_pull'; id: string; repo: string; progress: PullProgress; paths: string[]; error: string | null }
+  | {
+      type: 'model_copy';
+      id: string;
+      from: NodeId;
+      to: NodeId;
+      file: string;
+      progress: CopyProgress;
+      /** The report, on the last event of a copy that worked. */
+      done: CopyReport | null;
+      /** Why it failed, on the last event of a copy that did not. */
+      error: string | null;
+    }
   | { type: 'lagged' };
 
 export type ClusterEventType = ClusterEvent['type'];
@@ -376,6 +450,7 @@ export const CLUSTER_EVENT_TYPES: readonly ClusterEventType[] = [
   'request_finished',
   'rates',
   'model_pull',
+  'model_copy',
   'lagged',
 ];
 

@@ -75,14 +75,15 @@ export function sourceLabel(source: ModelSource): string {
 
 /**
  * What the library's fits depend on, as a string that changes when they may: the nodes that are up
- * with telemetry, the instances holding memory, and the downloads that finished.
+ * with telemetry, the instances holding memory, and the downloads and copies to this node that finished.
  */
-export function libraryKey(model: Pick<ClusterModel, 'nodes' | 'instances' | 'pulls'>): string {
+export function libraryKey(model: Pick<ClusterModel, 'nodes' | 'instances' | 'pulls' | 'copies'>): string {
   const nodes = model.nodes
     .filter((n) => (n.status === 'self' || n.status === 'alive') && n.telemetry !== null)
     .map((n) => n.id)
     .sort();
   const instances = activeInstances(model).map((i) => `${i.id}:${i.state}`);
   const pulls = model.pulls.filter((p) => p.progress.state === 'done').map((p) => p.id);
-  return [nodes.join(','), instances.join(','), pulls.join(',')].join('|');
+  const copies = model.copies.filter((c) => c.done !== null).map((c) => c.id);
+  return [nodes.join(','), instances.join(','), pulls.join(','), copies.join(',')].join('|');
 }

@@ -16,6 +16,7 @@ import type {
 import { mergeLinks, reportsFromSnapshot, type ReportsByNode } from './links';
 import { nodeMemory, poolTotals, type NodeMemory, type PoolTotals } from './pool';
 import { applyPull, type PullView } from './pulls';
+import { applyCopy, type CopyView } from './copies';
 
 /** How long the rates chart looks back. */
 export const RATES_WINDOW_MS = 5 * 60_000;
@@ -67,6 +68,8 @@ export interface ClusterModel {
   notices: Notice[];
   /** This node's model downloads, newest first (events only: the snapshot does not carry them). */
   pulls: PullView[];
+  /** Copies of model files from other nodes to this one, newest first (events only, like pulls). */
+  copies: CopyView[];
   memory: NodeMemory[];
   pool: PoolTotals;
 }
@@ -89,6 +92,7 @@ export function emptyModel(): ClusterModel {
     requests: [],
     notices: [],
     pulls: [],
+    copies: [],
     memory: [],
     pool: poolTotals([]),
   });
@@ -205,6 +209,10 @@ export function applyEvent(model: ClusterModel, event: ClusterEvent, now: number
     }
     case 'model_pull':
       return { ...model, pulls: applyPull(model.pulls, event, now) };
+    case 'model_copy': {
+      const copies = applyCopy(model.copies, event, now);
+      return copies === model.copies ? model : { ...model, copies };
+    }
     case 'lagged':
       return model;
   }
