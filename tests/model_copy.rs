@@ -69,6 +69,9 @@ fn a_node_copies_a_model_from_another_byte_for_byte_with_its_rate() {
     // Bad requests are refused with the parameter at fault.
     let (status, body) = post(&c, 1, "/api/models/copy", json!({"from": c.nodes[0].name, "file": "nope.gguf"}));
     assert_eq!((status, body["error"]["param"].clone()), (400, json!("file")), "{body}");
+    let wrong_size = json!({"from": c.nodes[0].name, "file": FILE, "size": size + 1});
+    let (status, body) = post(&c, 1, "/api/models/copy", wrong_size);
+    assert_eq!((status, body["error"]["param"].clone()), (400, json!("file")), "another size is another file: {body}");
     let (status, body) = post(&c, 1, "/api/models/copy", json!({"from": "nobody", "file": FILE}));
     assert_eq!((status, body["error"]["param"].clone()), (400, json!("from")), "{body}");
 
@@ -79,7 +82,7 @@ fn a_node_copies_a_model_from_another_byte_for_byte_with_its_rate() {
             let base = format!("http://127.0.0.1:{api}");
             let events = ureq::get(&format!("{base}/api/events")).call().unwrap();
             let started: Value = ureq::post(&format!("{base}/api/models/copy"))
-                .send_json(json!({"from": from, "file": FILE}))
+                .send_json(json!({"from": from, "file": FILE, "size": size}))
                 .unwrap()
                 .into_body()
                 .read_json()

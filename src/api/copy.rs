@@ -67,6 +67,9 @@ pub struct CopyRequest {
     pub from: String,
     /// The file's name, as `GET /api/models/cluster` lists it.
     pub file: String,
+    /// Its size, as listed: a file of the same name and another size is not it.
+    #[serde(default)]
+    pub size: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -94,7 +97,8 @@ pub async fn copy(
     let files = peer_copy::list(addr, &agent.secret_bytes())
         .await
         .map_err(|e| ApiError::failed(format!("asking {} for its files failed: {e}", from.name)))?;
-    let file = files.into_iter().find(|f| f.name == request.file).ok_or_else(|| {
+    let wanted = |f: &OfferedFile| f.name == request.file && request.size.is_none_or(|size| size == f.size);
+    let file = files.into_iter().find(wanted).ok_or_else(|| {
         ApiError::bad_param(
             "file",
             format!("{} does not offer {} (see GET /api/models/cluster)", from.name, request.file),

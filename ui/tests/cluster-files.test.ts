@@ -99,7 +99,7 @@ describe('across the cluster', () => {
     expect(within(fileRow(SMOL)).getByTestId('copy-here').textContent?.trim()).toBe('Copy here from gamma');
     await fireEvent.click(within(fileRow(SMOL)).getByTestId('copy-here'));
     const row = await screen.findByTestId('copy-row');
-    expect(calls.find((c) => c.key === 'POST /api/models/copy')?.body).toEqual({ from: gamma, file: SMOL });
+    expect(calls.find((c) => c.key === 'POST /api/models/copy')?.body).toEqual({ from: gamma, file: SMOL, size: SIZE });
     expect(row.dataset['copyId']).toBe('c1');
     expect(row.dataset['state']).toBe('copying');
     expect(within(row).getByTestId('copy-route').textContent?.replace(/\s+/g, ' ').trim()).toBe('gamma → alpha');

@@ -374,10 +374,12 @@ export interface NodeFiles {
   error: string | null;
 }
 
-/** POST /api/models/copy: `from` is a member's name or id, `file` a name GET /api/models/cluster lists. */
+/** POST /api/models/copy: `from` is a member's name or id, `file` a name GET /api/models/cluster lists
+ * (with its size, when the list gave one, so a same-named file of another size is never sent instead). */
 export interface CopyRequest {
   from: string;
   file: string;
+  size?: number;
 }
 
 export interface CopyStarted {
