@@ -36,6 +36,8 @@ fn a_node_copies_a_model_from_another_byte_for_byte_with_its_rate() {
     let source_dir = c.nodes[0].data_dir.join("models").join(REPO_DIR);
     std::fs::create_dir_all(&source_dir).unwrap();
     std::fs::copy(common::model_path(), source_dir.join(FILE)).unwrap();
+    // A damaged file beside it is not offered.
+    std::fs::write(source_dir.join("damaged.gguf"), b"GGUF\x03\x00\x00\x00 cut short").unwrap();
     c.start(0, &[]);
     c.wait_ready(0);
     let join = match c.network {
@@ -61,6 +63,7 @@ fn a_node_copies_a_model_from_another_byte_for_byte_with_its_rate() {
     };
     let (first, second) = (of(&c.nodes[0].name), of(&c.nodes[1].name));
     assert_eq!(second["files"], json!([]), "{files}");
+    assert_eq!(first["files"].as_array().unwrap().len(), 1, "only the intact file is offered: {files}");
     let offered = &first["files"][0];
     let size = std::fs::metadata(common::model_path()).unwrap().len();
     assert_eq!((offered["name"].clone(), offered["size"].clone()), (json!(FILE), json!(size)), "{files}");

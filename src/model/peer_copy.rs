@@ -93,17 +93,21 @@ pub struct CopyReport {
     pub sha256: String,
 }
 
-/// The files of `library` a peer may copy: every part of every complete model.
+/// The files of `library` a peer may copy: every readable part of every model that is not a shard.
 pub fn offered_files(library: &Library) -> Vec<(OfferedFile, PathBuf)> {
     let mut files = Vec::new();
     for model in library.list() {
-        if model.shard.is_some() || model.problem.as_deref().is_some_and(|p| p.contains("missing")) {
+        // A shard lacks bytes; a file whose header does not parse is damaged: neither is offered.
+        if model.shard.is_some() || model.parameters.is_none() {
             continue;
         }
         for part in &model.parts {
             let (Some(name), Ok(meta)) = (part.file_name().and_then(|n| n.to_str()), std::fs::metadata(part)) else {
                 continue;
             };
+            if part != &model.path && super::gguf::GgufFile::open(part).is_err() {
+                continue;
+            }
             let (repo, sha256) = match &model.source {
                 ModelSource::HuggingFace { repo, .. } => (Some(repo.clone()), hub_blob_sha256(part)),
                 ModelSource::Shoal => (repo_of_shoal_file(part), None),
