@@ -229,8 +229,7 @@ impl LinkSelector {
                 device: path.local_device,
                 peer_device: path.remote_device,
                 slot_bytes: RdmaRoute::slot_bytes_for(
-                    [facts.local, facts.remote]
-                        .map(|n| n.report.as_ref().and_then(|r| r.macos.as_ref()).map(|m| m.version.as_str())),
+                    [facts.local, facts.remote].map(|n| n.report.as_ref().and_then(|r| r.macos.as_ref())),
                 ),
             }),
             _ => None,

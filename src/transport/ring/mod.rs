@@ -22,6 +22,7 @@ use super::rdma::open::{PendingLink, RdmaOpener};
 use super::rdma::{Endpoint, RdmaError, FRAME_BYTES, MAX_SLOTS};
 use super::{FrameSink, FrameSource, TcpSink, TcpSource, MAX_RING_FRAME};
 use crate::net::NetError;
+use crate::rdma::parse::MacOsVersion;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,15 +44,8 @@ pub struct RdmaRoute {
 
 impl RdmaRoute {
     /// The slot size for two nodes' macOS versions: 64 KiB when both run 26.3 or later, else one frame.
-    pub fn slot_bytes_for(versions: [Option<&str>; 2]) -> u32 {
-        let large = versions.iter().all(|v| {
-            v.and_then(|v| {
-                let mut parts = v.split('.').map(|p| p.parse::<u32>().ok());
-                Some((parts.next()??, parts.next().flatten().unwrap_or(0)))
-            })
-            .is_some_and(|version| version >= (26, 3))
-        });
-        if large {
+    pub fn slot_bytes_for(versions: [Option<&MacOsVersion>; 2]) -> u32 {
+        if versions.iter().all(|v| v.is_some_and(|v| v.numbers() >= (26, 3, 0))) {
             16 * FRAME_BYTES as u32
         } else {
             FRAME_BYTES as u32

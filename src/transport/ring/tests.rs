@@ -4,6 +4,7 @@
 //! at either end; each fallback is reported with its reason.
 
 use super::*;
+use crate::rdma::parse::MacOsVersion;
 use crate::transport::rdma::fake::{FakeRdma, Wire};
 use crate::transport::{accept_tcp, connect_tcp};
 use std::sync::Mutex;
@@ -180,7 +181,9 @@ fn the_previous_stage_going_away_ends_the_receive() {
 
 #[test]
 fn slots_are_larger_only_when_both_macs_run_26_3() {
-    assert_eq!(RdmaRoute::slot_bytes_for([Some("26.3"), Some("26.4.1")]), 65536);
-    assert_eq!(RdmaRoute::slot_bytes_for([Some("26.2"), Some("26.3")]), 4096);
-    assert_eq!(RdmaRoute::slot_bytes_for([Some("27.0"), None]), 4096);
+    let macos = |version: &str| MacOsVersion { version: version.into(), build: "25D125".into() };
+    let slots = |a: &str, b: Option<&str>| RdmaRoute::slot_bytes_for([Some(&macos(a)), b.map(macos).as_ref()]);
+    assert_eq!(slots("26.3", Some("26.4.1")), 65536);
+    assert_eq!(slots("26.2", Some("26.3")), 4096);
+    assert_eq!(slots("27.0", None), 4096);
 }

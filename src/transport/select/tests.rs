@@ -142,8 +142,8 @@ fn a_ring_link_gets_both_devices_and_a_running_fallback_pins_the_badge_to_tcp() 
     assert_eq!(badge, LinkTransport::Rdma { device: "rdma_en4".into() });
     let route = route.expect("a route");
     assert_eq!((route.device.as_str(), route.peer_device.as_str()), ("rdma_en4", "rdma_en4"));
-    let version = mini.report.as_ref().and_then(|r| r.macos.as_ref()).map(|m| m.version.clone()).unwrap();
-    assert_eq!(route.slot_bytes, RdmaRoute::slot_bytes_for([Some(&version), Some(&version)]), "from {version}");
+    let version = mini.report.as_ref().and_then(|r| r.macos.as_ref()).unwrap();
+    assert_eq!(route.slot_bytes, RdmaRoute::slot_bytes_for([Some(version), Some(version)]), "from {version:?}");
 
     // The worker reports a fallback: TCP until the next try, then RDMA for new launches while the
     // running model's link still shows TCP with its reason.

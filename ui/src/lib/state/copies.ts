@@ -16,14 +16,8 @@ export const EDGE_LINGER_MS = 15_000;
 export type CopyEvent = Extract<ClusterEvent, { type: 'model_copy' }>;
 export type CopyState = 'copying' | 'done' | 'failed';
 
-export interface CopyView {
-  id: string;
-  from: NodeId;
-  to: NodeId;
-  file: string;
-  progress: CopyProgress;
-  done: CopyReport | null;
-  error: string | null;
+/** A copy as its last event said, and when the dashboard heard it begin and end. */
+export interface CopyView extends Omit<CopyEvent, 'type'> {
   /** When the dashboard first heard of it (ms). */
   startedAt: number;
   /** When the dashboard heard it end (ms); null while it runs. */
