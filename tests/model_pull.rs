@@ -4,9 +4,8 @@
 
 mod common;
 
-use common::hub::{start_hub, start_hub_with, Faults, HubNode, FILE, REPO};
+use common::hub::{start_hub, start_hub_with, until_pull_ends, Faults, HubNode, FILE, REPO};
 use shoal::model::pull::{self, Hub, PullProgress, PullRequest, PullState};
-use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 
@@ -152,20 +151,10 @@ fn the_api_pulls_in_the_background_with_progress_events() {
         .read_json()
         .unwrap();
     let id = started["id"].as_str().unwrap().to_string();
-    let mut lines = BufReader::new(events.into_body().into_reader()).lines();
     let mut states = Vec::new();
-    let finished = loop {
-        let line = lines.next().expect("the event stream ended").unwrap();
-        let Some(data) = line.strip_prefix("data:") else { continue };
-        let event: serde_json::Value = serde_json::from_str(data.trim()).unwrap();
-        if event["type"] != "model_pull" || event["id"] != id.as_str() {
-            continue;
-        }
+    let finished = until_pull_ends(events, &id, |event| {
         states.push(event["progress"]["state"].as_str().unwrap().to_string());
-        if event["progress"]["state"] == "done" || event["progress"]["state"] == "failed" {
-            break event;
-        }
-    };
+    });
     assert_eq!(finished["error"], serde_json::Value::Null, "{finished}");
     assert_eq!(finished["progress"]["bytes_done"], finished["progress"]["bytes_total"]);
     assert!(states.contains(&"downloading".to_string()), "{states:?}");

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::hub::{start_hub, Faults, HubNode, LoopbackHub, FILE, REPO};
+use common::hub::{start_hub, until_pull_ends, Faults, HubNode, LoopbackHub, FILE, REPO};
 use shoal::engine::{self, GenerateRequest, LocalPipeline, SamplingParams, Stage, StageOptions, WireFormat};
 use shoal::model::library::Library;
 use shoal::model::pull::{self, Hub, PullProgress, PullRequest, PullState};
@@ -396,7 +396,6 @@ fn a_plain_url_of_unknown_size_serves_a_shard_without_the_hub_token() {
 /// once), and `GET /api/models` lists it as a shard, not as a runnable model.
 #[test]
 fn the_api_fetches_a_shard_and_lists_it() {
-    use std::io::{BufRead, BufReader};
     let hub = start_hub(Faults::default());
     let dir = tempfile::tempdir().unwrap();
     let (node, events) = HubNode::start("sharder", &hub, dir.path());
@@ -417,18 +416,7 @@ fn the_api_fetches_a_shard_and_lists_it() {
         .read_json()
         .unwrap();
     let id = started["id"].as_str().unwrap().to_string();
-    let mut lines = BufReader::new(events.into_body().into_reader()).lines();
-    let finished = loop {
-        let line = lines.next().expect("the event stream ended").unwrap();
-        let Some(data) = line.strip_prefix("data:") else { continue };
-        let event: serde_json::Value = serde_json::from_str(data.trim()).unwrap();
-        if event["type"] == "model_pull"
-            && event["id"] == id.as_str()
-            && ["done", "failed"].contains(&event["progress"]["state"].as_str().unwrap())
-        {
-            break event;
-        }
-    };
+    let finished = until_pull_ends(events, &id, |_| {});
     let models: serde_json::Value =
         ureq::get(&format!("{base}/api/models")).call().unwrap().into_body().read_json().unwrap();
     drop(node);

@@ -235,3 +235,25 @@ impl Drop for HubNode {
         let _ = self.child.wait();
     }
 }
+
+/// The `model_pull` events of pull `id` from an event stream, up to the one that ends it (done or
+/// failed), each passed to `seen`; returns that last one.
+pub fn until_pull_ends(
+    events: ureq::http::Response<ureq::Body>,
+    id: &str,
+    mut seen: impl FnMut(&serde_json::Value),
+) -> serde_json::Value {
+    let mut lines = BufReader::new(events.into_body().into_reader()).lines();
+    loop {
+        let line = lines.next().expect("the event stream ended").unwrap();
+        let Some(data) = line.strip_prefix("data:") else { continue };
+        let event: serde_json::Value = serde_json::from_str(data.trim()).unwrap();
+        if event["type"] != "model_pull" || event["id"] != id {
+            continue;
+        }
+        seen(&event);
+        if ["done", "failed"].contains(&event["progress"]["state"].as_str().unwrap()) {
+            return event;
+        }
+    }
+}
