@@ -7,8 +7,6 @@ mod common;
 
 use common::cluster::{Network, TestCluster};
 use serde_json::{json, Value};
-use shoal::engine::{self, GenerateRequest, LocalPipeline, SamplingParams, StageOptions, WireFormat};
-use shoal::model::Model;
 use std::time::{Duration, Instant};
 
 const LIMIT: &str = "64MB";
@@ -16,25 +14,7 @@ const LIMIT: &str = "64MB";
 /// Forms a cluster of `n` nodes (each offering at most `limit`) and launches the test model with `extra`
 /// arguments to `shoal run`; returns the instance's model name.
 fn launch(c: &mut TestCluster, limit: &str, extra: &[&str]) -> String {
-    let n = c.nodes.len();
-    c.start(0, &["--memory-limit", limit]);
-    c.wait_ready(0);
-    let code = c.code(0);
-    let join = match c.network {
-        Network::Netns => code,
-        Network::Loopback => format!("{code}@{}", c.nodes[0].control_addr()),
-    };
-    for i in 1..n {
-        c.start(i, &["--join", &join, "--memory-limit", limit]);
-    }
-    c.wait_for(Duration::from_secs(15), "the cluster to form with telemetry", || {
-        (0..n).all(|i| {
-            c.status(i).is_some_and(|s| {
-                s.nodes.len() == n
-                    && s.nodes.iter().all(|m| m.telemetry.is_some() && (m.status == "self" || m.status == "alive"))
-            })
-        })
-    });
+    c.form(&["--memory-limit", limit]);
     let model = common::model_path();
     let mut args = vec!["run", model.to_str().unwrap(), "--context", "256", "--sequences", "2", "--threads", "1"];
     args.extend_from_slice(extra);
@@ -72,23 +52,6 @@ fn get(c: &TestCluster, i: usize, path: &str) -> Value {
     .unwrap()
 }
 
-/// What the single-process engine generates greedily for `prompt`.
-fn single_process(prompt: &str, max_tokens: usize) -> String {
-    let model = Model::open(&common::model_path()).unwrap();
-    let tokenizer = model.tokenizer().unwrap();
-    let options = StageOptions { context: 256, threads: 1, ..StageOptions::default() };
-    let mut pipeline = LocalPipeline::load(&model, &[], &options, WireFormat::F32).unwrap();
-    let request = GenerateRequest {
-        prompt: tokenizer.encode(prompt).unwrap(),
-        max_tokens,
-        sampling: SamplingParams { temperature: 0.0, ..SamplingParams::default() },
-        stop: vec![],
-        ignore_eos: true,
-    };
-    let stats = engine::generate(&mut pipeline, &tokenizer, &request, |_| true).unwrap();
-    tokenizer.decode(&stats.tokens)
-}
-
 #[test]
 fn three_nodes_serve_a_split_model_exactly_like_one_process() {
     let _one_at_a_time = common::cluster::exclusive();
@@ -109,7 +72,7 @@ fn three_nodes_serve_a_split_model_exactly_like_one_process() {
         let (status, answer) = post(&c, 2, "/v1/completions", body);
         assert_eq!(status, 200, "{answer}");
         let text = answer["choices"][0]["text"].as_str().unwrap();
-        assert_eq!(text, single_process(&case.prompt, 32), "prompt {:?}", case.prompt);
+        assert_eq!(text, common::single_process(&case.prompt, 32), "prompt {:?}", case.prompt);
         assert_eq!(answer["usage"]["completion_tokens"], 32);
         assert!(answer["shoal"]["hop_p50_us"].as_u64().is_some(), "a split instance reports its hop time");
     }
@@ -129,7 +92,7 @@ fn three_nodes_serve_a_split_model_exactly_like_one_process() {
         })
         .collect();
     for (case, handle) in cases[..2].iter().zip(concurrent) {
-        assert_eq!(handle.join().unwrap(), single_process(&case.prompt, 24), "concurrent {:?}", case.prompt);
+        assert_eq!(handle.join().unwrap(), common::single_process(&case.prompt, 24), "concurrent {:?}", case.prompt);
     }
 
     // Streaming through the official client, chunk by chunk.

@@ -416,7 +416,7 @@ fn the_api_fetches_a_shard_and_lists_it() {
         .read_json()
         .unwrap();
     let id = started["id"].as_str().unwrap().to_string();
-    let finished = until_pull_ends(events, &id, |_| {});
+    let finished = until_pull_ends(events, &id, |event| assert_eq!(event["layers"], "10-20", "{event}"));
     let models: serde_json::Value =
         ureq::get(&format!("{base}/api/models")).call().unwrap().into_body().read_json().unwrap();
     drop(node);

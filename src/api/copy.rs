@@ -1,7 +1,7 @@
-//! Model files across the cluster: `GET /api/models/cluster` (which node offers which file, asked of
-//! every member that is up) and `POST /api/models/copy` (copy a file from a member to this node over the
-//! cluster's authenticated connection; it answers at once with the copy's id and reports progress and
-//! the measured rate as `model_copy` events).
+//! Model files across the cluster: `GET /api/models/cluster` (which node offers which file, and which
+//! holds which layers of one as a shard, asked of every member that is up) and `POST /api/models/copy`
+//! (copy a file from a member to this node over the cluster's authenticated connection; it answers at
+//! once with the copy's id and reports progress and the measured rate as `model_copy` events).
 
 use super::{ApiError, ApiState};
 use crate::cluster::{Agent, ClusterEvent};
@@ -38,9 +38,8 @@ pub async fn cluster_files(State(state): State<ApiState>) -> Json<Vec<NodeFiles>
             async move {
                 let files = if node.is_self {
                     let library = Library::new(&agent.config.data_dir);
-                    tokio::task::spawn_blocking(move || peer_copy::offered_files(&library))
+                    tokio::task::spawn_blocking(move || peer_copy::listed_files(&library))
                         .await
-                        .map(|files| files.into_iter().map(|(f, _)| f).collect())
                         .map_err(|e| e.to_string())
                 } else {
                     match agent.peer_control(node.id) {
@@ -97,7 +96,9 @@ pub async fn copy(
     let files = peer_copy::list(addr, &agent.secret_bytes())
         .await
         .map_err(|e| ApiError::failed(format!("asking {} for its files failed: {e}", from.name)))?;
-    let wanted = |f: &OfferedFile| f.name == request.file && request.size.is_none_or(|size| size == f.size);
+    let wanted = |f: &OfferedFile| {
+        f.name == request.file && f.layers.is_none() && request.size.is_none_or(|size| size == f.size)
+    };
     let file = files.into_iter().find(wanted).ok_or_else(|| {
         ApiError::bad_param(
             "file",

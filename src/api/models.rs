@@ -60,11 +60,13 @@ pub async fn pull(
     let agent = state.agent.clone();
     let models_dir = Library::new(&agent.config.data_dir).models_dir();
     let pull_id = id.clone();
+    let layers_text = layers.as_ref().map(|l| format!("{}-{}", l.start, l.end - 1));
     tokio::task::spawn_blocking(move || {
         let event =
             |progress: &PullProgress, paths: Vec<std::path::PathBuf>, error: Option<String>| ClusterEvent::ModelPull {
                 id: pull_id.clone(),
                 repo: spec.clone(),
+                layers: layers_text.clone(),
                 progress: progress.clone(),
                 paths,
                 error,

@@ -374,6 +374,8 @@ pub enum ClusterEvent {
     ModelPull {
         id: String,
         repo: String,
+        /// The layers asked for (`FIRST-LAST`, both included) when only a stage's shard is fetched.
+        layers: Option<String>,
         progress: crate::model::pull::PullProgress,
         /// The downloaded files, once done.
         paths: Vec<std::path::PathBuf>,

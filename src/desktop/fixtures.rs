@@ -73,6 +73,7 @@ pub fn instance(model: &str, state: InstanceState, progress: &[f32]) -> Instance
                 memory: None,
                 stats: None,
                 error: None,
+                fetch: None,
             })
             .collect(),
     }

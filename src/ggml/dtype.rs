@@ -58,7 +58,7 @@ impl DType {
     /// (such a tensor cannot exist in a valid file) or the size overflows.
     pub fn row_bytes(self, elements: u64) -> Option<u64> {
         let block = self.block_elements();
-        if elements % block != 0 {
+        if !elements.is_multiple_of(block) {
             return None;
         }
         (elements / block).checked_mul(self.block_bytes())

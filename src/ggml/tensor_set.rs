@@ -147,7 +147,7 @@ impl TensorSet {
         for t in tensors {
             let raw = create_tensor(ctx, t.name, t.dtype, t.shape)?;
             let offset = t.file_offset as usize;
-            if offset % BUFFER_ALIGNMENT != 0 {
+            if !offset.is_multiple_of(BUFFER_ALIGNMENT) {
                 return Err(format!("tensor {} is not {}-byte aligned in the file", t.name, BUFFER_ALIGNMENT));
             }
             // SAFETY: offset..offset+size lies in [first, last), i.e. inside the buffer (checked above),

@@ -134,12 +134,15 @@ pub async fn launch(agent: &Agent, request: LaunchRequest) -> Result<InstanceInf
                 memory: None,
                 stats: None,
                 error: None,
+                fetch: None,
             })
             .collect(),
         plan,
     };
     agent.registry().instances.insert(id.clone(), info.clone());
     publish(agent, &info);
+    let path = request.model.clone();
+    let file = tokio::task::spawn_blocking(move || crate::model::peer_copy::describe(&path)).await.ok().flatten();
     for (i, stage) in info.stages.iter().enumerate() {
         let spec = StageSpec {
             instance: id.clone(),
@@ -151,6 +154,7 @@ pub async fn launch(agent: &Agent, request: LaunchRequest) -> Result<InstanceInf
             sequences: info.sequences,
             batch: BATCH,
             threads: request.threads.unwrap_or(0),
+            file: file.clone(),
         };
         if stage.node == me {
             start_local(agent, spec, me);
@@ -167,8 +171,37 @@ fn publish(agent: &Agent, info: &InstanceInfo) {
     agent.emit(ClusterEvent::Instance { info: Box::new(info.clone()) });
 }
 
-/// Starts a worker for a stage on this node and relays its events to the owner.
+/// Starts a stage on this node: fetches its share of the model if this node lacks it, then starts its
+/// worker — unless the instance ended meanwhile.
 fn start_local(agent: &Agent, spec: StageSpec, owner: NodeId) {
+    let agent = agent.clone();
+    tokio::spawn(async move {
+        let (instance, stage) = (spec.instance.clone(), spec.stage);
+        let reporter = {
+            let (agent, instance) = (agent.clone(), instance.clone());
+            move |r| report(&agent, owner, &instance, stage, r)
+        };
+        match super::share::ensure_share(&agent, &spec, reporter).await {
+            Ok(path) => {
+                let ended = agent
+                    .registry()
+                    .instances
+                    .get(&instance)
+                    .is_none_or(|i| matches!(i.state, InstanceState::Stopped | InstanceState::Failed));
+                if !ended {
+                    start_worker(&agent, StageSpec { model_path: path, ..spec }, owner);
+                }
+            }
+            Err(error) => {
+                let failed = StageReport { state: WorkerState::Failed, error: Some(error), ..Default::default() };
+                report(&agent, owner, &instance, stage, failed);
+            }
+        }
+    });
+}
+
+/// Starts a worker for a stage on this node and relays its events to the owner.
+fn start_worker(agent: &Agent, spec: StageSpec, owner: NodeId) {
     let key = (spec.instance.clone(), spec.stage);
     let threads = if spec.threads > 0 { spec.threads } else { crate::engine::default_threads() };
     let secret = agent.secret_bytes();
@@ -220,6 +253,7 @@ pub struct StageReport {
     pub memory: Option<crate::engine::StageMemory>,
     pub stats: Option<crate::worker::StageStats>,
     pub error: Option<String>,
+    pub fetch: Option<super::StageFetch>,
 }
 
 fn on_worker_event(agent: &Agent, owner: NodeId, instance: &str, stage: usize, event: WorkerEvent) {
@@ -294,6 +328,9 @@ fn apply_report(agent: &Agent, instance: &str, stage: usize, report: StageReport
         }
         if report.stats.is_some() {
             s.stats = report.stats;
+        }
+        if report.fetch.is_some() {
+            s.fetch = report.fetch;
         }
         if let Some(e) = &report.error {
             s.error = Some(e.clone());

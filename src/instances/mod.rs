@@ -3,15 +3,17 @@
 //! ring, tracks every stage's state and tells the cluster (every node can list instances and route
 //! requests to stage 0). When a stage fails or a node hosting one goes down, the instance is marked
 //! failed and its workers stopped; when the owner goes down, its instances end everywhere. Nothing else
-//! restarts. `Fit` says whether a model would be placed now, before anything is launched.
+//! restarts. A node lacking a stage's share of the model fetches just that first (`share`). `Fit` says whether a model would be placed now, before anything is launched.
 
 mod fit;
 mod generate;
 mod lifecycle;
+mod share;
 
 pub use fit::{Fit, PoolOffers};
 pub use generate::{generate, GenerateError};
 pub use lifecycle::{launch, on_message, on_peer_down, preview, stop, LaunchError, LaunchRequest};
+pub use share::StageFetch;
 
 /// Types the control messages carry.
 pub mod lifecycle_types {
@@ -51,6 +53,9 @@ pub struct StageStatus {
     pub memory: Option<StageMemory>,
     pub stats: Option<StageStats>,
     pub error: Option<String>,
+    /// The fetch of this stage's share of the model, when its node lacked it.
+    #[serde(default)]
+    pub fetch: Option<StageFetch>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

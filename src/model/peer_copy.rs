@@ -16,9 +16,10 @@ use crate::net::{ConnectionKind, NetError, SecureReader, SecureWriter};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 /// Bytes per data frame.
 const CHUNK: usize = 1 << 20;
@@ -34,6 +35,10 @@ pub struct OfferedFile {
     pub repo: Option<String>,
     /// The hub's SHA-256 of the file, when known.
     pub sha256: Option<String>,
+    /// Set when the node holds only a shard of the file: the layers present (`10-19`, as `shoal pull
+    /// --layers` writes them). Listed so the cluster sees who has which part; never copied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -113,10 +118,47 @@ pub fn offered_files(library: &Library) -> Vec<(OfferedFile, PathBuf)> {
                 ModelSource::Shoal => (repo_of_shoal_file(part), None),
                 ModelSource::Added => (None, None),
             };
-            files.push((OfferedFile { name: name.to_string(), size: meta.len(), repo, sha256 }, part.clone()));
+            let file = OfferedFile { name: name.to_string(), size: meta.len(), repo, sha256, layers: None };
+            files.push((file, part.clone()));
         }
     }
     files
+}
+
+/// What a node tells the cluster it holds: the files it offers, and the shards it has (with their
+/// layers), which it does not offer.
+pub fn listed_files(library: &Library) -> Vec<OfferedFile> {
+    let mut files: Vec<OfferedFile> = offered_files(library).into_iter().map(|(f, _)| f).collect();
+    for model in library.list() {
+        let Some(shard) = &model.shard else { continue };
+        if let Some(mut file) = describe(&model.path) {
+            file.layers = Some(shard.layers.clone());
+            files.push(file);
+        }
+    }
+    files
+}
+
+/// How other nodes find the model file at `path` (the first part of a split set, or a shard: then its
+/// record gives the whole file's size and hash): its name and size, and, when the path tells, the
+/// repository it came from and the hub's hash. None when `path` cannot be read.
+pub fn describe(path: &Path) -> Option<OfferedFile> {
+    let name = path.file_name()?.to_str()?.to_string();
+    let (size, shard_sha256) = match super::shard::read_record(path).ok().flatten() {
+        Some(record) => (record.size, record.sha256),
+        None => (std::fs::metadata(path).ok()?.len(), None),
+    };
+    let repo = repo_of_hub_cache_file(path).or_else(|| repo_of_shoal_file(path));
+    let sha256 = shard_sha256.or_else(|| hub_blob_sha256(path));
+    Some(OfferedFile { name, size, repo, sha256, layers: None })
+}
+
+/// `…/hub/models--ORG--NAME/snapshots/REV/FILE` is a Hugging Face cache file of `ORG/NAME`.
+fn repo_of_hub_cache_file(path: &Path) -> Option<String> {
+    let snapshots = path.ancestors().find(|a| a.file_name().is_some_and(|n| n == "snapshots"))?;
+    let folder = snapshots.parent()?.file_name()?.to_str()?;
+    let (org, name) = folder.strip_prefix("models--")?.split_once("--")?;
+    Some(format!("{org}/{name}"))
 }
 
 /// A Hugging Face cache snapshot file links to `blobs/<sha256>`.
@@ -148,14 +190,14 @@ pub async fn serve(mut reader: SecureReader, mut writer: SecureWriter, library: 
         Ok(Err(e)) => return Err(NetError::BadPreamble(format!("a malformed copy request: {e}"))),
         Err(e) => return Err(e),
     };
-    let offered = tokio::task::spawn_blocking(move || offered_files(&library)).await.unwrap_or_default();
     let (name, size, ranges) = match request {
         Request::List => {
-            let files: Vec<OfferedFile> = offered.into_iter().map(|(f, _)| f).collect();
+            let files = tokio::task::spawn_blocking(move || listed_files(&library)).await.unwrap_or_default();
             return send_json(&mut writer, &files).await;
         }
         Request::Fetch { name, size, ranges } => (name, size, ranges),
     };
+    let offered = tokio::task::spawn_blocking(move || offered_files(&library)).await.unwrap_or_default();
     let Some((file, path)) = offered.into_iter().find(|(f, _)| f.name == name && f.size == size) else {
         let error = format!("no complete file {name} of {size} bytes here");
         return send_json(&mut writer, &Header { error: Some(error), file: None }).await;
@@ -183,7 +225,7 @@ pub async fn serve(mut reader: SecureReader, mut writer: SecureWriter, library: 
     send_json(&mut writer, &Trailer { sha256: hex::encode(hasher.finalize()) }).await
 }
 
-/// The files the node at `addr` offers.
+/// The files the node at `addr` offers, and the shards it holds (with `layers`).
 pub async fn list(addr: SocketAddr, secret: &Psk) -> Result<Vec<OfferedFile>, CopyError> {
     let (mut reader, mut writer) =
         secure::connect(addr, ConnectionKind::ModelCopy, secret).await.map_err(CopyError::Connect)?;
@@ -201,23 +243,22 @@ pub async fn fetch(
     dest: &Path,
     mut progress: impl FnMut(&CopyProgress),
 ) -> Result<CopyReport, CopyError> {
-    let (mut reader, mut writer) =
-        secure::connect(addr, ConnectionKind::ModelCopy, secret).await.map_err(CopyError::Connect)?;
-    let request = Request::Fetch { name: file.name.clone(), size: file.size, ranges: ranges.to_vec() };
-    send_json(&mut writer, &request).await?;
-    let header: Header = recv_json(&mut reader).await?;
-    if let Some(error) = header.error {
-        return Err(CopyError::Refused(error));
-    }
-    let offered = header.file.ok_or_else(|| CopyError::Protocol("a header without its file".into()))?;
+    let (mut reader, offered) = request(addr, secret, file, ranges).await?;
     let part = dest.with_extension("part");
     let write_error = |source| CopyError::Write { path: part.clone(), source };
     if let Some(folder) = part.parent() {
         tokio::fs::create_dir_all(folder).await.map_err(write_error)?;
     }
-    let mut out = tokio::fs::File::create(&part).await.map_err(write_error)?;
-    out.set_len(offered.size).await.map_err(write_error)?;
-    let result = receive(&mut reader, &mut out, &offered, ranges, &mut progress).await;
+    let out = std::fs::File::create(&part).map_err(write_error)?;
+    out.set_len(offered.size).map_err(write_error)?;
+    let write = |offset: u64, bytes: &[u8]| {
+        out.write_all_at(bytes, offset).map_err(|e| CopyError::Damaged(format!("cannot write: {e}")))
+    };
+    let result = receive(&mut reader, &offered, ranges, &mut progress, write).await;
+    let result = result.and_then(|report| {
+        out.sync_data().map_err(|e| CopyError::Damaged(format!("cannot write: {e}")))?;
+        Ok(report)
+    });
     drop(out);
     let report = match result {
         Ok(report) => report,
@@ -230,12 +271,57 @@ pub async fn fetch(
     Ok(CopyReport { path: dest.to_path_buf(), ..report })
 }
 
+/// Reads `length` bytes of `file` from `offset` on the node at `addr`, checked against the sender's
+/// hash before they are returned (a shard fetch writes them only then).
+pub async fn read_range(
+    addr: SocketAddr,
+    secret: &Psk,
+    file: &OfferedFile,
+    offset: u64,
+    length: u64,
+) -> Result<Vec<u8>, CopyError> {
+    let (mut reader, offered) = request(addr, secret, file, &[(offset, length)]).await?;
+    let mut bytes = vec![0u8; length as usize];
+    let write = |at: u64, chunk: &[u8]| {
+        let start = (at - offset) as usize;
+        bytes[start..start + chunk.len()].copy_from_slice(chunk);
+        Ok(())
+    };
+    receive(&mut reader, &offered, &[(offset, length)], &mut |_: &CopyProgress| {}, write).await?;
+    Ok(bytes)
+}
+
+/// Opens a copy connection and asks for `file` (whole, or `ranges`); returns the reader positioned at
+/// the first data frame and the file as the sender describes it.
+async fn request(
+    addr: SocketAddr,
+    secret: &Psk,
+    file: &OfferedFile,
+    ranges: &[(u64, u64)],
+) -> Result<(SecureReader, OfferedFile), CopyError> {
+    let (mut reader, mut writer) =
+        secure::connect(addr, ConnectionKind::ModelCopy, secret).await.map_err(CopyError::Connect)?;
+    let request = Request::Fetch { name: file.name.clone(), size: file.size, ranges: ranges.to_vec() };
+    send_json(&mut writer, &request).await?;
+    let header: Header = recv_json(&mut reader).await?;
+    if let Some(error) = header.error {
+        return Err(CopyError::Refused(error));
+    }
+    let offered = header.file.ok_or_else(|| CopyError::Protocol("a header without its file".into()))?;
+    if offered.size != file.size {
+        return Err(CopyError::Protocol(format!("asked for {} bytes of file, offered {}", file.size, offered.size)));
+    }
+    Ok((reader, offered))
+}
+
+/// Receives the frames of `ranges` (the whole file when empty), handing them to `write(offset, bytes)`,
+/// and checks the trailer's hash (and, for a whole file, the hub's).
 async fn receive(
     reader: &mut SecureReader,
-    out: &mut tokio::fs::File,
     offered: &OfferedFile,
     ranges: &[(u64, u64)],
     progress: &mut impl FnMut(&CopyProgress),
+    mut write: impl FnMut(u64, &[u8]) -> Result<(), CopyError>,
 ) -> Result<CopyReport, CopyError> {
     let ranges = if ranges.is_empty() { vec![(0, offered.size)] } else { ranges.to_vec() };
     let total: u64 = ranges.iter().map(|(_, l)| l).sum();
@@ -246,16 +332,17 @@ async fn receive(
     let mut frame = Vec::new();
     let rate = |done: u64| (done as f64 / started.elapsed().as_secs_f64().max(1e-6)) as u64;
     for (offset, length) in &ranges {
-        out.seek(std::io::SeekFrom::Start(*offset)).await.map_err(|e| CopyError::Damaged(e.to_string()))?;
-        let mut left = *length;
-        while left > 0 {
+        let mut at = *offset;
+        let end = offset + length;
+        while at < end {
             reader.read_frame_into(CHUNK, &mut frame).await?;
+            let left = end - at;
             if frame.is_empty() || frame.len() as u64 > left {
                 return Err(CopyError::Protocol(format!("{} bytes where at most {left} were due", frame.len())));
             }
             hasher.update(&frame);
-            out.write_all(&frame).await.map_err(|e| CopyError::Damaged(format!("cannot write: {e}")))?;
-            left -= frame.len() as u64;
+            write(at, &frame)?;
+            at += frame.len() as u64;
             done += frame.len() as u64;
             if last_report.elapsed() >= Duration::from_millis(250) {
                 last_report = Instant::now();
@@ -263,7 +350,6 @@ async fn receive(
             }
         }
     }
-    out.flush().await.map_err(|e| CopyError::Damaged(format!("cannot write: {e}")))?;
     let trailer: Trailer = recv_json(reader).await?;
     let sha256 = hex::encode(hasher.finalize());
     if trailer.sha256 != sha256 {

@@ -79,6 +79,7 @@ pub struct HubFile {
 }
 
 /// A Hugging Face–compatible hub.
+#[derive(Clone)]
 pub struct Hub {
     endpoint: String,
     token: Option<String>,

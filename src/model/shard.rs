@@ -7,6 +7,10 @@
 //! the holes take no disk space. The header is read progressively: a first chunk, then more until it
 //! parses. Adjacent tensors are fetched together, one request per run of them.
 //!
+//! A member of the cluster serves ranges too ([`PeerRanges`]): a node fetches the share of a model
+//! another member has over the cluster's authenticated connection, each piece checked against the
+//! sender's hash before it is written.
+//!
 //! Beside the file, `<file>.shard.json` ([`ShardRecord`]) records the source, the whole file's size
 //! and sha256, and the byte ranges and layers present. A later fetch for other layers, or a rerun after
 //! an interruption, fetches only what is missing (the bytes of a broken connection are kept up to where
@@ -22,14 +26,17 @@
 //! unnoticed until the file is completed (`shoal pull` without `--layers`), which checks the sha256.
 
 mod http;
+mod peer;
 mod record;
 
+pub use http::{Failure, HubRanges, Sink};
+pub use peer::PeerRanges;
 pub use record::{check_present, is_shard, read_record, sidecar, ShardRecord, SIDECAR_SUFFIX};
 
 use super::gguf::GgufHeader;
 use super::pull::{choose_files, repo_dir, sha256_of, Hub, HubFile, PullProgress, PullRequest, PullState};
 use super::{Model, ModelError, Value};
-use http::{get_range, Failure, Meter};
+use http::Meter;
 use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
@@ -55,6 +62,8 @@ pub enum ShardError {
     LayersOutside { layers: Range<usize>, model_layers: usize },
     #[error("cannot reach {url}: {reason}. Check the address and the network (HF_ENDPOINT for the hub)")]
     Unreachable { url: String, reason: String },
+    #[error("{url}: {reason}")]
+    Peer { url: String, reason: String },
     #[error("{url} answered {status} when asked for bytes {start}-{last}; nothing of that answer was kept. Check that the file is still there and run the same command again")]
     Status { url: String, status: u16, start: u64, last: u64 },
     #[error("{url} sent the whole file when asked for a byte range: a shard fetch needs a server that answers range requests. Download the whole file instead (without --layers)")]
@@ -77,9 +86,19 @@ pub enum ShardError {
     Model(#[from] ModelError),
 }
 
+/// Something that answers range requests for one file: an HTTP server such as the hub
+/// ([`HubRanges`]), or a peer over the cluster's authenticated connection ([`PeerRanges`]).
+pub trait RangeReader {
+    /// Asks for `range` and hands the bytes to `sink(offset, bytes)` as they arrive. `size` is the
+    /// whole file's length when known; the first answer tells it otherwise (then `range` may run past
+    /// the end of the file and is cut there). Returns the end of the bytes delivered.
+    fn get(&mut self, range: Range<u64>, size: &mut Option<u64>, sink: &mut Sink<'_>) -> Result<u64, Failure>;
+}
+
 /// Where a shard's bytes come from: a URL that answers range requests for the whole file.
 #[derive(Clone, Debug)]
 pub struct ShardSource {
+    /// The URL (or, for a peer, `shoal://NODE/FILE`): named in messages and kept in the record.
     pub url: String,
     /// The whole file's length, when known (the hub lists it); otherwise the first answer tells it.
     pub size: Option<u64>,
@@ -135,8 +154,8 @@ pub fn pull_shard(
     Ok(destination)
 }
 
-/// Fetches what a stage running `layers` reads from `source` into the sparse file `destination`,
-/// adding to a shard already there. Nothing is fetched when `destination` is already the whole file.
+/// Fetches what a stage running `layers` reads from the URL `source` names (over HTTP, with the hub's
+/// token only when the URL is the hub's) into the sparse file `destination`; see [`fetch_from`].
 pub fn fetch(
     hub: &Hub,
     source: &ShardSource,
@@ -144,6 +163,20 @@ pub fn fetch(
     layers: Range<usize>,
     progress: &mut dyn FnMut(&PullProgress),
 ) -> Result<Fetched, ShardError> {
+    fetch_from(&mut HubRanges::new(hub, &source.url), source, destination, layers, progress)
+}
+
+/// Fetches what a stage running `layers` reads from `reader` into the sparse file `destination`,
+/// adding to a shard already there. Nothing is fetched when `destination` is already the whole file.
+/// Fetches into one folder take turns (also across processes): two of them never write one record.
+pub fn fetch_from(
+    reader: &mut dyn RangeReader,
+    source: &ShardSource,
+    destination: &Path,
+    layers: Range<usize>,
+    progress: &mut dyn FnMut(&PullProgress),
+) -> Result<Fetched, ShardError> {
+    let _turn = FolderLock::take(destination)?;
     let name = destination.file_name().unwrap_or_default().to_string_lossy().into_owned();
     let mut meter = Meter::new(&name, progress);
     let (mut shard, spare) = match Shard::open(destination, source)? {
@@ -153,7 +186,7 @@ pub fn fetch(
         }
         Existing::Shard(shard) => (shard, None),
         Existing::Nothing => {
-            let (header, size) = fetch_header(hub, source, &mut meter)?;
+            let (header, size) = fetch_header(reader, source, &mut meter)?;
             Shard::create(destination, source, size, header)?
         }
     };
@@ -183,7 +216,7 @@ pub fn fetch(
     let left: u64 = missing.iter().map(|r| r.end - r.start).sum();
     meter.set(total - left, total, PullState::Downloading);
     for run in missing {
-        fetch_run(hub, &source.url, &mut shard, run, &mut meter)?;
+        fetch_run(reader, &source.url, &mut shard, run, &mut meter)?;
     }
     shard.record.source = source.url.clone();
     shard.record.add_layers(layers.clone());
@@ -203,6 +236,8 @@ pub(super) fn complete(
     progress: &mut dyn FnMut(u64, u64, PullState),
 ) -> anyhow::Result<()> {
     let source = ShardSource { url: url.to_string(), size: Some(file.size), sha256: file.sha256.clone() };
+    let _turn = FolderLock::take(destination)?;
+    let mut reader = HubRanges::new(hub, url);
     let mut report = |p: &PullProgress| progress(p.bytes_done, p.rate_bytes_per_second, p.state);
     let mut meter = Meter::new(&file.path, &mut report);
     let Existing::Shard(mut shard) = Shard::open(destination, &source)? else {
@@ -213,7 +248,7 @@ pub(super) fn complete(
     let left: u64 = missing.iter().map(|r| r.end - r.start).sum();
     meter.set(file.size - left, file.size, PullState::Downloading);
     for run in missing {
-        fetch_run(hub, url, &mut shard, run, &mut meter)?;
+        fetch_run(&mut reader, url, &mut shard, run, &mut meter)?;
     }
     meter.state(PullState::Verifying);
     drop(meter);
@@ -235,7 +270,11 @@ pub(super) fn complete(
 
 /// Reads the header progressively. Returns its bytes (with whatever came after it in the last chunk)
 /// and the whole file's size.
-fn fetch_header(hub: &Hub, source: &ShardSource, meter: &mut Meter) -> Result<(Vec<u8>, u64), ShardError> {
+fn fetch_header(
+    reader: &mut dyn RangeReader,
+    source: &ShardSource,
+    meter: &mut Meter,
+) -> Result<(Vec<u8>, u64), ShardError> {
     let mut size = source.size;
     let mut bytes: Vec<u8> = Vec::new();
     loop {
@@ -250,7 +289,7 @@ fn fetch_header(hub: &Hub, source: &ShardSource, meter: &mut Meter) -> Result<(V
             bytes.extend_from_slice(chunk);
             Ok(())
         };
-        retry(&source.url, have..end, |range| get_range(hub, &source.url, range, &mut size, &mut append))?;
+        retry(&source.url, have..end, |range| reader.get(range, &mut size, &mut append))?;
         meter.add(bytes.len() as u64 - have);
         let size = size.expect("known after an answer");
         match GgufHeader::parse(Path::new(&source.url), &bytes) {
@@ -263,7 +302,13 @@ fn fetch_header(hub: &Hub, source: &ShardSource, meter: &mut Meter) -> Result<(V
 }
 
 /// Fetches `run` into the shard, resuming after broken connections and recording what arrived.
-fn fetch_run(hub: &Hub, url: &str, shard: &mut Shard, run: Range<u64>, meter: &mut Meter) -> Result<(), ShardError> {
+fn fetch_run(
+    reader: &mut dyn RangeReader,
+    url: &str,
+    shard: &mut Shard,
+    run: Range<u64>,
+    meter: &mut Meter,
+) -> Result<(), ShardError> {
     let mut size = Some(shard.record.size);
     let mut committed = run.start;
     let outcome = retry(url, run.clone(), |range| {
@@ -277,7 +322,7 @@ fn fetch_run(hub: &Hub, url: &str, shard: &mut Shard, run: Range<u64>, meter: &m
             }
             Ok(())
         };
-        let result = get_range(hub, url, range, &mut size, &mut sink);
+        let result = reader.get(range, &mut size, &mut sink);
         if let Err(Failure::Broken { reached, .. }) = &result {
             // What arrived before the break is intact: keep it.
             shard.commit(committed..*reached)?;
@@ -433,6 +478,38 @@ impl Shard {
         if self.new {
             let _ = std::fs::remove_file(&self.path);
             let _ = std::fs::remove_file(sidecar(&self.path));
+        }
+    }
+}
+
+/// A turn at fetching into a folder: an exclusive lock on the folder itself, held until dropped. It
+/// keeps two fetches (two stages of one node, or `shoal pull --layers` beside a running node) from
+/// writing the same shard and its record at once. A folder it had to create goes again if the fetch
+/// left it empty.
+struct FolderLock {
+    folder: PathBuf,
+    created: bool,
+    _held: File,
+}
+
+impl FolderLock {
+    fn take(destination: &Path) -> Result<FolderLock, ShardError> {
+        let folder = destination.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let io = |source| ShardError::Io { path: folder.into(), source };
+        let created = !folder.exists();
+        std::fs::create_dir_all(folder).map_err(io)?;
+        let handle = File::open(folder).map_err(io)?;
+        // flock(2) on Unix: released when the handle closes, also when the process dies.
+        handle.lock().map_err(io)?;
+        Ok(FolderLock { folder: folder.to_path_buf(), created, _held: handle })
+    }
+}
+
+impl Drop for FolderLock {
+    fn drop(&mut self) {
+        if self.created {
+            // Fails, as it should, unless the folder is empty.
+            let _ = std::fs::remove_dir(&self.folder);
         }
     }
 }

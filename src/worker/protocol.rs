@@ -14,6 +14,8 @@ use std::net::SocketAddr;
 pub enum WorkerState {
     #[default]
     Starting,
+    /// Fetching its share of the model before it starts.
+    Fetching,
     Loading,
     Connecting,
     Ready,

@@ -26,6 +26,9 @@ pub struct StageSpec {
     pub batch: usize,
     /// Compute threads (0: the node decides: its cores divided by the stages it runs).
     pub threads: usize,
+    /// The model file as any node can find or fetch it (`model_path` is where the owner has it).
+    #[serde(default)]
+    pub file: Option<crate::model::peer_copy::OfferedFile>,
 }
 
 /// A running worker.

@@ -35,6 +35,9 @@ impl TestNode {
 
 pub struct TestCluster {
     pub network: Network,
+    /// Each node sees only its own data directory (the others' are covered by an empty tmpfs in a mount
+    /// namespace of its own), as nodes on separate machines do. Off by default.
+    pub private_disks: bool,
     prefix: String,
     bridge: Option<String>,
     pub nodes: Vec<TestNode>,
@@ -89,7 +92,14 @@ impl TestCluster {
         let serial = COUNTER.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("sh{}x{serial}", std::process::id());
         let dir = tempfile::tempdir().unwrap();
-        let mut cluster = TestCluster { network, prefix: prefix.clone(), bridge: None, nodes: Vec::new(), _dir: dir };
+        let mut cluster = TestCluster {
+            network,
+            private_disks: false,
+            prefix: prefix.clone(),
+            bridge: None,
+            nodes: Vec::new(),
+            _dir: dir,
+        };
         if network == Network::Netns {
             let bridge = format!("{prefix}b");
             ip(&["netns", "add", &bridge]).unwrap();
@@ -147,7 +157,27 @@ impl TestCluster {
     /// Starts node `i` with `extra` arguments.
     pub fn start(&mut self, i: usize, extra: &[&str]) {
         let binary = env!("CARGO_BIN_EXE_shoal");
-        let mut cmd = self.command_in(i, binary);
+        let mut cmd = if self.private_disks {
+            let mut script = String::new();
+            for (j, other) in self.nodes.iter().enumerate().filter(|(j, _)| *j != i) {
+                std::fs::create_dir_all(&other.data_dir).unwrap();
+                script += &format!("mount -t tmpfs other{j} '{}' && ", other.data_dir.display());
+            }
+            let mut cmd = self.command_in(i, "unshare");
+            cmd.args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                &format!("{script}exec \"$@\""),
+                "sh",
+                binary,
+            ]);
+            cmd
+        } else {
+            self.command_in(i, binary)
+        };
         let node = &self.nodes[i];
         cmd.args(["-v", "node", "--name", &node.name, "--port", &node.api_port.to_string()]);
         cmd.arg("--data-dir").arg(&node.data_dir);
@@ -195,6 +225,53 @@ impl TestCluster {
         let out = self.cli(i, &["code"]);
         assert!(out.status.success(), "shoal code: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    /// Starts every node with `extra` arguments, the first one alone and the others joining it with its
+    /// code, and waits until each sees all of them alive with their telemetry.
+    pub fn form(&mut self, extra: &[&str]) {
+        let n = self.nodes.len();
+        self.start(0, extra);
+        self.wait_ready(0);
+        let code = self.code(0);
+        let join = match self.network {
+            Network::Netns => code,
+            Network::Loopback => format!("{code}@{}", self.nodes[0].control_addr()),
+        };
+        for i in 1..n {
+            let mut args = vec!["--join", join.as_str()];
+            args.extend_from_slice(extra);
+            self.start(i, &args);
+        }
+        self.wait_for(Duration::from_secs(15), "the cluster to form with telemetry", || {
+            (0..n).all(|i| {
+                self.status(i).is_some_and(|s| {
+                    s.nodes.len() == n
+                        && s.nodes.iter().all(|m| m.telemetry.is_some() && (m.status == "self" || m.status == "alive"))
+                })
+            })
+        });
+    }
+
+    /// GETs `path` of node `i`'s API from inside its network and parses the JSON answer.
+    pub fn get_json(&self, i: usize, path: &str) -> serde_json::Value {
+        let url = format!("http://127.0.0.1:{}{path}", self.nodes[i].api_port);
+        self.in_network(i, move || ureq::get(&url).call().expect("the API answers").into_body().read_json().unwrap())
+            .join()
+            .unwrap()
+    }
+
+    /// POSTs `body` to `path` of node `i`'s API from inside its network; returns the status and the JSON
+    /// answer (Null when it is not JSON).
+    pub fn post_json(&self, i: usize, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        let url = format!("http://127.0.0.1:{}{path}", self.nodes[i].api_port);
+        self.in_network(i, move || {
+            let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+            let mut response = agent.post(&url).send_json(body).expect("the API answers");
+            (response.status().as_u16(), response.body_mut().read_json().unwrap_or(serde_json::Value::Null))
+        })
+        .join()
+        .unwrap()
     }
 
     /// Polls `check` every 50 ms until it holds; panics with the logs after `timeout`.

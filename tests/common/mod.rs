@@ -65,3 +65,22 @@ pub fn oracle_greedy_x86_avx2() -> Vec<GreedyCase> {
 pub fn oracle_greedy() -> Vec<GreedyCase> {
     jsonl("oracle/greedy.jsonl")
 }
+
+/// What the single-process engine generates greedily for `prompt` (256 tokens of context, one thread):
+/// what a split instance must generate too.
+pub fn single_process(prompt: &str, max_tokens: usize) -> String {
+    use shoal::engine::{self, GenerateRequest, LocalPipeline, SamplingParams, StageOptions, WireFormat};
+    let model = shoal::model::Model::open(&model_path()).unwrap();
+    let tokenizer = model.tokenizer().unwrap();
+    let options = StageOptions { context: 256, threads: 1, ..StageOptions::default() };
+    let mut pipeline = LocalPipeline::load(&model, &[], &options, WireFormat::F32).unwrap();
+    let request = GenerateRequest {
+        prompt: tokenizer.encode(prompt).unwrap(),
+        max_tokens,
+        sampling: SamplingParams { temperature: 0.0, ..SamplingParams::default() },
+        stop: vec![],
+        ignore_eos: true,
+    };
+    let stats = engine::generate(&mut pipeline, &tokenizer, &request, |_| true).unwrap();
+    tokenizer.decode(&stats.tokens)
+}

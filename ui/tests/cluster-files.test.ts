@@ -89,6 +89,51 @@ describe('across the cluster', () => {
     expect([...source.options].map((o) => o.value)).toEqual([beta, gamma]);
   });
 
+  it('shows a member’s shard with its layers and offers no copy from it', async () => {
+    const lists = clusterFilesFixture();
+    // gamma holds only layers 10-19 of SmolLM2; beta has it whole.
+    lists[0]!.files[0]!.layers = '10-19';
+    mount({ 'GET /api/models/cluster': ok(lists) });
+    await screen.findAllByTestId('cluster-file');
+    const smol = fileRow(SMOL);
+    expect(smol.dataset['complete']).toBe('true');
+    const chips = within(smol).getAllByTestId('file-holder');
+    expect(chips.map((c) => c.textContent?.trim())).toEqual(['beta', 'gamma: layers 10-19 (shard)']);
+    expect(chips[1]?.dataset['layers']).toBe('10-19');
+    expect(chips[1]?.title).toMatch(/never copied/);
+    // The only source is beta: no choice of node, and never gamma.
+    expect(within(smol).queryByTestId('copy-source')).toBeNull();
+    const button = within(smol).getByTestId('copy-here');
+    expect(button.textContent?.trim()).toBe('Copy here from beta');
+    expect(button.dataset['source']).toBe(beta);
+    expect(within(smol).queryByTestId('no-whole-copy')).toBeNull();
+  });
+
+  it('says no member can copy a file only shards of which are around', async () => {
+    const lists = clusterFilesFixture();
+    lists[0]!.files[0]!.layers = '0-9, 20-29';
+    lists[2]!.files[0]!.layers = '10-19';
+    // This node holds a shard of qwen that beta has whole: it can still be copied here whole.
+    lists[1]!.files[0]!.layers = '0-11';
+    const { count } = mount({ 'GET /api/models/cluster': ok(lists) });
+    await screen.findAllByTestId('cluster-file');
+    const smol = fileRow(SMOL);
+    expect(smol.dataset['complete']).toBe('false');
+    expect(within(smol).getAllByTestId('file-holder').map((c) => c.textContent?.trim())).toEqual([
+      'beta: layers 10-19 (shard)',
+      'gamma: layers 0-9, 20-29 (shard)',
+    ]);
+    expect(within(smol).queryByTestId('copy-here')).toBeNull();
+    expect(within(smol).getByTestId('no-whole-copy').textContent).toMatch(/no member has the whole file/);
+
+    const qwen = fileRow('qwen2.5-0.5b-instruct-q4_k_m.gguf');
+    expect(qwen.dataset['here']).toBe('false');
+    expect(within(qwen).getByText('shard here')).toBeTruthy();
+    expect(within(qwen).getAllByTestId('file-holder').map((c) => c.textContent?.trim())).toEqual(['alpha: layers 0-11 (shard)', 'beta']);
+    expect(within(qwen).getByTestId('copy-here').textContent?.trim()).toBe('Copy here from beta');
+    expect(count('POST /api/models/copy')).toBe(0);
+  });
+
   it('copies from the chosen node, shows the copy until its events arrive, then its progress and rate', async () => {
     const { calls, count, view, model } = mount({
       'GET /api/models/cluster': ok(clusterFilesFixture()),

@@ -3,7 +3,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { ModelWithFit, PullProgress } from '../src/lib/api/types';
 import { fitSummary, libraryKey, modelFacts } from '../src/lib/state/library';
-import { applyPull, MAX_FINISHED_PULLS, pullFraction, repoProblem, type PullEvent } from '../src/lib/state/pulls';
+import { applyPull, MAX_FINISHED_PULLS, pullFraction, pullLabel, repoProblem, type PullEvent } from '../src/lib/state/pulls';
 import { applyEvent, applySnapshot, emptyModel } from '../src/lib/state/model';
 import { ClusterStore } from '../src/lib/state/store';
 import { formatByteRate, formatCount, formatDuration } from '../src/lib/format';
@@ -20,7 +20,7 @@ function progress(state: PullProgress['state'], done = 0, total = 0): PullProgre
 }
 
 function pullEvent(id: string, state: PullProgress['state'], extra: Partial<PullEvent> = {}): PullEvent {
-  return { type: 'model_pull', id, repo: 'org/model:Q4_K_M', progress: progress(state), paths: [], error: null, ...extra };
+  return { type: 'model_pull', id, repo: 'org/model:Q4_K_M', layers: null, progress: progress(state), paths: [], error: null, ...extra };
 }
 
 describe('fitSummary', () => {
@@ -90,6 +90,18 @@ describe('pulls', () => {
     expect(pulls).toHaveLength(MAX_FINISHED_PULLS + 1);
     expect(pulls.some((p) => p.id === 'running')).toBe(true);
     expect(pulls.some((p) => p.id === 'f1')).toBe(false);
+  });
+
+  it('keeps the layers of a stage’s shard, and names the pull with them', () => {
+    const shard = applyPull([], pullEvent('s', 'downloading', { repo: 'org/m:SmolLM2-135M-Instruct.Q4_1.gguf', layers: '10-19' }), 0)[0]!;
+    expect(shard.layers).toBe('10-19');
+    expect(pullLabel(shard)).toBe('org/m:SmolLM2-135M-Instruct.Q4_1.gguf · layers 10-19');
+    const whole = applyPull([], pullEvent('w', 'downloading'), 0)[0]!;
+    expect(whole.layers).toBeNull();
+    expect(pullLabel(whole)).toBe('org/model:Q4_K_M');
+    // An older node does not send the field: its pulls are of whole files.
+    const { layers: _layers, ...old } = pullEvent('o', 'downloading');
+    expect(applyPull([], old as PullEvent, 0)[0]?.layers).toBeNull();
   });
 
   it('measures progress when the size is known', () => {

@@ -12,6 +12,7 @@ import {
   copyFraction,
   EDGE_LINGER_MS,
   edgeCopies,
+  holderLabel,
   isCopyEvent,
   MAX_FINISHED_COPIES,
   shortFileName,
@@ -201,6 +202,52 @@ describe('clusterFiles', () => {
     expect(smol.map((f) => [f.size, f.here, f.holders.map((h) => h.node)])).toEqual([
       [1234, false, [gamma]],
       [SIZE, true, [beta]],
+    ]);
+  });
+
+  it('lists a member’s shard with its layers, and never copies from it', () => {
+    const lists = clusterFilesFixture();
+    // gamma holds only layers 10-19 of SmolLM2 (its record gives the whole file's size), alpha 0-9.
+    lists[0]!.files[0]!.layers = '10-19';
+    lists[1]!.files.push({ name: SMOL, size: SIZE, repo: null, sha256: null, layers: '0-9' });
+    const smol = clusterFiles(lists, alpha, snapshot.links).find((f) => f.name === SMOL)!;
+    expect(smol.holders.map((h) => [h.name, h.layers])).toEqual([
+      ['alpha', '0-9'],
+      ['beta', null],
+      ['gamma', '10-19'],
+    ]);
+    expect(smol.holders.map(holderLabel)).toEqual(['alpha: layers 0-9 (shard)', 'beta', 'gamma: layers 10-19 (shard)']);
+    // A shard here is not the file: it can still be copied whole, from beta only (gamma's link is faster).
+    expect([smol.here, smol.complete]).toEqual([false, true]);
+    expect(smol.sources.map((s) => s.name)).toEqual(['beta']);
+  });
+
+  it('says when only shards of a file are around: nobody can copy it whole', () => {
+    const lists = clusterFilesFixture();
+    lists[0]!.files[0]!.layers = '0-9, 20-29';
+    lists[2]!.files[0]!.layers = '10-19';
+    const smol = clusterFiles(lists, alpha, snapshot.links).find((f) => f.name === SMOL)!;
+    expect(smol.holders.map(holderLabel)).toEqual(['beta: layers 10-19 (shard)', 'gamma: layers 0-9, 20-29 (shard)']);
+    expect([smol.here, smol.complete, smol.sources]).toEqual([false, false, []]);
+  });
+
+  it('puts a member’s shards together, and a member with the whole file has it whole', () => {
+    const lists = clusterFilesFixture();
+    const gammaFiles = lists[0]!.files;
+    gammaFiles[0]!.layers = '0-9';
+    gammaFiles.push({ ...gammaFiles[0]!, layers: '20-29' });
+    // beta lists a shard besides its whole file, in either order.
+    const betaSmol = lists[2]!.files[0]!;
+    lists[2]!.files.unshift({ ...betaSmol, layers: '10-19' });
+    const smol = clusterFiles(lists, alpha).find((f) => f.name === SMOL)!;
+    expect(smol.holders.map(holderLabel)).toEqual(['beta', 'gamma: layers 0-9, 20-29 (shard)']);
+    expect(smol.holders[0]?.repo).toBe('HuggingFaceTB/SmolLM2-135M-Instruct-GGUF');
+    expect(smol.sources.map((s) => s.name)).toEqual(['beta']);
+    // Grouping stays by name and size: a shard of another size is another file.
+    lists[0]!.files[1]!.size = 1234;
+    expect(clusterFiles(lists, alpha).filter((f) => f.name === SMOL).map((f) => [f.size, f.holders.map(holderLabel)])).toEqual([
+      [1234, ['gamma: layers 20-29 (shard)']],
+      [SIZE, ['beta', 'gamma: layers 0-9 (shard)']],
     ]);
   });
 

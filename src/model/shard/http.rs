@@ -1,14 +1,14 @@
 //! One HTTP range request of a shard fetch, checked (a 206 whose `Content-Range` and length are exactly
 //! what was asked), with its body streamed to a sink; and the progress meter every fetch reports through.
 
-use super::ShardError;
+use super::{RangeReader, ShardError};
 use crate::model::pull::{Hub, PullProgress, PullState};
 use std::io::Read;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
 /// Why a range request did not deliver all its bytes.
-pub(super) enum Failure {
+pub enum Failure {
     /// The connection broke after the bytes up to `reached` arrived intact: resume from there.
     Broken { reached: u64, reason: String },
     /// Nothing more can be trusted or fetched from this answer.
@@ -22,12 +22,31 @@ impl From<ShardError> for Failure {
 }
 
 /// Where the bytes of an answer go: `sink(offset, bytes)`.
-pub(super) type Sink<'a> = dyn FnMut(u64, &[u8]) -> Result<(), ShardError> + 'a;
+pub type Sink<'a> = dyn FnMut(u64, &[u8]) -> Result<(), ShardError> + 'a;
+
+/// A URL answering range requests, asked through the hub's HTTP client (which sends the hub's token
+/// only to the hub).
+pub struct HubRanges {
+    hub: Hub,
+    url: String,
+}
+
+impl HubRanges {
+    pub fn new(hub: &Hub, url: &str) -> HubRanges {
+        HubRanges { hub: hub.clone(), url: url.to_string() }
+    }
+}
+
+impl RangeReader for HubRanges {
+    fn get(&mut self, range: Range<u64>, size: &mut Option<u64>, sink: &mut Sink<'_>) -> Result<u64, Failure> {
+        get_range(&self.hub, &self.url, range, size, sink)
+    }
+}
 
 /// Asks `url` for `range` and hands the body to `sink(offset, bytes)` as it arrives. `size` is the
 /// whole file's length when known; the first answer tells it otherwise (then `range` may run past the
 /// end of the file and is cut there). Returns the end of the bytes delivered.
-pub(super) fn get_range(
+fn get_range(
     hub: &Hub,
     url: &str,
     range: Range<u64>,

@@ -150,7 +150,8 @@ export interface ClusterSnapshot {
 }
 
 export type InstanceState = 'launching' | 'ready' | 'failed' | 'stopped';
-export type WorkerState = 'starting' | 'loading' | 'connecting' | 'ready' | 'serving' | 'failed' | 'stopped';
+/** `fetching`: the stage's node is fetching its share of the model (see {@link StageFetch}) before it starts. */
+export type WorkerState = 'starting' | 'fetching' | 'loading' | 'connecting' | 'ready' | 'serving' | 'failed' | 'stopped';
 
 /** A Rust `Range<usize>`: `start` included, `end` excluded. */
 export interface LayerRange {
@@ -175,16 +176,37 @@ export interface StageStats {
   active_requests: number;
 }
 
+/**
+ * A stage's fetch of its share of the model (the file's header and the stage's tensors) by a node that
+ * lacked it, from another member or the Hugging Face hub. It stays on the stage once done.
+ */
+export interface StageFetch {
+  /** The member the bytes come from; null when they come from the hub. */
+  from_node: NodeId | null;
+  /** That member's name, or "Hugging Face (ORG/NAME)". */
+  from: string;
+  bytes_done: number;
+  /** The header and the stage's tensors. */
+  bytes_total: number;
+  /** Bytes that came over the network, not those already here (final once done). */
+  bytes_fetched: number;
+  bytes_per_second: number;
+  done: boolean;
+}
+
 export interface StageStatus {
   node: NodeId;
   node_name: string;
   layers: LayerRange;
   state: WorkerState;
+  /** Loading progress 0..1; while the state is `fetching`, the fraction of the share fetched. */
   progress: number;
   data_port: number | null;
   memory: StageBytes | null;
   stats: StageStats | null;
   error: string | null;
+  /** The fetch of the stage's share, when its node lacked it. */
+  fetch: StageFetch | null;
 }
 
 export interface StagePlan {
@@ -355,14 +377,24 @@ export interface PullStarted {
   id: string;
 }
 
-/** A complete GGUF file a node offers the other members (every part of a split model is one). */
+/**
+ * A GGUF file a node offers the other members (every part of a split model is one), or a shard of one it
+ * holds (then `layers` is set): a shard is listed so the cluster sees who has which part, never copied.
+ */
 export interface OfferedFile {
   name: string;
+  /** The whole file's size, for a shard too. */
   size: number;
   /** The Hugging Face repository it came from (ORG/NAME), when known. */
   repo: string | null;
   /** The hub's SHA-256 of the file, when known. */
   sha256: string | null;
+  /**
+   * Set when the node holds only a shard of the file: the layers present, as `shoal pull --layers`
+   * writes them ("10-19", or "0-9, 20-29"). Absent for a complete file, the only kind POST
+   * /api/models/copy copies.
+   */
+  layers?: string;
 }
 
 /** One member's files (GET /api/models/cluster lists every member that is up, this node included). */
@@ -419,7 +451,16 @@ export type ClusterEvent =
   | { type: 'instance_failed'; instance: string; model: string; error: string }
   | { type: 'request_finished'; model: string; report: GenerationReport }
   | { type: 'rates'; rates: ClusterRates }
-  | { type: 'model_pull'; id: string; repo: string; progress: PullProgress; paths: string[]; error: string | null }
+  | {
+      type: 'model_pull';
+      id: string;
+      repo: string;
+      /** The layers asked for ("10-19") when only a stage's shard is fetched; null for the whole file. */
+      layers: string | null;
+      progress: PullProgress;
+      paths: string[];
+      error: string | null;
+    }
   | {
       type: 'model_copy';
       id: string;

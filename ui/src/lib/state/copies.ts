@@ -1,9 +1,10 @@
 /**
  * Model files across the cluster and copies between nodes, as the dashboard follows them: which member
- * offers which file (GET /api/models/cluster, grouped by file) and which one a copy had best come from;
+ * offers which file, or holds only a shard of it (GET /api/models/cluster, grouped by file), and which
+ * one a copy had best come from (never a shard);
  * the latest `model_copy` event of each copy to this node (newest first, finished ones dropped past a
  * few, events that do not have the copy's shape ignored); and the few words the mesh puts on a link
- * while a copy crosses it (and a little while after).
+ * while a copy crosses it (and a little while after), or a stage's fetch of its share (./shares.ts).
  */
 import type { ClusterEvent, CopyProgress, CopyReport, LinkView, NodeFiles, NodeId, NodeStatus } from '../api/types';
 import { formatByteRate, formatBytes, formatPercent } from '../format';
@@ -96,13 +97,15 @@ export function copyEta(progress: CopyProgress): number | null {
   return (progress.bytes_total - progress.bytes_done) / progress.bytes_per_second;
 }
 
-/** A member that has a file. */
+/** A member that has a file, whole or as a shard. */
 export interface FileHolder {
   node: NodeId;
   name: string;
   isSelf: boolean;
   /** The repository that member knows the file came from. */
   repo: string | null;
+  /** The layers it holds when it has only a shard ("10-19", "0-9, 20-29"); null when it has the whole file. */
+  layers: string | null;
 }
 
 /** A file as the cluster has it: the same name and size on every member that holds it. */
@@ -113,12 +116,19 @@ export interface ClusterFile {
   /** The repository, as the first member that knows it says. */
   repo: string | null;
   sha256: string | null;
-  /** This node first, then by name. */
+  /** This node first, then those with the whole file, then those with a shard, each by name. */
   holders: FileHolder[];
-  /** This node has it. */
+  /** This node has the whole file. */
   here: boolean;
-  /** The members it can be copied from, best first: none when it is here already. */
+  /** Some member has the whole file (else only shards of it are around, and nobody can copy it). */
+  complete: boolean;
+  /** The members it can be copied from (whole-file holders only), best first: none when it is here already. */
   sources: FileHolder[];
+}
+
+/** A holder as its chip says it: "beta", or "beta: layers 10-19 (shard)". */
+export function holderLabel(holder: Pick<FileHolder, 'name' | 'layers'>): string {
+  return holder.layers === null ? holder.name : `${holder.name}: layers ${holder.layers} (shard)`;
 }
 
 /** The measured throughput from `from` to `to`, from the link between them. */
@@ -129,10 +139,11 @@ function throughputTo(links: readonly LinkView[], from: NodeId, to: NodeId): num
 }
 
 /**
- * Every file some member offers, by name: who holds it and, when this node does not, where to copy it
- * from. A source that knows the file's repository comes first (the copy then lands in that
- * repository's folder and the library knows where it came from), then the fastest measured link to
- * this node, then the name.
+ * Every file some member offers or holds a shard of, by name and size: who holds it (a member listing
+ * it whole and as a shard has it whole; its shards' layers are put together) and, when this node lacks
+ * the whole file, where to copy it from: only a member with the whole file. A source that knows the
+ * file's repository comes first (the copy then lands in that repository's folder and the library knows
+ * where it came from), then the fastest measured link to this node, then the name.
  */
 export function clusterFiles(lists: readonly NodeFiles[], selfId: NodeId, links: readonly LinkView[] = []): ClusterFile[] {
   const byKey = new Map<string, ClusterFile>();
@@ -147,24 +158,37 @@ export function clusterFiles(lists: readonly NodeFiles[], selfId: NodeId, links:
         sha256: null,
         holders: [],
         here: false,
+        complete: false,
         sources: [],
       };
       entry.repo ??= file.repo;
       entry.sha256 ??= file.sha256;
-      if (!entry.holders.some((h) => h.node === list.node)) {
-        entry.holders.push({ node: list.node, name: list.name, isSelf: list.node === selfId, repo: file.repo });
+      const layers = file.layers ?? null;
+      const index = entry.holders.findIndex((h) => h.node === list.node);
+      const held = entry.holders[index];
+      if (held === undefined) {
+        entry.holders.push({ node: list.node, name: list.name, isSelf: list.node === selfId, repo: file.repo, layers });
+      } else if (held.layers !== null) {
+        const merged = layers === null ? null : held.layers === layers ? layers : `${held.layers}, ${layers}`;
+        entry.holders[index] = { ...held, repo: held.repo ?? file.repo, layers: merged };
       }
       byKey.set(key, entry);
     }
   }
   const files = [...byKey.values()].map((f) => {
-    const holders = [...f.holders].sort((a, b) => Number(b.isSelf) - Number(a.isSelf) || a.name.localeCompare(b.name));
-    const here = holders.some((h) => h.isSelf);
+    const whole = (h: FileHolder) => h.layers === null;
+    const holders = [...f.holders].sort(
+      (a, b) => Number(b.isSelf) - Number(a.isSelf) || Number(whole(b)) - Number(whole(a)) || a.name.localeCompare(b.name),
+    );
+    const here = holders.some((h) => h.isSelf && whole(h));
+    const complete = holders.some(whole);
     const rate = (h: FileHolder) => throughputTo(links, h.node, selfId) ?? -1;
     const sources = here
       ? []
-      : [...holders].sort((a, b) => Number(b.repo !== null) - Number(a.repo !== null) || rate(b) - rate(a) || a.name.localeCompare(b.name));
-    return { ...f, holders, here, sources };
+      : holders
+          .filter((h) => whole(h) && !h.isSelf)
+          .sort((a, b) => Number(b.repo !== null) - Number(a.repo !== null) || rate(b) - rate(a) || a.name.localeCompare(b.name));
+    return { ...f, holders, here, complete, sources };
   });
   return files.sort((a, b) => a.name.localeCompare(b.name) || a.size - b.size);
 }
@@ -196,9 +220,10 @@ export function shortFileName(file: string): string {
   return short.length < stem.length ? `${short}…` : short;
 }
 
-/** A copy on a link of the mesh. */
+/** A copy on a link of the mesh, or a stage fetching its share of a model over it. */
 export interface EdgeCopy {
   id: string;
+  kind: 'copy' | 'fetch';
   from: NodeId;
   to: NodeId;
   state: CopyState;
@@ -236,26 +261,33 @@ export function copyTitle(copy: CopyView, nameOf: (id: NodeId) => string): strin
   }
 }
 
-/**
- * The copies the mesh shows, one per pair of members: the newest running copy between them, else the
- * newest one that ended less than {@link EDGE_LINGER_MS} before `now`.
- */
-export function edgeCopies(copies: readonly CopyView[], now: number, nameOf: (id: NodeId) => string): EdgeCopy[] {
-  const pair = (c: CopyView) => [c.from, c.to].sort().join(' ');
-  const shown = new Map<string, CopyView>();
-  const running = copies.filter((c) => c.endedAt === null);
-  const recent = copies.filter((c) => c.endedAt !== null && now - c.endedAt < EDGE_LINGER_MS).sort((a, b) => (b.endedAt ?? 0) - (a.endedAt ?? 0));
-  for (const copy of [...running, ...recent]) {
-    if (copy.from === copy.to || shown.has(pair(copy))) continue;
-    shown.set(pair(copy), copy);
-  }
-  return [...shown.values()].map((copy) => ({
+/** A copy as the mesh shows it. */
+function copyEdge(copy: CopyView, nameOf: (id: NodeId) => string): EdgeCopy {
+  return {
     id: copy.id,
+    kind: 'copy',
     from: copy.from,
     to: copy.to,
     state: copyState(copy),
     fraction: copyFraction(copy),
     label: copyEdgeLabel(copy),
     title: copyTitle(copy, nameOf),
-  }));
+  };
+}
+
+/**
+ * What the mesh shows on its links, one per pair of members: the newest running copy between them,
+ * else a running stage fetch of `fetches` (./shares.ts), else the newest copy that ended less than
+ * {@link EDGE_LINGER_MS} before `now`.
+ */
+export function edgeCopies(copies: readonly CopyView[], now: number, nameOf: (id: NodeId) => string, fetches: readonly EdgeCopy[] = []): EdgeCopy[] {
+  const running = copies.filter((c) => c.endedAt === null);
+  const recent = copies.filter((c) => c.endedAt !== null && now - c.endedAt < EDGE_LINGER_MS).sort((a, b) => (b.endedAt ?? 0) - (a.endedAt ?? 0));
+  const shown = new Map<string, EdgeCopy>();
+  for (const edge of [...running.map((c) => copyEdge(c, nameOf)), ...fetches, ...recent.map((c) => copyEdge(c, nameOf))]) {
+    const pair = [edge.from, edge.to].sort().join(' ');
+    if (edge.from === edge.to || shown.has(pair)) continue;
+    shown.set(pair, edge);
+  }
+  return [...shown.values()];
 }

@@ -1,7 +1,8 @@
 /**
  * Model downloads as the dashboard follows them: the latest `model_pull` event of each pull this node
- * runs (newest first, finished ones dropped past a few), and the check of what the user typed as a
- * Hugging Face repository before anything is sent.
+ * runs (newest first, finished ones dropped past a few), what a row calls it (with the layers of a
+ * stage's shard), and the check of what the user typed as a Hugging Face repository before anything
+ * is sent.
  */
 import type { ClusterEvent, PullProgress } from '../api/types';
 
@@ -10,14 +11,8 @@ export const MAX_FINISHED_PULLS = 8;
 
 export type PullEvent = Extract<ClusterEvent, { type: 'model_pull' }>;
 
-export interface PullView {
-  id: string;
-  /** What was asked for: ORG/NAME or ORG/NAME:FILE. */
-  repo: string;
-  progress: PullProgress;
-  /** The files downloaded, once done. */
-  paths: string[];
-  error: string | null;
+/** A pull as its latest event tells it (`repo` is what was asked for: ORG/NAME or ORG/NAME:FILE). */
+export interface PullView extends Omit<PullEvent, 'type'> {
   /** When the dashboard first heard of it (ms). */
   startedAt: number;
 }
@@ -32,6 +27,8 @@ export function applyPull(pulls: PullView[], event: PullEvent, now: number): Pul
   const view: PullView = {
     id: event.id,
     repo: event.repo,
+    // An older node does not say: it pulls whole files.
+    layers: event.layers ?? null,
     progress: event.progress,
     paths: event.paths,
     error: event.error,
@@ -40,6 +37,11 @@ export function applyPull(pulls: PullView[], event: PullEvent, now: number): Pul
   const all = [view, ...pulls.filter((p) => p.id !== event.id)].sort((a, b) => b.startedAt - a.startedAt || a.id.localeCompare(b.id));
   let finished = 0;
   return all.filter((p) => !isFinished(p) || ++finished <= MAX_FINISHED_PULLS);
+}
+
+/** What a pull row calls a pull: "ORG/NAME:FILE", with " · layers 10-19" for a stage's shard. */
+export function pullLabel(pull: Pick<PullView, 'repo' | 'layers'>): string {
+  return pull.layers === null ? pull.repo : `${pull.repo} · layers ${pull.layers}`;
 }
 
 /** How far a pull is, 0..1, or null while its size is unknown. */

@@ -1,0 +1,232 @@
+//! A stage's share of the model: before a node starts a stage's worker it makes sure it holds what that
+//! stage reads, and fetches only that when it does not. The owner names the file (name, size, hash,
+//! repository — never only a path, which differs from node to node); the stage's node looks for it at
+//! the owner's path and in its library (a whole file, or a shard holding the stage's layers). Missing,
+//! it fetches the stage's share ([`shard::fetch_from`]: the header and the stage's tensors, into a
+//! sparse shard file in its models directory) from the member with the fastest measured link that
+//! offers the whole file, trying the next one if that fails, and from the hub (when the repository is
+//! known) only when no member can serve it. Progress goes to the owner as the stage's `fetch`.
+
+use super::lifecycle::StageReport;
+use crate::cluster::Agent;
+use crate::model::library::Library;
+use crate::model::peer_copy::{self, OfferedFile};
+use crate::model::pull::{repo_dir, Hub, PullProgress};
+use crate::model::shard::{self, PeerRanges, ShardSource};
+use crate::model::Model;
+use crate::node::NodeId;
+use crate::worker::supervisor::StageSpec;
+use crate::worker::WorkerState;
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long a member may take to list its files.
+const LIST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A stage's fetch of its share, as the instance shows it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StageFetch {
+    /// The member the bytes come from (None: the hub).
+    pub from_node: Option<NodeId>,
+    /// Its name, or the hub's address.
+    pub from: String,
+    pub bytes_done: u64,
+    /// The header and the stage's tensors.
+    pub bytes_total: u64,
+    /// Bytes that came over the network (not those already here).
+    pub bytes_fetched: u64,
+    pub bytes_per_second: u64,
+    pub done: bool,
+}
+
+/// Where a stage's node finds the model: a file here that holds the stage's share already, or one to
+/// complete (a shard of other layers of the same file, or nothing yet).
+enum Found {
+    Ready(PathBuf),
+    Missing { destination: PathBuf },
+}
+
+/// Makes sure this node holds what the stage `spec` reads, fetching its share if needed, reporting
+/// progress through `report`. Returns the path the worker opens.
+pub async fn ensure_share(
+    agent: &Agent,
+    spec: &StageSpec,
+    report: impl Fn(StageReport) + Send + Sync + 'static,
+) -> Result<PathBuf, String> {
+    let Some(file) = spec.file.clone() else { return Ok(spec.model_path.clone()) };
+    let library = Library::new(&agent.config.data_dir);
+    let (path, layers) = (spec.model_path.clone(), spec.layers.clone());
+    let wanted = file.clone();
+    let found = tokio::task::spawn_blocking(move || find_here(&library, &path, &wanted, layers))
+        .await
+        .map_err(|e| e.to_string())?;
+    let destination = match found {
+        Found::Ready(path) => return Ok(path),
+        Found::Missing { destination } => destination,
+    };
+    let report = std::sync::Arc::new(report);
+    let mut failures = Vec::new();
+    for (node, name, addr) in members_offering(agent, &file).await {
+        let reader =
+            PeerRanges::new(&name, addr, agent.secret_bytes(), file.clone(), tokio::runtime::Handle::current());
+        let source =
+            ShardSource { url: PeerRanges::url(&name, &file), size: Some(file.size), sha256: file.sha256.clone() };
+        match fetch(reader, source, &destination, spec.layers.clone(), (Some(node), name.clone()), report.clone()).await
+        {
+            Ok(()) => return Ok(destination),
+            Err(e) => {
+                tracing::warn!("fetching the share of stage {} from {name} failed: {e}", spec.stage);
+                failures.push(format!("from {name}: {e}"));
+            }
+        }
+    }
+    if let Some(repo) = &file.repo {
+        let hub = Hub::from_env();
+        let url = hub.file_url(repo, "main", &file.name);
+        let reader = shard::HubRanges::new(&hub, &url);
+        let source = ShardSource { url, size: Some(file.size), sha256: file.sha256.clone() };
+        let from = (None, format!("Hugging Face ({repo})"));
+        match fetch(reader, source, &destination, spec.layers.clone(), from, report.clone()).await {
+            Ok(()) => return Ok(destination),
+            Err(e) => failures.push(format!("from the hub: {e}")),
+        }
+    }
+    Err(if failures.is_empty() {
+        format!(
+            "{} is not here and no member offers it (nor is its Hugging Face repository known): copy it to this node or pull it here",
+            file.name
+        )
+    } else {
+        format!("this node lacks its share of {} and could not fetch it: {}", file.name, failures.join("; "))
+    })
+}
+
+/// Looks for the stage's share at the owner's path, then in the library (by file name and size).
+fn find_here(library: &Library, owner_path: &Path, file: &OfferedFile, layers: Range<usize>) -> Found {
+    // The owner's path counts only when it holds everything (a disk the nodes share): a shard there is
+    // the owner's to complete, not this node's.
+    if let Holds::All = holds_share(owner_path, file, layers.clone()) {
+        return Found::Ready(owner_path.to_path_buf());
+    }
+    let mut partial = None;
+    for model in library.list() {
+        for path in model.parts.into_iter().filter(|p| p.file_name().is_some_and(|n| *n == *file.name)) {
+            match holds_share(&path, file, layers.clone()) {
+                Holds::All => return Found::Ready(path),
+                Holds::Part => partial = partial.or(Some(path)),
+                Holds::Nothing => {}
+            }
+        }
+    }
+    let models_dir = library.models_dir();
+    let folder = file.repo.as_deref().map_or_else(|| models_dir.clone(), |repo| repo_dir(&models_dir, repo));
+    Found::Missing { destination: partial.unwrap_or_else(|| folder.join(&file.name)) }
+}
+
+enum Holds {
+    /// The whole file, or a shard with every tensor of the stage.
+    All,
+    /// A shard of this file without all of the stage's tensors.
+    Part,
+    Nothing,
+}
+
+fn holds_share(path: &Path, file: &OfferedFile, layers: Range<usize>) -> Holds {
+    let Some(here) = peer_copy::describe(path) else { return Holds::Nothing };
+    let same_hash = match (&here.sha256, &file.sha256) {
+        (Some(a), Some(b)) => a.eq_ignore_ascii_case(b),
+        _ => true,
+    };
+    if here.size != file.size || !same_hash {
+        return Holds::Nothing;
+    }
+    if !shard::is_shard(path) {
+        return Holds::All;
+    }
+    let complete = Model::open(path).is_ok_and(|model| {
+        layers.end <= model.config().layers && shard::check_present(path, &model.stage_tensors(layers)).is_ok()
+    });
+    if complete {
+        Holds::All
+    } else {
+        Holds::Part
+    }
+}
+
+/// The members that offer `file` (same name, size and, when both know it, hash), fastest measured link
+/// to this node first.
+async fn members_offering(agent: &Agent, file: &OfferedFile) -> Vec<(NodeId, String, std::net::SocketAddr)> {
+    let snapshot = agent.snapshot();
+    let me = agent.id();
+    let throughput = |node: NodeId| {
+        snapshot
+            .links
+            .iter()
+            .find(|l| (l.a == me && l.b == node) || (l.b == me && l.a == node))
+            .and_then(|l| if l.a == node { l.throughput_a_to_b_bps } else { l.throughput_b_to_a_bps })
+            .unwrap_or(0)
+    };
+    let asks = snapshot.nodes.iter().filter(|n| !n.is_self && n.status == "alive").filter_map(|n| {
+        let addr = agent.peer_control(n.id)?;
+        let secret = agent.secret_bytes();
+        let (id, name) = (n.id, n.name.clone());
+        Some(async move {
+            let files = tokio::time::timeout(LIST_TIMEOUT, peer_copy::list(addr, &secret)).await;
+            let offers = files.ok()?.ok()?.into_iter().any(|f| {
+                f.name == file.name
+                    && f.layers.is_none()
+                    && f.size == file.size
+                    && match (&f.sha256, &file.sha256) {
+                        (Some(a), Some(b)) => a.eq_ignore_ascii_case(b),
+                        _ => true,
+                    }
+            });
+            offers.then_some((id, name, addr))
+        })
+    });
+    let mut members: Vec<_> = futures_util::future::join_all(asks).await.into_iter().flatten().collect();
+    members.sort_by_key(|m| std::cmp::Reverse(throughput(m.0)));
+    members
+}
+
+/// Fetches the stage's share from `reader` into `destination`, reporting progress as the stage's fetch.
+async fn fetch(
+    mut reader: impl shard::RangeReader + Send + 'static,
+    source: ShardSource,
+    destination: &Path,
+    layers: Range<usize>,
+    from: (Option<NodeId>, String),
+    report: std::sync::Arc<impl Fn(StageReport) + Send + Sync + 'static>,
+) -> Result<(), String> {
+    let destination = destination.to_path_buf();
+    let blocking = move || {
+        let (from_node, from) = from;
+        let mut last = StageFetch { from_node, from, ..StageFetch::default() };
+        let mut progress = |p: &PullProgress| {
+            last.bytes_done = p.bytes_done;
+            last.bytes_total = p.bytes_total;
+            last.bytes_per_second = p.rate_bytes_per_second;
+            let fraction = if p.bytes_total == 0 { 0.0 } else { p.bytes_done as f32 / p.bytes_total as f32 };
+            report(StageReport {
+                state: WorkerState::Fetching,
+                progress: Some(fraction),
+                fetch: Some(last.clone()),
+                ..Default::default()
+            });
+        };
+        let fetched =
+            shard::fetch_from(&mut reader, &source, &destination, layers, &mut progress).map_err(|e| e.to_string())?;
+        tracing::info!("fetched {} bytes of {} from {}", fetched.bytes_fetched, source.url, last.from);
+        let fetch = StageFetch { bytes_fetched: fetched.bytes_fetched, done: true, ..last };
+        report(StageReport {
+            state: WorkerState::Starting,
+            progress: Some(0.0),
+            fetch: Some(fetch),
+            ..Default::default()
+        });
+        Ok(())
+    };
+    tokio::task::spawn_blocking(blocking).await.map_err(|e| e.to_string())?
+}

@@ -1,0 +1,172 @@
+//! A launch moves each node only its share of the model. Three real nodes in their own network
+//! namespaces, the model only on the first: the other two fetch just the header and their stages'
+//! tensors from it over the cluster's authenticated connection (into sparse shard files), the instance
+//! generates exactly what one process does, and a second launch fetches nothing. With the model on no
+//! member whole (the owner holds a shard), the share comes from the hub (a loopback hub in its layout).
+
+mod common;
+
+use common::cluster::{Network, TestCluster};
+use common::hub::{start_hub, Faults};
+use serde_json::{json, Value};
+use shoal::model::pull::{Hub, PullRequest};
+use shoal::model::{shard, Model};
+use std::ops::Range;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+const REPO_DIR: &str = "HuggingFaceTB--SmolLM2-135M-Instruct-GGUF";
+const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1";
+
+/// Bytes of the tensors a stage of `layers` reads.
+fn tensor_bytes(layers: Range<usize>) -> u64 {
+    let model = Model::open(&common::model_path()).unwrap();
+    model.stage_tensors(layers).iter().map(|t| t.bytes).sum()
+}
+
+/// The middle layers a stage of `layers` (of 30) does not run.
+fn outside(layers: Range<usize>) -> Range<usize> {
+    if layers.start > 1 {
+        1..layers.start
+    } else {
+        layers.end..29
+    }
+}
+
+/// No byte of the tensors of the middle `layers` is in the shard.
+fn assert_nothing_of(record: &shard::ShardRecord, layers: Range<usize>) {
+    let model = Model::open(&common::model_path()).unwrap();
+    for t in model.stage_tensors(layers) {
+        let bytes = t.offset..t.offset + t.bytes;
+        assert!(record.present.iter().all(|p| p.end <= bytes.start || bytes.end <= p.start), "{} was fetched", t.name);
+    }
+}
+
+fn launch(c: &TestCluster, model: &Path, layers: &str) -> Value {
+    let args = ["run", model.to_str().unwrap(), "--context", "256", "--sequences", "2", "--threads", "1"];
+    let out = c.cli(0, &[&args[..], &["--layers", layers]].concat());
+    assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+    let instances = c.get_json(0, "/api/instances");
+    let ready = instances.as_array().unwrap().iter().find(|i| i["state"] == "ready").cloned();
+    ready.unwrap_or_else(|| panic!("no ready instance: {instances:#}"))
+}
+
+fn stop(c: &TestCluster, id: &str) {
+    let url = format!("http://127.0.0.1:{}/api/instances/{id}", c.nodes[0].api_port);
+    c.in_network(0, move || ureq::delete(&url).call().expect("stopped")).join().unwrap();
+}
+
+fn completes_like_one_process(c: &TestCluster, node: usize) {
+    for case in &common::oracle_greedy()[..2] {
+        let body =
+            json!({ "model": MODEL, "prompt": case.prompt, "max_tokens": 24, "temperature": 0, "ignore_eos": true });
+        let (status, answer) = c.post_json(node, "/v1/completions", body);
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["choices"][0]["text"], common::single_process(&case.prompt, 24), "{:?}", case.prompt);
+    }
+}
+
+/// The shard a node fetched: its record's layers and the bytes it takes on disk.
+fn shard_on(c: &TestCluster, node: usize) -> (PathBuf, shard::ShardRecord, u64) {
+    let path = c.nodes[node].data_dir.join("models").join(REPO_DIR).join(FILE);
+    let record = shard::read_record(&path).unwrap().unwrap_or_else(|| panic!("{} is not a shard", path.display()));
+    let on_disk = std::fs::metadata(&path).unwrap().blocks() * 512;
+    (path, record, on_disk)
+}
+
+#[test]
+fn a_three_node_launch_moves_each_node_only_its_share_from_the_member_that_has_it() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let mut c = TestCluster::new(3);
+    c.private_disks = true;
+    let owner_dir = c.nodes[0].data_dir.join("models").join(REPO_DIR);
+    std::fs::create_dir_all(&owner_dir).unwrap();
+    let model = owner_dir.join(FILE);
+    std::fs::copy(common::model_path(), &model).unwrap();
+    let size = std::fs::metadata(&model).unwrap().len();
+    c.form(&[]);
+    let ids: Vec<Value> = c.get_json(0, "/api/cluster")["nodes"].as_array().unwrap().clone();
+    let id_of = |name: &str| ids.iter().find(|n| n["name"] == name).unwrap()["id"].clone();
+
+    let instance = launch(&c, &model, "node0:0-9,node1:10-19,node2:20-29");
+    let stages = instance["stages"].as_array().unwrap();
+    assert_eq!(stages[0]["fetch"], Value::Null, "the owner has the whole file: {instance:#}");
+    for (i, layers) in [(1, 10..20), (2, 20..30)] {
+        let fetch = &stages[i]["fetch"];
+        assert_eq!(fetch["done"], true, "{instance:#}");
+        assert_eq!(fetch["from_node"], id_of("node0"), "fetched from the member with the file: {fetch}");
+        let (path, record, on_disk) = shard_on(&c, i);
+        assert_eq!(record.layers, vec![layers.clone()], "{}", path.display());
+        assert_eq!(record.size, size);
+        // The header and the stage's tensors came over, nothing else but the alignment padding between
+        // neighbours and what came with the header's last chunk (it is read in growing chunks from 1
+        // MiB); the sparse file's holes take no disk.
+        let share = record.header_bytes + tensor_bytes(layers.clone());
+        let fetched = fetch["bytes_fetched"].as_u64().unwrap();
+        assert!((share..share + (4 << 20)).contains(&fetched), "fetched {fetched} for a share of {share}");
+        assert!(record.present_bytes() <= fetched);
+        assert!(on_disk < share + (1 << 20), "{} takes {on_disk} bytes on disk for a share of {share}", path.display());
+        assert_nothing_of(&record, outside(layers));
+    }
+    // The last stage holds the output head (the tied embedding), so the two shares differ.
+    completes_like_one_process(&c, 2);
+    // The cluster's file list shows who holds which layers; a shard is never offered for a copy.
+    let files = c.get_json(2, "/api/models/cluster");
+    let of = |name: &str| files.as_array().unwrap().iter().find(|n| n["name"] == name).unwrap()["files"].clone();
+    assert_eq!(of("node0")[0]["layers"], Value::Null, "{files:#}");
+    assert_eq!((of("node1")[0]["name"].clone(), of("node1")[0]["layers"].clone()), (json!(FILE), json!("10-19")));
+    assert_eq!(of("node2")[0]["layers"], "20-29");
+    let (status, refused) = c.post_json(0, "/api/models/copy", json!({ "from": "node1", "file": FILE }));
+    assert_eq!(status, 400, "a shard cannot be copied: {refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("does not offer"), "{refused}");
+
+    // Launched again, every node already holds its share: nothing moves.
+    stop(&c, instance["id"].as_str().unwrap());
+    let again = launch(&c, &model, "node0:0-9,node1:10-19,node2:20-29");
+    assert!(again["stages"].as_array().unwrap().iter().all(|s| s["fetch"].is_null()), "{again:#}");
+    completes_like_one_process(&c, 1);
+
+    // Another placement: node1 now runs layers 5-19 and fetches layers 5-9 only (10-19 are there).
+    stop(&c, again["id"].as_str().unwrap());
+    let moved = launch(&c, &model, "node0:0-4,node1:5-19,node2:20-29");
+    let fetch = &moved["stages"][1]["fetch"];
+    let (_, record, _) = shard_on(&c, 1);
+    assert_eq!(record.layers, vec![5..20]);
+    let added = fetch["bytes_fetched"].as_u64().unwrap();
+    let expected = tensor_bytes(5..10);
+    assert!((expected..expected + 64 * 1024).contains(&added), "fetched {added} for layers 5-9 of {expected}");
+    assert!(moved["stages"][2]["fetch"].is_null());
+    completes_like_one_process(&c, 0);
+}
+
+/// No member has the whole file (the owner pulled only its own layers): the other node's share comes
+/// from the hub, by range requests for its tensors only.
+#[test]
+fn with_no_member_holding_the_whole_file_a_share_comes_from_the_hub() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let hub = start_hub(Faults::default());
+    let hf_home = tempfile::tempdir().unwrap();
+    // The nodes this test starts inherit the hub's address (and an empty Hugging Face cache).
+    std::env::set_var("HF_ENDPOINT", &hub.endpoint);
+    std::env::set_var("HF_HOME", hf_home.path());
+    let mut c = TestCluster::with_network(2, Network::Loopback);
+    c.private_disks = true;
+    let request = PullRequest::parse(&format!("{}:{}", common::hub::REPO, common::hub::FILE)).unwrap();
+    let owner_models = c.nodes[0].data_dir.join("models");
+    let model = shard::pull_shard(&Hub::new(&hub.endpoint, None), &owner_models, &request, 0..10, &mut |_| {}).unwrap();
+    c.form(&[]);
+    hub.clear();
+
+    let instance = launch(&c, &model, "node0:0-9,node1:10-29");
+    let fetch = &instance["stages"][1]["fetch"];
+    assert_eq!((fetch["done"].clone(), fetch["from_node"].clone()), (json!(true), Value::Null), "{instance:#}");
+    assert!(fetch["from"].as_str().unwrap().contains(common::hub::REPO), "{fetch}");
+    let path = c.nodes[1].data_dir.join("models").join("test-org--SmolLM2-135M-Instruct-GGUF").join(FILE);
+    let record = shard::read_record(&path).unwrap().expect("node1 holds a shard");
+    assert_eq!(record.layers, vec![10..30]);
+    let served: u64 = hub.served().iter().map(|s| s.bytes).sum();
+    assert_eq!(served, fetch["bytes_fetched"].as_u64().unwrap(), "the hub served exactly what node1 fetched");
+    assert_nothing_of(&record, 1..10);
+    completes_like_one_process(&c, 1);
+}
