@@ -83,6 +83,7 @@ fn a_split_model_is_pulled_whole_when_its_quantization_is_named() {
         (1..=3).map(|i| (format!("Q8_0/big-Q8_0-0000{i}-of-00003.gguf"), vec![i as u8; 700_000 + i * 1000])).collect();
     let mut files = parts.clone();
     files.push(("big-Q4_K_M.gguf".into(), vec![9; 1000]));
+    // Five entries with the README: the hub lists them over three pages, all of which must be read.
     let hub = start_hub_with(files, Faults::default());
     let dir = tempfile::tempdir().unwrap();
     let hub_client = Hub::new(&hub.endpoint, None);

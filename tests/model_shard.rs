@@ -222,6 +222,21 @@ fn an_interrupted_fetch_resumes_with_only_what_is_missing() {
     assert_same_bytes(&path, &run);
 }
 
+/// An answer that stops sending without closing counts as a broken connection once it has been silent
+/// for the stall timeout: the fetch resumes where it stopped instead of waiting for ever.
+#[test]
+fn a_stalled_answer_is_resumed_where_it_stopped() {
+    let hub =
+        start_hub(Faults { from: 4 << 20, drop_after: Some(1_000_000), drops: 1, stall: true, ..Faults::default() });
+    let dir = tempfile::tempdir().unwrap();
+    let client = Hub::new(&hub.endpoint, None).with_stall_timeout(std::time::Duration::from_millis(500));
+    let path = shard::pull_shard(&client, dir.path(), &request(), 10..21, &mut |_| {}).unwrap();
+    let run = engine_ranges(&whole(), 10..21);
+    let attempts: Vec<Range<u64>> = served_ranges(&hub).into_iter().filter(|r| r.start >= run[0].start).collect();
+    assert_eq!(attempts[..2], [run[0].start..run[0].start + 1_000_000, run[0].start + 1_000_000..run[0].end]);
+    assert_same_bytes(&path, &run);
+}
+
 /// `shoal pull --layers` resumes within the run after a dropped connection, and `shoal models` lists
 /// the result as a shard.
 #[test]

@@ -78,6 +78,19 @@ pub struct HubFile {
     pub sha256: Option<String>,
 }
 
+/// How long a download may go without a byte before it counts as a broken connection.
+const STALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn http_agent(stall: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_connect(Some(Duration::from_secs(15)))
+        .timeout_recv_response(Some(Duration::from_secs(60)))
+        .timeout_per_read(Some(stall))
+        .build()
+        .into()
+}
+
 /// A Hugging Face–compatible hub.
 #[derive(Clone)]
 pub struct Hub {
@@ -94,13 +107,14 @@ impl Hub {
     }
 
     pub fn new(endpoint: &str, token: Option<String>) -> Hub {
-        let http = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(Duration::from_secs(15)))
-            .timeout_recv_response(Some(Duration::from_secs(60)))
-            .build()
-            .into();
+        let http = http_agent(STALL_TIMEOUT);
         Hub { endpoint: endpoint.trim_end_matches('/').to_string(), token, http }
+    }
+
+    /// The same hub, with a transfer that sends nothing for `stall` counting as broken (resumed where
+    /// it stopped) instead of the default minute.
+    pub fn with_stall_timeout(self, stall: Duration) -> Hub {
+        Hub { http: http_agent(stall), ..self }
     }
 
     fn get(&self, url: &str, range_from: Option<u64>) -> anyhow::Result<ureq::http::Response<ureq::Body>> {
@@ -132,36 +146,65 @@ impl Hub {
         request.call().map_err(|e| e.to_string())
     }
 
-    /// Every file of `repo` at `revision`, with sizes and sha256 sums.
+    /// Every file of `repo` at `revision`, with sizes and sha256 sums. The hub lists a large repository
+    /// in pages, each naming the next in its `Link` header; every page is read.
     pub fn files(&self, repo: &str, revision: &str) -> anyhow::Result<Vec<HubFile>> {
-        let url = format!("{}/api/models/{repo}/tree/{revision}?recursive=true", self.endpoint);
-        let response = self.get(&url, None)?;
-        let status = response.status();
-        if status == 401 || status == 403 || status == 404 {
-            anyhow::bail!(
-                "{} has no model {repo} at revision {revision} (answer {status}); check the name, or set HF_TOKEN for a private or gated model",
-                self.endpoint
-            );
+        let mut url = format!("{}/api/models/{repo}/tree/{revision}?recursive=true", self.endpoint);
+        let mut entries: Vec<serde_json::Value> = Vec::new();
+        for _ in 0..MAX_TREE_PAGES {
+            let response = self.get(&url, None)?;
+            let status = response.status();
+            if status == 401 || status == 403 || status == 404 {
+                anyhow::bail!(
+                    "{} has no model {repo} at revision {revision} (answer {status}); check the name, or set HF_TOKEN for a private or gated model",
+                    self.endpoint
+                );
+            }
+            if !status.is_success() {
+                anyhow::bail!("{} answered {status} to the file list of {repo}", self.endpoint);
+            }
+            let next = response.headers().get("link").and_then(|v| v.to_str().ok()).and_then(next_page);
+            let body = response.into_body().read_to_string()?;
+            let page: Vec<serde_json::Value> = serde_json::from_str(&body).map_err(|e| {
+                anyhow::anyhow!("the file list of {repo} from {} is not what a hub sends: {e}", self.endpoint)
+            })?;
+            entries.extend(page);
+            // The token goes with the next page only when the hub itself serves it.
+            match next.filter(|n| n.starts_with(&format!("{}/", self.endpoint))) {
+                Some(next) => url = next,
+                None => return Ok(hub_files(&entries)),
+            }
         }
-        if !status.is_success() {
-            anyhow::bail!("{} answered {status} to the file list of {repo}", self.endpoint);
-        }
-        let body = response.into_body().read_to_string()?;
-        let entries: Vec<serde_json::Value> = serde_json::from_str(&body).map_err(|e| {
-            anyhow::anyhow!("the file list of {repo} from {} is not what a hub sends: {e}", self.endpoint)
-        })?;
-        Ok(entries
-            .iter()
-            .filter(|e| e["type"].as_str() != Some("directory"))
-            .filter_map(|e| {
-                Some(HubFile {
-                    path: e["path"].as_str()?.to_string(),
-                    size: e["lfs"]["size"].as_u64().or(e["size"].as_u64())?,
-                    sha256: e["lfs"]["oid"].as_str().map(|s| s.trim_start_matches("sha256:").to_lowercase()),
-                })
-            })
-            .collect())
+        anyhow::bail!("the file list of {repo} runs past {MAX_TREE_PAGES} pages; name the file to download (REPO:FILE)")
     }
+}
+
+/// Pages of a repository's file list read at most.
+const MAX_TREE_PAGES: usize = 200;
+
+/// The URL of `rel="next"` in a `Link` header (`<URL>; rel="next", <URL>; rel="prev"`).
+fn next_page(link: &str) -> Option<String> {
+    link.split(',').find_map(|part| {
+        let (target, params) = part.trim().split_once(';')?;
+        let next = params.split(';').any(|p| p.trim().trim_start_matches("rel=").trim_matches('"') == "next");
+        let url = target.trim().strip_prefix('<')?.strip_suffix('>')?;
+        next.then(|| url.to_string())
+    })
+}
+
+/// The files (not folders) of a hub file list.
+fn hub_files(entries: &[serde_json::Value]) -> Vec<HubFile> {
+    entries
+        .iter()
+        .filter(|e| e["type"].as_str() != Some("directory"))
+        .filter_map(|e| {
+            Some(HubFile {
+                path: e["path"].as_str()?.to_string(),
+                size: e["lfs"]["size"].as_u64().or(e["size"].as_u64())?,
+                sha256: e["lfs"]["oid"].as_str().map(|s| s.trim_start_matches("sha256:").to_lowercase()),
+            })
+        })
+        .collect()
 }
 
 /// The GGUF files `request` names among `files`: a file (with the other parts of its split set), the
@@ -397,6 +440,16 @@ pub fn sha256_of(path: &Path) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn next_pages_from_link_headers() {
+        let link = r#"<https://huggingface.co/api/models/a/b/tree/main?cursor=xyz>; rel="next""#;
+        assert_eq!(next_page(link).as_deref(), Some("https://huggingface.co/api/models/a/b/tree/main?cursor=xyz"));
+        let both = r#"<https://h/prev>; rel="prev", <https://h/next?c=2>; rel=next"#;
+        assert_eq!(next_page(both).as_deref(), Some("https://h/next?c=2"));
+        assert_eq!(next_page(r#"<https://h/prev>; rel="prev""#), None);
+        assert_eq!(next_page("garbage"), None);
+    }
 
     fn file(path: &str) -> HubFile {
         HubFile { path: path.into(), size: 1, sha256: None }

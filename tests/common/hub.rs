@@ -1,5 +1,6 @@
 //! A Hugging Face–compatible hub on loopback for the download tests: the hub's URL layout
-//! (`/api/models/REPO/tree/REV`, `/REPO/resolve/REV/FILE`), real sha256 sums, range requests
+//! (`/api/models/REPO/tree/REV`, in pages of two entries linked by `Link: <…>; rel="next"`, and
+//! `/REPO/resolve/REV/FILE`), real sha256 sums, range requests
 //! (`bytes=A-B` and `bytes=A-`), a log of every file request with the body bytes it was sent, and faults
 //! on purpose (a dropped connection, a flipped byte, a wrong length, an error status, no range support).
 
@@ -19,6 +20,9 @@ pub struct Faults {
     /// Close the connection after this many body bytes, on the first `drops` answers.
     pub drop_after: Option<usize>,
     pub drops: usize,
+    /// Instead of closing it, hold the connection silent for a few seconds after `drop_after` bytes,
+    /// then send the rest (a client without a stall timeout gets it all in one answer).
+    pub stall: bool,
     /// Flip the byte at this offset of every answer holding it.
     pub corrupt_at: Option<usize>,
     /// Send (and announce) a body this many bytes shorter than the range asked for.
@@ -87,10 +91,12 @@ pub fn start_hub_with(files: Vec<(String, Vec<u8>)>, faults: Faults) -> Loopback
     let served = Arc::new(Mutex::new(Vec::new()));
     let drops_done = Arc::new(AtomicUsize::new(0));
     let log = served.clone();
+    let base = endpoint.clone();
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
             let (files, log, faults, drops_done) = (files.clone(), log.clone(), faults.clone(), drops_done.clone());
-            std::thread::spawn(move || serve(stream, &files, &log, &faults, &drops_done));
+            let base = base.clone();
+            std::thread::spawn(move || serve(stream, &base, &files, &log, &faults, &drops_done));
         }
     });
     LoopbackHub { endpoint, served }
@@ -110,7 +116,17 @@ fn parse_range(range: &str, len: usize) -> Option<(usize, usize)> {
     (start < end && end <= len).then_some((start, end))
 }
 
-fn serve(mut stream: TcpStream, files: &[HostedFile], log: &Mutex<Vec<Served>>, faults: &Faults, drops: &AtomicUsize) {
+/// Entries of a page of the file list: the hub pages long lists, naming the next page in `Link`.
+const TREE_PAGE: usize = 2;
+
+fn serve(
+    mut stream: TcpStream,
+    endpoint: &str,
+    files: &[HostedFile],
+    log: &Mutex<Vec<Served>>,
+    faults: &Faults,
+    drops: &AtomicUsize,
+) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut request_line = String::new();
     if reader.read_line(&mut request_line).is_err() {
@@ -137,8 +153,14 @@ fn serve(mut stream: TcpStream, files: &[HostedFile], log: &Mutex<Vec<Served>>, 
             tree.push(serde_json::json!({"type": "file", "path": f.path, "size": f.data.len(), "oid": "4567",
                 "lfs": {"oid": f.sha, "size": f.data.len(), "pointerSize": 134}}));
         }
-        let tree = serde_json::Value::Array(tree);
-        respond(&mut stream, "200 OK", "Content-Type: application/json\r\n", tree.to_string().as_bytes());
+        let from: usize = path.split("cursor=").nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let page = serde_json::Value::Array(tree.iter().skip(from).take(TREE_PAGE).cloned().collect());
+        let mut extra = "Content-Type: application/json\r\n".to_string();
+        if from + TREE_PAGE < tree.len() {
+            let next = format!("{endpoint}/api/models/{REPO}/tree/main?recursive=true&cursor={}", from + TREE_PAGE);
+            extra += &format!("Link: <{next}>; rel=\"next\"\r\n");
+        }
+        respond(&mut stream, "200 OK", &extra, page.to_string().as_bytes());
     } else if let Some(HostedFile { data, .. }) = hosted {
         let asked = range.as_deref().map(|r| parse_range(r, data.len()));
         let (start, mut end) = match asked {
@@ -183,6 +205,11 @@ fn serve(mut stream: TcpStream, files: &[HostedFile], log: &Mutex<Vec<Served>>, 
             served.bytes = n as u64;
             log.lock().unwrap().push(served);
             let _ = stream.flush();
+            if faults.stall {
+                std::thread::sleep(std::time::Duration::from_secs(3));
+                let _ = stream.write_all(&body[n..]);
+                let _ = stream.flush();
+            }
             let _ = stream.shutdown(std::net::Shutdown::Both);
             return;
         }
