@@ -39,6 +39,14 @@ pub fn format_bytes(bytes: u64) -> String {
     format!("{bytes} B")
 }
 
+/// Bytes free (for an ordinary user) on the filesystem that holds `path`, or would hold it: its
+/// nearest existing folder. None when the system does not say.
+pub fn free_disk_bytes(path: &std::path::Path) -> Option<u64> {
+    let existing = path.ancestors().find(|p| p.exists())?;
+    let stats = rustix::fs::statvfs(existing).ok()?;
+    Some(stats.f_bavail.saturating_mul(stats.f_frsize))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

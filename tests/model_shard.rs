@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::hub::{start_hub, until_pull_ends, Faults, HubNode, LoopbackHub, FILE, REPO};
+use common::hub::{start_hub, until_pull_ends, Faults, HubNode, LoopbackHub, Served, FILE, REPO};
 use shoal::engine::{self, GenerateRequest, LocalPipeline, SamplingParams, Stage, StageOptions, WireFormat};
 use shoal::model::library::Library;
 use shoal::model::pull::{self, Hub, PullProgress, PullRequest, PullState};
@@ -235,6 +235,33 @@ fn a_stalled_answer_is_resumed_where_it_stopped() {
     let attempts: Vec<Range<u64>> = served_ranges(&hub).into_iter().filter(|r| r.start >= run[0].start).collect();
     assert_eq!(attempts[..2], [run[0].start..run[0].start + 1_000_000, run[0].start + 1_000_000..run[0].end]);
     assert_same_bytes(&path, &run);
+}
+
+/// A disk without room for the share is refused with a clear error before any tensor byte is fetched
+/// (the pull runs on a 6 MB tmpfs, mounted in a mount namespace of its own: this needs root).
+#[test]
+fn a_disk_without_room_for_the_share_is_refused_before_fetching() {
+    let hub = start_hub(Faults::default());
+    let dir = tempfile::tempdir().unwrap();
+    let script = format!("mount -t tmpfs -o size=6m shoaltest '{}' && exec \"$@\"", dir.path().display());
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script, "sh", env!("CARGO_BIN_EXE_shoal")])
+        .args(["pull", &format!("{REPO}:{FILE}"), "--layers", "10-20", "--data-dir"])
+        .arg(dir.path())
+        .env("HF_ENDPOINT", &hub.endpoint)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.contains("unshare failed") || stderr.contains("mount:") {
+        eprintln!("a private tmpfs cannot be mounted here (not root?): {stderr}");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("more on its disk") && stderr.contains("free some space"), "{stderr}");
+    let header = whole().file().data_offset();
+    let beyond_header: Vec<Served> = hub.served().into_iter().filter(|s| s.start >= header).collect();
+    assert!(beyond_header.is_empty(), "tensor bytes were fetched: {beyond_header:?}");
 }
 
 /// `shoal pull --layers` resumes within the run after a dropped connection, and `shoal models` lists

@@ -43,6 +43,14 @@ fn assert_nothing_of(record: &shard::ShardRecord, layers: Range<usize>) {
     }
 }
 
+/// Puts the model in node0's models folder, as `shoal pull` leaves it; returns its path.
+fn model_on_node0(c: &TestCluster) -> PathBuf {
+    let folder = c.nodes[0].data_dir.join("models").join(REPO_DIR);
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::copy(common::model_path(), folder.join(FILE)).unwrap();
+    folder.join(FILE)
+}
+
 fn launch(c: &TestCluster, model: &Path, layers: &str) -> Value {
     let args = ["run", model.to_str().unwrap(), "--context", "256", "--sequences", "2", "--threads", "1"];
     let out = c.cli(0, &[&args[..], &["--layers", layers]].concat());
@@ -80,10 +88,7 @@ fn a_three_node_launch_moves_each_node_only_its_share_from_the_member_that_has_i
     let _one_at_a_time = common::cluster::exclusive();
     let mut c = TestCluster::new(3);
     c.private_disks = true;
-    let owner_dir = c.nodes[0].data_dir.join("models").join(REPO_DIR);
-    std::fs::create_dir_all(&owner_dir).unwrap();
-    let model = owner_dir.join(FILE);
-    std::fs::copy(common::model_path(), &model).unwrap();
+    let model = model_on_node0(&c);
     let size = std::fs::metadata(&model).unwrap().len();
     c.form(&[]);
     let ids: Vec<Value> = c.get_json(0, "/api/cluster")["nodes"].as_array().unwrap().clone();
@@ -169,4 +174,48 @@ fn with_no_member_holding_the_whole_file_a_share_comes_from_the_hub() {
     assert_eq!(served, fetch["bytes_fetched"].as_u64().unwrap(), "the hub served exactly what node1 fetched");
     assert_nothing_of(&record, 1..10);
     completes_like_one_process(&c, 1);
+}
+
+/// Stopping an instance while a node fetches its share ends the fetch (on a link shaped to 16 Mbit/s
+/// so that it is still running): the stage never starts, and no more bytes arrive.
+#[test]
+fn stopping_an_instance_ends_the_fetch_of_a_share() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let mut c = TestCluster::new(2);
+    if c.network != Network::Netns {
+        eprintln!("shaping a link needs network namespaces: nothing to check on loopback");
+        return;
+    }
+    c.private_disks = true;
+    let model = model_on_node0(&c);
+    c.form(&[]);
+    let bridge = c.bridge_namespace().unwrap().to_string();
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &bridge, "tc", "qdisc", "add", "dev", "p1", "root", "tbf"])
+        .args(["rate", "16mbit", "burst", "32kbit", "latency", "50ms"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "tc: {}", String::from_utf8_lossy(&out.stderr));
+
+    let body = json!({ "model": model, "layers": "node0:0-9,node1:10-29", "context": 256, "sequences": 1 });
+    let (status, launched) = c.post_json(0, "/api/instances", body);
+    assert_eq!(status, 200, "{launched}");
+    let id = launched["id"].as_str().unwrap().to_string();
+    let fetching = || {
+        let info = c.get_json(0, &format!("/api/instances/{id}"));
+        info["stages"][1]["state"] == "fetching" && info["stages"][1]["fetch"]["bytes_done"].as_u64() > Some(2 << 20)
+    };
+    c.wait_for(std::time::Duration::from_secs(30), "node1 fetching its share", fetching);
+    stop(&c, &id);
+    c.wait_for(std::time::Duration::from_secs(15), "the fetch to end", || {
+        std::fs::read_to_string(&c.nodes[1].log).unwrap().contains("was stopped")
+    });
+    let (_, before, _) = shard_on(&c, 1);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let (_, after, _) = shard_on(&c, 1);
+    assert_eq!(before.present, after.present, "bytes still arrive after the stop");
+    assert!(after.layers.is_empty(), "the share is not complete: {:?}", after.layers);
+    let info = c.get_json(0, &format!("/api/instances/{id}"));
+    assert_eq!(info["state"], "stopped");
+    assert_ne!(info["stages"][1]["state"], "ready", "{info:#}");
 }

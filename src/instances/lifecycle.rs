@@ -193,6 +193,7 @@ fn start_local(agent: &Agent, spec: StageSpec, owner: NodeId) {
                 }
             }
             Err(error) => {
+                tracing::warn!("stage {stage} of instance {instance} does not start: {error}");
                 let failed = StageReport { state: WorkerState::Failed, error: Some(error), ..Default::default() };
                 report(&agent, owner, &instance, stage, failed);
             }

@@ -8,11 +8,12 @@
 //! known) only when no member can serve it. Progress goes to the owner as the stage's `fetch`.
 
 use super::lifecycle::StageReport;
+use super::InstanceState;
 use crate::cluster::Agent;
 use crate::model::library::Library;
 use crate::model::peer_copy::{self, OfferedFile};
 use crate::model::pull::{repo_dir, Hub, PullProgress};
-use crate::model::shard::{self, PeerRanges, ShardSource};
+use crate::model::shard::{self, PeerRanges, ShardSource, Stoppable};
 use crate::model::Model;
 use crate::node::NodeId;
 use crate::worker::supervisor::StageSpec;
@@ -20,6 +21,7 @@ use crate::worker::WorkerState;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a member may take to list its files.
@@ -66,16 +68,27 @@ pub async fn ensure_share(
         Found::Ready(path) => return Ok(path),
         Found::Missing { destination } => destination,
     };
-    let report = std::sync::Arc::new(report);
+    let report = Arc::new(report);
+    // The fetch ends with its instance (stopped, or failed elsewhere meanwhile).
+    let stop: Arc<dyn Fn() -> bool + Send + Sync> = {
+        let (agent, instance) = (agent.clone(), spec.instance.clone());
+        Arc::new(move || {
+            let registry = agent.registry();
+            let state = registry.instances.get(&instance).map(|i| i.state);
+            state.is_none_or(|s| matches!(s, InstanceState::Stopped | InstanceState::Failed))
+        })
+    };
     let mut failures = Vec::new();
     for (node, name, addr) in members_offering(agent, &file).await {
         let reader =
             PeerRanges::new(&name, addr, agent.secret_bytes(), file.clone(), tokio::runtime::Handle::current());
+        let reader = Stoppable::new(reader, stop.clone(), &destination);
         let source =
             ShardSource { url: PeerRanges::url(&name, &file), size: Some(file.size), sha256: file.sha256.clone() };
         match fetch(reader, source, &destination, spec.layers.clone(), (Some(node), name.clone()), report.clone()).await
         {
             Ok(()) => return Ok(destination),
+            Err(e) if stop() => return Err(e),
             Err(e) => {
                 tracing::warn!("fetching the share of stage {} from {name} failed: {e}", spec.stage);
                 failures.push(format!("from {name}: {e}"));
@@ -85,7 +98,7 @@ pub async fn ensure_share(
     if let Some(repo) = &file.repo {
         let hub = Hub::from_env();
         let url = hub.file_url(repo, "main", &file.name);
-        let reader = shard::HubRanges::new(&hub, &url);
+        let reader = Stoppable::new(shard::HubRanges::new(&hub, &url), stop.clone(), &destination);
         let source = ShardSource { url, size: Some(file.size), sha256: file.sha256.clone() };
         let from = (None, format!("Hugging Face ({repo})"));
         match fetch(reader, source, &destination, spec.layers.clone(), from, report.clone()).await {
@@ -198,7 +211,7 @@ async fn fetch(
     destination: &Path,
     layers: Range<usize>,
     from: (Option<NodeId>, String),
-    report: std::sync::Arc<impl Fn(StageReport) + Send + Sync + 'static>,
+    report: Arc<impl Fn(StageReport) + Send + Sync + 'static>,
 ) -> Result<(), String> {
     let destination = destination.to_path_buf();
     let blocking = move || {

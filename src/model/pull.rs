@@ -319,6 +319,10 @@ fn download_file(
         std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
     }
     let part = PathBuf::from(format!("{}.part", destination.display()));
+    let needed = file.size.saturating_sub(std::fs::metadata(&part).map(|m| m.len()).unwrap_or(0));
+    if let Some(free) = crate::util::free_disk_bytes(destination).filter(|&free| free < needed) {
+        return Err(super::shard::ShardError::NoSpace { path: destination.into(), needed, free }.into());
+    }
     let mut last_error = None;
     for attempt in 0..ATTEMPTS {
         let have = std::fs::metadata(&part).map(|m| m.len()).unwrap_or(0);

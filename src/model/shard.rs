@@ -64,6 +64,10 @@ pub enum ShardError {
     Unreachable { url: String, reason: String },
     #[error("{url}: {reason}")]
     Peer { url: String, reason: String },
+    #[error("{} needs {} more on its disk and {} is free: free some space (or remove models with `shoal models`) and run it again", path.display(), crate::util::format_bytes(*needed), crate::util::format_bytes(*free))]
+    NoSpace { path: PathBuf, needed: u64, free: u64 },
+    #[error("the fetch into {} was stopped", path.display())]
+    Stopped { path: PathBuf },
     #[error("{url} answered {status} when asked for bytes {start}-{last}; nothing of that answer was kept. Check that the file is still there and run the same command again")]
     Status { url: String, status: u16, start: u64, last: u64 },
     #[error("{url} sent the whole file when asked for a byte range: a shard fetch needs a server that answers range requests. Download the whole file instead (without --layers)")]
@@ -93,6 +97,36 @@ pub trait RangeReader {
     /// whole file's length when known; the first answer tells it otherwise (then `range` may run past
     /// the end of the file and is cut there). Returns the end of the bytes delivered.
     fn get(&mut self, range: Range<u64>, size: &mut Option<u64>, sink: &mut Sink<'_>) -> Result<u64, Failure>;
+}
+
+/// A reader that gives up with [`ShardError::Stopped`] once `stop()` says so: checked before each
+/// request and as bytes arrive (what arrived since the last checkpoint is fetched again next time).
+pub struct Stoppable<R> {
+    inner: R,
+    stop: std::sync::Arc<dyn Fn() -> bool + Send + Sync>,
+    path: PathBuf,
+}
+
+impl<R: RangeReader> Stoppable<R> {
+    pub fn new(inner: R, stop: std::sync::Arc<dyn Fn() -> bool + Send + Sync>, destination: &Path) -> Self {
+        Stoppable { inner, stop, path: destination.into() }
+    }
+}
+
+impl<R: RangeReader> RangeReader for Stoppable<R> {
+    fn get(&mut self, range: Range<u64>, size: &mut Option<u64>, sink: &mut Sink<'_>) -> Result<u64, Failure> {
+        let (stop, path) = (&self.stop, &self.path);
+        if stop() {
+            return Err(Failure::Fatal(ShardError::Stopped { path: path.clone() }));
+        }
+        let mut checked = |offset: u64, bytes: &[u8]| {
+            if stop() {
+                return Err(ShardError::Stopped { path: path.clone() });
+            }
+            sink(offset, bytes)
+        };
+        self.inner.get(range, size, &mut checked)
+    }
 }
 
 /// Where a shard's bytes come from: a URL that answers range requests for the whole file.
@@ -214,6 +248,9 @@ pub fn fetch_from(
     let missing = shard.record.missing(&wanted);
     let total: u64 = shard.record.header_bytes + wanted.iter().map(|r| r.end - r.start).sum::<u64>();
     let left: u64 = missing.iter().map(|r| r.end - r.start).sum();
+    if let Some(free) = crate::util::free_disk_bytes(destination).filter(|&free| free < left) {
+        return Err(ShardError::NoSpace { path: destination.into(), needed: left, free });
+    }
     meter.set(total - left, total, PullState::Downloading);
     for run in missing {
         fetch_run(reader, &source.url, &mut shard, run, &mut meter)?;

@@ -1,5 +1,5 @@
 //! A member of the cluster as the source of a shard fetch: byte ranges of a file it offers, over the
-//! cluster's authenticated copy connection ([`peer_copy::read_range`]). Each piece (at most 16 MiB) is
+//! cluster's authenticated copy connection ([`peer_copy::read_range`]). Each piece (at most 4 MiB) is
 //! checked against the sender's hash before any of it is written, so a shard never records as present
 //! bytes that arrived damaged. A piece that stalls for a minute counts as a broken connection.
 
@@ -11,7 +11,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 /// Bytes asked for (and checked) at once.
-const PIECE: u64 = 16 << 20;
+const PIECE: u64 = 4 << 20;
 /// How long one piece may take.
 const PIECE_TIMEOUT: Duration = Duration::from_secs(60);
 
