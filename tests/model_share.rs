@@ -143,6 +143,13 @@ fn a_three_node_launch_moves_each_node_only_its_share_from_the_member_that_has_i
     assert!((expected..expected + 64 * 1024).contains(&added), "fetched {added} for layers 5-9 of {expected}");
     assert!(moved["stages"][2]["fetch"].is_null());
     completes_like_one_process(&c, 0);
+
+    // "Copy here" onto a shard completes it: only its holes come over, and the result is the file.
+    let (status, started) = c.post_json(1, "/api/models/copy", json!({ "from": "node0", "file": FILE }));
+    assert_eq!(status, 200, "{started}");
+    let path = c.nodes[1].data_dir.join("models").join(REPO_DIR).join(FILE);
+    c.wait_for(std::time::Duration::from_secs(30), "the shard to be completed", || !shard::is_shard(&path));
+    assert_eq!(std::fs::read(&path).unwrap(), std::fs::read(common::model_path()).unwrap());
 }
 
 /// No member has the whole file (the owner pulled only its own layers): the other node's share comes

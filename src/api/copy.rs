@@ -1,19 +1,26 @@
 //! Model files across the cluster: `GET /api/models/cluster` (which node offers which file, and which
 //! holds which layers of one as a shard, asked of every member that is up) and `POST /api/models/copy`
-//! (copy a file from a member to this node over the cluster's authenticated connection; it answers at
-//! once with the copy's id and reports progress and the measured rate as `model_copy` events).
+//! (copy a file from a member to this node over the cluster's authenticated connection — or, onto a
+//! shard of it here, only the shard's holes; it answers at once with the copy's id and reports
+//! progress and the measured rate as `model_copy` events).
 
 use super::{ApiError, ApiState};
 use crate::cluster::{Agent, ClusterEvent};
 use crate::model::library::Library;
-use crate::model::peer_copy::{self, CopyProgress, OfferedFile};
+use crate::model::peer_copy::{self, CopyProgress, CopyReport, OfferedFile};
 use crate::model::pull::repo_dir;
+use crate::model::pull::{PullProgress, PullState};
+use crate::model::shard::{self, PeerRanges, ShardSource};
+use crate::net::secure::Psk;
 use crate::node::NodeId;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::runtime::Handle;
 
 /// How long a member may take to list its files.
 const LIST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -74,7 +81,7 @@ pub struct CopyRequest {
 #[derive(Serialize)]
 pub struct CopyStarted {
     pub id: String,
-    pub path: std::path::PathBuf,
+    pub path: PathBuf,
 }
 
 /// Starts copying `{"from", "file"}` into this node's models directory.
@@ -108,49 +115,95 @@ pub async fn copy(
     let models_dir = Library::new(&agent.config.data_dir).models_dir();
     let folder = file.repo.as_deref().map_or_else(|| models_dir.clone(), |repo| repo_dir(&models_dir, repo));
     let dest = folder.join(&file.name);
-    if dest.exists() {
+    // A shard of the file here is completed (only its holes are copied); a whole file is not copied again.
+    if dest.exists() && !shard::is_shard(&dest) {
         return Err(ApiError::bad_param("file", format!("{} is already here", dest.display())));
     }
     let id = uuid::Uuid::new_v4().to_string();
-    tokio::spawn(run_copy(agent, id.clone(), from.id, addr, file, dest.clone()));
+    let source = Source { node: from.id, name: from.name, addr };
+    tokio::spawn(run_copy(agent, id.clone(), source, file, dest.clone()));
     Ok(Json(CopyStarted { id, path: dest }))
 }
 
-async fn run_copy(
-    agent: Agent,
-    id: String,
-    from: NodeId,
+/// The member a copy comes from.
+struct Source {
+    node: NodeId,
+    name: String,
     addr: std::net::SocketAddr,
-    file: OfferedFile,
-    dest: std::path::PathBuf,
-) {
-    let event = |progress: CopyProgress, done, error| ClusterEvent::ModelCopy {
-        id: id.clone(),
-        from,
-        to: agent.id(),
-        file: file.name.clone(),
-        progress,
-        done,
-        error,
+}
+
+async fn run_copy(agent: Agent, id: String, source: Source, file: OfferedFile, dest: PathBuf) {
+    let event = {
+        let (id, from, to, name) = (id, source.node, agent.id(), file.name.clone());
+        move |progress: CopyProgress, done: Option<CopyReport>, error: Option<String>| ClusterEvent::ModelCopy {
+            id: id.clone(),
+            from,
+            to,
+            file: name.clone(),
+            progress,
+            done,
+            error,
+        }
     };
     let start = CopyProgress { bytes_done: 0, bytes_total: file.size, bytes_per_second: 0 };
     agent.emit(event(start.clone(), None, None));
-    let mut last = start;
-    let result = peer_copy::fetch(addr, &agent.secret_bytes(), &file, &[], &dest, |p| {
-        last = p.clone();
-        agent.emit(event(p.clone(), None, None));
-    })
-    .await;
+    let last = Arc::new(Mutex::new(start));
+    let report = {
+        let (agent, event, last) = (agent.clone(), event.clone(), last.clone());
+        move |p: &CopyProgress| {
+            *last.lock().expect("progress") = p.clone();
+            agent.emit(event(p.clone(), None, None));
+        }
+    };
+    let result = if shard::is_shard(&dest) {
+        complete_shard(agent.secret_bytes(), &source, &file, &dest, report).await
+    } else {
+        peer_copy::fetch(source.addr, &agent.secret_bytes(), &file, &[], &dest, report).await.map_err(|e| e.to_string())
+    };
+    let last = last.lock().expect("progress").clone();
     match result {
         Ok(report) => {
             tracing::info!(
                 "copied {} from {} at {:.1} MB/s",
                 file.name,
-                from.short(),
+                source.name,
                 report.bytes_per_second as f64 / 1e6
             );
             agent.emit(event(last, Some(report), None));
         }
-        Err(e) => agent.emit(event(last, None, Some(e.to_string()))),
+        Err(e) => agent.emit(event(last, None, Some(e))),
     }
+}
+
+/// Fills the holes of the shard at `dest` from `source` (each piece checked against the sender's
+/// hash), then checks the whole file against its sha256 when either side knows it.
+async fn complete_shard(
+    secret: Psk,
+    source: &Source,
+    file: &OfferedFile,
+    dest: &Path,
+    report: impl Fn(&CopyProgress) + Send + 'static,
+) -> Result<CopyReport, String> {
+    let mut reader = PeerRanges::new(&source.name, source.addr, secret, file.clone(), Handle::current());
+    let url = PeerRanges::url(&source.name, file);
+    let shard_source = ShardSource { url, size: Some(file.size), sha256: file.sha256.clone() };
+    let dest = dest.to_path_buf();
+    let started = Instant::now();
+    let blocking = move || {
+        let (mut first, mut fetched) = (None, 0);
+        let mut progress = |p: &PullProgress| {
+            if p.state == PullState::Downloading && first.is_none() {
+                first = Some(p.bytes_done);
+            }
+            fetched = p.bytes_done - first.unwrap_or(p.bytes_done);
+            let bytes_per_second = p.rate_bytes_per_second;
+            report(&CopyProgress { bytes_done: p.bytes_done, bytes_total: p.bytes_total, bytes_per_second });
+        };
+        let sha256 =
+            shard::complete_from(&mut reader, &shard_source, &dest, &mut progress).map_err(|e| format!("{e:#}"))?;
+        let seconds = started.elapsed().as_secs_f64();
+        let bytes_per_second = (fetched as f64 / seconds.max(1e-6)) as u64;
+        Ok(CopyReport { path: dest, bytes: fetched, seconds, bytes_per_second, sha256 })
+    };
+    tokio::task::spawn_blocking(blocking).await.map_err(|e| e.to_string())?
 }

@@ -263,8 +263,7 @@ pub fn fetch_from(
     Ok(Fetched { bytes_fetched: meter.fetched, record: Some(shard.record) })
 }
 
-/// Completes the shard at `destination` for `pull`: fetches every byte still missing, checks the
-/// whole file's sha256 and drops the record. A file failing the check is deleted, as `pull` does.
+/// Completes the shard at `destination` for `pull` from the hub; see [`complete_from`].
 pub(super) fn complete(
     hub: &Hub,
     url: &str,
@@ -273,36 +272,52 @@ pub(super) fn complete(
     progress: &mut dyn FnMut(u64, u64, PullState),
 ) -> anyhow::Result<()> {
     let source = ShardSource { url: url.to_string(), size: Some(file.size), sha256: file.sha256.clone() };
-    let _turn = FolderLock::take(destination)?;
-    let mut reader = HubRanges::new(hub, url);
     let mut report = |p: &PullProgress| progress(p.bytes_done, p.rate_bytes_per_second, p.state);
-    let mut meter = Meter::new(&file.path, &mut report);
-    let Existing::Shard(mut shard) = Shard::open(destination, &source)? else {
+    complete_from(&mut HubRanges::new(hub, url), &source, destination, &mut report)?;
+    Ok(())
+}
+
+/// Completes the shard at `destination` from `reader`: fetches every byte still missing, checks the
+/// whole file against the sha256 `source` (or the shard's record) knows, and drops the record, leaving
+/// a whole file. Returns the file's sha256. A file failing the check is deleted, as `pull` does.
+pub fn complete_from(
+    reader: &mut dyn RangeReader,
+    source: &ShardSource,
+    destination: &Path,
+    progress: &mut dyn FnMut(&PullProgress),
+) -> anyhow::Result<String> {
+    let _turn = FolderLock::take(destination)?;
+    let name = destination.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    let mut meter = Meter::new(&name, progress);
+    let Existing::Shard(mut shard) = Shard::open(destination, source)? else {
         anyhow::bail!("{} changed while it was being completed; run the command again", destination.display());
     };
-    let everything = 0..file.size;
+    let size = shard.record.size;
+    let everything = 0..size;
     let missing = shard.record.missing(std::slice::from_ref(&everything));
     let left: u64 = missing.iter().map(|r| r.end - r.start).sum();
-    meter.set(file.size - left, file.size, PullState::Downloading);
+    if let Some(free) = crate::util::free_disk_bytes(destination).filter(|&free| free < left) {
+        return Err(ShardError::NoSpace { path: destination.into(), needed: left, free }.into());
+    }
+    meter.set(size - left, size, PullState::Downloading);
     for run in missing {
-        fetch_run(&mut reader, url, &mut shard, run, &mut meter)?;
+        fetch_run(reader, &source.url, &mut shard, run, &mut meter)?;
     }
     meter.state(PullState::Verifying);
     drop(meter);
-    if let Some(expected) = &file.sha256 {
-        let actual = sha256_of(destination)?;
-        if &actual != expected {
+    let actual = sha256_of(destination)?;
+    if let Some(expected) = source.sha256.as_ref().or(shard.record.sha256.as_ref()) {
+        if !actual.eq_ignore_ascii_case(expected) {
             let _ = std::fs::remove_file(destination);
             let _ = std::fs::remove_file(sidecar(destination));
             anyhow::bail!(
-                "{} failed its checksum once completed: the hub says sha256 {expected}, the file has {actual}; the damaged file was deleted, run the command again",
-                file.path
+                "{name} failed its checksum once completed: its sha256 should be {expected}, the file has {actual}; the damaged file was deleted, fetch it again"
             );
         }
     }
     std::fs::remove_file(sidecar(destination))
         .map_err(|e| anyhow::anyhow!("cannot remove {}: {e}", sidecar(destination).display()))?;
-    Ok(())
+    Ok(actual)
 }
 
 /// Reads the header progressively. Returns its bytes (with whatever came after it in the last chunk)
