@@ -146,6 +146,13 @@ fn crafted_models_shoal_cannot_run_are_explained() {
     assert_clean_error(&generate(&write("shape.gguf", wrong_shape), &[]), "has shape [64, 32]");
     let moe = with_tensors(tiny_llama("llama"), "").f32_tensor("blk.0.ffn_gate_inp.weight", &[64, 4]);
     assert_clean_error(&generate(&write("moe.gguf", moe), &[]), "does not use");
+    // The first part of a split set holds the metadata and only some tensors.
+    let part = tiny_llama("llama").meta("split.no", Meta::U32(0)).meta("split.count", Meta::U32(3));
+    let part = part.f32_tensor("token_embd.weight", &[64, 8]);
+    assert_clean_error(
+        &generate(&write("big-00001-of-00003.gguf", part), &[]),
+        "part 1 of a split GGUF set of 3 files",
+    );
 }
 
 #[test]

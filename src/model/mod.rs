@@ -44,6 +44,8 @@ pub enum ModelError {
     InvalidKey { path: PathBuf, key: String, problem: String },
     #[error("{} lacks the tensor {tensor}; the file is damaged or is not a complete model", path.display())]
     MissingTensor { path: PathBuf, tensor: String },
+    #[error("{} is part {part} of a split GGUF set of {parts} files; shoal's engine opens single files: merge the set with `llama-gguf-split --merge FIRST-PART OUT.gguf` and run the result", path.display())]
+    SplitPart { path: PathBuf, part: u64, parts: u64 },
     #[error("{}: tensor {tensor} has shape {found:?} but the model's hyper-parameters need {expected:?}; the file is damaged", path.display())]
     TensorShape { path: PathBuf, tensor: String, found: Vec<u64>, expected: Vec<u64> },
     #[error("{} has a tensor {tensor} that shoal's {architecture} graph does not use (a variant such as mixture-of-experts that shoal does not run yet)", path.display())]
@@ -70,6 +72,11 @@ impl Model {
     /// the hyper-parameters, and the presence and shape of every tensor. Tensor data is not read.
     pub fn open(path: &Path) -> Result<Model, ModelError> {
         let file = GgufFile::open(path)?;
+        let parts = file.get("split.count").and_then(Value::as_u64).unwrap_or(1);
+        if parts > 1 {
+            let part = file.get("split.no").and_then(Value::as_u64).unwrap_or(0) + 1;
+            return Err(ModelError::SplitPart { path: path.into(), part, parts });
+        }
         let config = ModelConfig::from_gguf(&file)?;
         let layout = ModelLayout::check(&file, &config)?;
         Ok(Model { file, config, layout })
