@@ -94,7 +94,27 @@ fn a_three_node_launch_moves_each_node_only_its_share_from_the_member_that_has_i
     let ids: Vec<Value> = c.get_json(0, "/api/cluster")["nodes"].as_array().unwrap().clone();
     let id_of = |name: &str| ids.iter().find(|n| n["name"] == name).unwrap()["id"].clone();
 
-    let instance = launch(&c, &model, "node0:0-9,node1:10-19,node2:20-29");
+    // The preview says who will fetch its share, how much and from where.
+    let layers = "node0:0-9,node1:10-19,node2:20-29";
+    let preview = |c: &TestCluster| {
+        let body = json!({ "model": model, "layers": layers, "context": 256, "sequences": 2 });
+        let (status, preview) = c.post_json(0, "/api/placements/preview", body);
+        assert_eq!(status, 200, "{preview}");
+        preview["fetches"].as_array().unwrap().clone()
+    };
+    let fetches = preview(&c);
+    assert_eq!(fetches[0], Value::Null, "{fetches:?}");
+    for (i, layers) in [(1, 10..20), (2, 20..30)] {
+        assert_eq!(fetches[i]["from"], "node0", "{fetches:?}");
+        let share = Model::open(&model).unwrap().file().data_offset() + tensor_bytes(layers);
+        assert_eq!(fetches[i]["bytes"], share, "{fetches:?}");
+    }
+    let out = c.cli(0, &["run", model.to_str().unwrap(), "--layers", layers, "--preview"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.matches("share from node0").count(), 2, "{text}");
+
+    let instance = launch(&c, &model, layers);
+    assert!(preview(&c).iter().all(Value::is_null), "after the launch every node holds its share");
     let stages = instance["stages"].as_array().unwrap();
     assert_eq!(stages[0]["fetch"], Value::Null, "the owner has the whole file: {instance:#}");
     for (i, layers) in [(1, 10..20), (2, 20..30)] {
@@ -170,6 +190,10 @@ fn with_no_member_holding_the_whole_file_a_share_comes_from_the_hub() {
     c.form(&[]);
     hub.clear();
 
+    let body = json!({ "model": model, "layers": "node0:0-9,node1:10-29" });
+    let (_, preview) = c.post_json(0, "/api/placements/preview", body);
+    assert_eq!(preview["fetches"][0], Value::Null, "the owner's shard holds layers 0-9: {preview}");
+    assert!(preview["fetches"][1]["from"].as_str().unwrap().contains("Hugging Face"), "{preview}");
     let instance = launch(&c, &model, "node0:0-9,node1:10-29");
     let fetch = &instance["stages"][1]["fetch"];
     assert_eq!((fetch["done"].clone(), fetch["from_node"].clone()), (json!(true), Value::Null), "{instance:#}");

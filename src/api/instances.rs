@@ -2,7 +2,7 @@
 //! `GET /api/instances[/{id}]`, `DELETE /api/instances/{id}`.
 
 use super::{ApiError, ApiState};
-use crate::instances::{self, InstanceInfo, LaunchError, LaunchRequest};
+use crate::instances::{self, InstanceInfo, LaunchError, LaunchRequest, ShareNeed};
 use crate::placement::Plan;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
@@ -28,6 +28,8 @@ fn launch_error(e: LaunchError) -> ApiError {
 pub struct Preview {
     pub model: String,
     pub plan: Plan,
+    /// For each stage: what its node would fetch of the model at launch (null: it has its share).
+    pub fetches: Vec<Option<ShareNeed>>,
 }
 
 pub async fn preview(
@@ -36,7 +38,8 @@ pub async fn preview(
 ) -> Result<Json<Preview>, ApiError> {
     let request = launch_request(body)?;
     let (plan, model) = instances::preview(&state.agent, &request).await.map_err(launch_error)?;
-    Ok(Json(Preview { model, plan }))
+    let fetches = instances::preview_fetches(&state.agent, &request, &plan).await;
+    Ok(Json(Preview { model, plan, fetches }))
 }
 
 pub async fn launch(

@@ -36,6 +36,8 @@ pub struct RunArgs {
 struct Preview {
     model: String,
     plan: shoal::placement::Plan,
+    #[serde(default)]
+    fetches: Vec<Option<shoal::instances::ShareNeed>>,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -51,9 +53,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         preview.plan.stages.len(),
         preview.plan.total_bytes as f64 / 1e6
     );
-    for s in &preview.plan.stages {
+    for (i, s) in preview.plan.stages.iter().enumerate() {
+        let fetch = match preview.fetches.get(i).cloned().flatten() {
+            None => String::new(),
+            Some(need) => match need.from {
+                Some(from) => format!(", fetches its {:.1} MB share from {from}", need.bytes as f64 / 1e6),
+                None => ", lacks its share and nothing in reach has it".to_string(),
+            },
+        };
         println!(
-            "  {:<16} layers {:>3}-{:<3} {:>8.1} MB of {:>8.1} MB offered",
+            "  {:<16} layers {:>3}-{:<3} {:>8.1} MB of {:>8.1} MB offered{fetch}",
             s.node_name,
             s.layers.start,
             s.layers.end - 1,

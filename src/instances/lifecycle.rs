@@ -106,6 +106,15 @@ pub async fn preview(agent: &Agent, request: &LaunchRequest) -> Result<(Plan, St
     Ok((plan, request.name.clone().unwrap_or(default_name)))
 }
 
+/// What each stage's node would fetch of the model at launch (None: it holds its share already).
+pub async fn preview_fetches(agent: &Agent, request: &LaunchRequest, plan: &Plan) -> Vec<Option<super::ShareNeed>> {
+    let path = request.model.clone();
+    let Ok(Ok(model)) = tokio::task::spawn_blocking(move || Model::open(&path)).await else {
+        return vec![None; plan.stages.len()];
+    };
+    super::share::plan_fetches(agent, &model, &request.model, plan).await
+}
+
 /// Launches an instance; this node owns it. Returns as soon as the stages are starting.
 pub async fn launch(agent: &Agent, request: LaunchRequest) -> Result<InstanceInfo, LaunchError> {
     let (plan, name) = preview(agent, &request).await?;

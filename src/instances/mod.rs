@@ -12,8 +12,8 @@ mod share;
 
 pub use fit::{Fit, PoolOffers};
 pub use generate::{generate, GenerateError};
-pub use lifecycle::{launch, on_message, on_peer_down, preview, stop, LaunchError, LaunchRequest};
-pub use share::StageFetch;
+pub use lifecycle::{launch, on_message, on_peer_down, preview, preview_fetches, stop, LaunchError, LaunchRequest};
+pub use share::{ShareNeed, StageFetch};
 
 /// Types the control messages carry.
 pub mod lifecycle_types {

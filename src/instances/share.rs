@@ -16,6 +16,7 @@ use crate::model::pull::{repo_dir, Hub, PullProgress};
 use crate::model::shard::{self, PeerRanges, ShardSource, Stoppable};
 use crate::model::Model;
 use crate::node::NodeId;
+use crate::placement::Plan;
 use crate::worker::supervisor::StageSpec;
 use crate::worker::WorkerState;
 use serde::{Deserialize, Serialize};
@@ -148,11 +149,7 @@ enum Holds {
 
 fn holds_share(path: &Path, file: &OfferedFile, layers: Range<usize>) -> Holds {
     let Some(here) = peer_copy::describe(path) else { return Holds::Nothing };
-    let same_hash = match (&here.sha256, &file.sha256) {
-        (Some(a), Some(b)) => a.eq_ignore_ascii_case(b),
-        _ => true,
-    };
-    if here.size != file.size || !same_hash {
+    if here.size != file.size || !same_hash(&here, file) {
         return Holds::Nothing;
     }
     if !shard::is_shard(path) {
@@ -187,15 +184,11 @@ async fn members_offering(agent: &Agent, file: &OfferedFile) -> Vec<(NodeId, Str
         let (id, name) = (n.id, n.name.clone());
         Some(async move {
             let files = tokio::time::timeout(LIST_TIMEOUT, peer_copy::list(addr, &secret)).await;
-            let offers = files.ok()?.ok()?.into_iter().any(|f| {
-                f.name == file.name
-                    && f.layers.is_none()
-                    && f.size == file.size
-                    && match (&f.sha256, &file.sha256) {
-                        (Some(a), Some(b)) => a.eq_ignore_ascii_case(b),
-                        _ => true,
-                    }
-            });
+            let offers = files
+                .ok()?
+                .ok()?
+                .into_iter()
+                .any(|f| f.name == file.name && f.layers.is_none() && f.size == file.size && same_hash(&f, file));
             offers.then_some((id, name, addr))
         })
     });
@@ -242,4 +235,84 @@ async fn fetch(
         Ok(())
     };
     tokio::task::spawn_blocking(blocking).await.map_err(|e| e.to_string())?
+}
+
+/// What a stage's node will fetch at launch, as a preview shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShareNeed {
+    /// The header and the stage's tensors: what comes over when the node has nothing of the file.
+    pub bytes: u64,
+    /// The member it would come from (the fastest measured link to that node with the whole file), or
+    /// the hub; None when neither has it (the launch would fail).
+    pub from: Option<String>,
+}
+
+/// For each stage of `plan`, what its node lacks of `model` (None: it holds its share already),
+/// from what the members list (`GET /api/models/cluster`'s view) and this node's own library.
+pub async fn plan_fetches(agent: &Agent, model: &Model, path: &Path, plan: &Plan) -> Vec<Option<ShareNeed>> {
+    let Some(file) = peer_copy::describe(path) else { return vec![None; plan.stages.len()] };
+    let me = agent.id();
+    let snapshot = agent.snapshot();
+    let lists = snapshot.nodes.iter().filter(|n| n.is_self || n.status == "alive").map(|n| {
+        let (id, name, addr, secret) = (n.id, n.name.clone(), agent.peer_control(n.id), agent.secret_bytes());
+        let library = Library::new(&agent.config.data_dir);
+        async move {
+            let files = if id == me {
+                tokio::task::spawn_blocking(move || peer_copy::listed_files(&library)).await.ok()
+            } else {
+                let asked = tokio::time::timeout(LIST_TIMEOUT, peer_copy::list(addr?, &secret)).await;
+                asked.ok().and_then(Result::ok)
+            };
+            Some((id, name, files?))
+        }
+    });
+    let holdings: Vec<(NodeId, String, Vec<OfferedFile>)> =
+        futures_util::future::join_all(lists).await.into_iter().flatten().collect();
+    let same = |f: &OfferedFile| f.name == file.name && f.size == file.size && same_hash(f, &file);
+    let whole: Vec<&(NodeId, String, Vec<OfferedFile>)> =
+        holdings.iter().filter(|(_, _, files)| files.iter().any(|f| same(f) && f.layers.is_none())).collect();
+    let throughput = |a: NodeId, b: NodeId| {
+        let link = snapshot.links.iter().find(|l| (l.a == a && l.b == b) || (l.a == b && l.b == a));
+        link.and_then(|l| if l.a == a { l.throughput_a_to_b_bps } else { l.throughput_b_to_a_bps }).unwrap_or(0)
+    };
+    plan.stages
+        .iter()
+        .map(|stage| {
+            let held = holdings.iter().find(|(id, _, _)| *id == stage.node).map(|(_, _, files)| files);
+            let holds = held.is_some_and(|files| {
+                files.iter().filter(|f| same(f)).any(|f| match &f.layers {
+                    None => true,
+                    Some(text) => layers_cover(text, &stage.layers),
+                })
+            });
+            if holds {
+                return None;
+            }
+            let bytes = model.file().data_offset()
+                + model.stage_tensors(stage.layers.clone()).iter().map(|t| t.bytes).sum::<u64>();
+            let nearest = whole
+                .iter()
+                .filter(|(id, _, _)| *id != stage.node)
+                .max_by_key(|(id, _, _)| throughput(*id, stage.node));
+            let from = match (nearest, &file.repo) {
+                (Some((_, name, _)), _) => Some(name.clone()),
+                (None, Some(repo)) => Some(format!("Hugging Face ({repo})")),
+                (None, None) => None,
+            };
+            Some(ShareNeed { bytes, from })
+        })
+        .collect()
+}
+
+/// Whether a shard's layers (`0-9, 20-29`, both ends included) hold every layer of `wanted`.
+fn layers_cover(text: &str, wanted: &Range<usize>) -> bool {
+    let held: Vec<Range<usize>> = text.split(',').filter_map(|part| shard::parse_layers(part).ok()).collect();
+    wanted.clone().all(|layer| held.iter().any(|r| r.contains(&layer)))
+}
+
+fn same_hash(a: &OfferedFile, b: &OfferedFile) -> bool {
+    match (&a.sha256, &b.sha256) {
+        (Some(x), Some(y)) => x.eq_ignore_ascii_case(y),
+        _ => true,
+    }
 }

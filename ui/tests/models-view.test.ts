@@ -110,13 +110,21 @@ describe('the library', () => {
     const plan = instancesFixture()[0]!.plan;
     const { calls } = mount({
       'GET /api/models/fit': ok(libraryFixture()),
-      'POST /api/placements/preview': ok({ model: 'SmolLM2-135M-Instruct.Q4_1', plan }),
+      'POST /api/placements/preview': ok({
+        model: 'SmolLM2-135M-Instruct.Q4_1',
+        plan,
+        fetches: plan.stages.map((_, i) => (i === 0 ? null : { bytes: 24_000_000, from: i === 1 ? 'alpha' : null })),
+      }),
     });
     await fireEvent.click(await screen.findByTestId('library-launch'));
     const path = libraryFixture()[0]!.path;
     expect((screen.getByTestId('model-path') as HTMLInputElement).value).toBe(path);
     await screen.findByTestId('placement-preview');
     expect(screen.getAllByTestId('preview-stage')).toHaveLength(plan.stages.length);
+    const fetches = screen.getAllByTestId('preview-fetch').map((cell) => cell.textContent?.trim());
+    expect(fetches[0]).toBe('—');
+    expect(fetches[1]).toBe('24.0 MB from alpha');
+    if (plan.stages.length > 2) expect(fetches[2]).toBe('lacks it; no source');
     expect(calls.find((c) => c.key === 'POST /api/placements/preview')?.body).toEqual({ model: path });
     expect((screen.getByTestId('launch-button') as HTMLButtonElement).disabled).toBe(false);
   });

@@ -250,9 +250,19 @@ export interface LaunchRequest {
   name?: string;
 }
 
+/** What a stage's node would fetch of the model at launch. */
+export interface ShareNeed {
+  /** The header and the stage's tensors. */
+  bytes: number;
+  /** The member it would come from, or "Hugging Face (ORG/NAME)"; null when nothing in reach has it. */
+  from: string | null;
+}
+
 export interface PlacementPreview {
   model: string;
   plan: Plan;
+  /** Per stage: null when its node holds its share already (absent from older nodes). */
+  fetches?: (ShareNeed | null)[];
 }
 
 export interface GenerationReport {
