@@ -222,7 +222,7 @@ impl RdmaLink {
     /// Opens `device` and makes a queue pair with page-aligned slots registered as one memory region.
     pub fn open(verbs: &Arc<Verbs>, device: &str, slots: u32, slot_bytes: u32) -> Result<RdmaLink, RdmaError> {
         let bad = |detail: String| RdmaError::Device { device: device.into(), detail };
-        if slots == 0 || slots > MAX_SLOTS || slot_bytes as usize % FRAME_BYTES != 0 || slot_bytes == 0 {
+        if slots == 0 || slots > MAX_SLOTS || !(slot_bytes as usize).is_multiple_of(FRAME_BYTES) || slot_bytes == 0 {
             return Err(bad(format!(
                 "{slots} slots of {slot_bytes} bytes: want 1..={MAX_SLOTS} slots of whole 4 KiB frames"
             )));
