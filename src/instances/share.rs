@@ -5,7 +5,9 @@
 //! it fetches the stage's share ([`shard::fetch_from`]: the header and the stage's tensors, into a
 //! sparse shard file in its models directory) from the member with the fastest measured link that
 //! offers the whole file, trying the next one if that fails, and from the hub (when the repository is
-//! known) only when no member can serve it. Progress goes to the owner as the stage's `fetch`.
+//! known) only when no member can serve it. Progress goes to the owner as the stage's `fetch`; the
+//! fetch ends when its instance does. Before a launch, [`plan_fetches`] tells the preview which node
+//! would fetch how much, and from where.
 
 use super::lifecycle::StageReport;
 use super::InstanceState;
