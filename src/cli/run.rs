@@ -1,8 +1,10 @@
 //! `shoal run MODEL_PATH`: launches a model on the cluster (placement preview, then the stages'
-//! progress), and returns once it is ready to serve.
+//! progress), and returns once it is ready to serve. Time spent fetching shares of the model does not
+//! count against its ten minutes: only time without progress does.
 
 use super::client::NodeAddress;
 use shoal::instances::{InstanceInfo, InstanceState};
+use shoal::worker::WorkerState;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -31,6 +33,9 @@ pub struct RunArgs {
     #[arg(long)]
     preview: bool,
 }
+
+/// How long a launch may go without any stage's progress changing.
+const PATIENCE: Duration = Duration::from_secs(600);
 
 #[derive(serde::Deserialize)]
 struct Preview {
@@ -77,19 +82,28 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let info: InstanceInfo = args.node.post("/api/instances", body)?;
-    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut deadline = Instant::now() + PATIENCE;
     let mut shown = String::new();
     loop {
         let now: InstanceInfo = args.node.get(&format!("/api/instances/{}", info.id))?;
         let line = now
             .stages
             .iter()
-            .map(|s| format!("{} {:?} {:.0}%", s.node_name, s.state, s.progress * 100.0).to_lowercase())
+            .map(|s| {
+                let state = format!("{} {:?} {:.0}%", s.node_name, s.state, s.progress * 100.0).to_lowercase();
+                match &s.fetch {
+                    Some(f) if s.state == WorkerState::Fetching && f.bytes_per_second > 0 => {
+                        format!("{state} ({:.1} MB/s from {})", f.bytes_per_second as f64 / 1e6, f.from)
+                    }
+                    _ => state,
+                }
+            })
             .collect::<Vec<_>>()
             .join(" · ");
         if line != shown {
             eprintln!("  {line}");
             shown = line;
+            deadline = Instant::now() + PATIENCE;
         }
         match now.state {
             InstanceState::Ready => {
@@ -100,7 +114,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                 anyhow::bail!("the instance {:?}: {}", now.state, now.error.unwrap_or_default())
             }
             InstanceState::Launching if Instant::now() > deadline => {
-                anyhow::bail!("the instance did not get ready in 10 minutes")
+                anyhow::bail!(
+                    "the instance {} made no progress for 10 minutes; it keeps launching on the cluster (see the dashboard or GET /api/instances/{0}; stop it with DELETE /api/instances/{0})",
+                    now.id
+                )
             }
             InstanceState::Launching => std::thread::sleep(Duration::from_millis(200)),
         }
