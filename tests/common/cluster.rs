@@ -46,6 +46,14 @@ pub struct TestCluster {
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// The first port from `from` (then in steps of 1000, staying within 20000-31999) such that it and
+/// the next one are free on loopback now: a node listens on both (API and control).
+fn free_port_pair(from: u16) -> u16 {
+    let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+    let candidate = |k: u16| 20000 + (from - 20000 + k * 1000) % 12000;
+    (0..12).map(candidate).find(|&p| free(p) && free(p + 1)).unwrap_or(from)
+}
+
 fn ip(args: &[&str]) -> Result<(), String> {
     let out = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
     if out.status.success() {
@@ -108,7 +116,9 @@ impl TestCluster {
             ip(&["-n", &bridge, "link", "set", "br0", "up"]).unwrap();
         }
         // Loopback ports: spread by process and serial so parallel tests do not collide.
-        let base = (20000 + (std::process::id() % 300) * 100 + (serial % 10) * 10) as u16;
+        // Below the kernel's ephemeral range (32768 and up by default), where outgoing connections take
+        // their local ports, so a port chosen here is not already some client's.
+        let base = (20000 + (std::process::id() % 120) * 100 + (serial % 10) * 10) as u16;
         for i in 0..n {
             let data_dir = cluster._dir.path().join(format!("node{i}"));
             let log = cluster._dir.path().join(format!("node{i}.log"));
@@ -127,7 +137,7 @@ impl TestCluster {
                     ip(&["-n", &ns, "link", "set", "lo", "up"]).unwrap();
                     (Some(ns), addr, shoal::cluster::DEFAULT_API_PORT)
                 }
-                Network::Loopback => (None, "127.0.0.1".to_string(), base + (i as u16) * 2),
+                Network::Loopback => (None, "127.0.0.1".to_string(), free_port_pair(base + (i as u16) * 2)),
             };
             cluster.nodes.push(TestNode {
                 name: format!("node{i}"),
