@@ -11,7 +11,7 @@
 
 use super::lifecycle::StageReport;
 use super::InstanceState;
-use crate::cluster::Agent;
+use crate::cluster::{Agent, ClusterSnapshot};
 use crate::model::library::Library;
 use crate::model::peer_copy::{self, OfferedFile};
 use crate::model::pull::{repo_dir, Hub, PullProgress};
@@ -172,14 +172,6 @@ fn holds_share(path: &Path, file: &OfferedFile, layers: Range<usize>) -> Holds {
 async fn members_offering(agent: &Agent, file: &OfferedFile) -> Vec<(NodeId, String, std::net::SocketAddr)> {
     let snapshot = agent.snapshot();
     let me = agent.id();
-    let throughput = |node: NodeId| {
-        snapshot
-            .links
-            .iter()
-            .find(|l| (l.a == me && l.b == node) || (l.b == me && l.a == node))
-            .and_then(|l| if l.a == node { l.throughput_a_to_b_bps } else { l.throughput_b_to_a_bps })
-            .unwrap_or(0)
-    };
     let asks = snapshot.nodes.iter().filter(|n| !n.is_self && n.status == "alive").filter_map(|n| {
         let addr = agent.peer_control(n.id)?;
         let secret = agent.secret_bytes();
@@ -195,7 +187,7 @@ async fn members_offering(agent: &Agent, file: &OfferedFile) -> Vec<(NodeId, Str
         })
     });
     let mut members: Vec<_> = futures_util::future::join_all(asks).await.into_iter().flatten().collect();
-    members.sort_by_key(|m| std::cmp::Reverse(throughput(m.0)));
+    members.sort_by_key(|m| std::cmp::Reverse(throughput(&snapshot, m.0, me)));
     members
 }
 
@@ -273,10 +265,6 @@ pub async fn plan_fetches(agent: &Agent, model: &Model, path: &Path, plan: &Plan
     let same = |f: &OfferedFile| f.name == file.name && f.size == file.size && same_hash(f, &file);
     let whole: Vec<&(NodeId, String, Vec<OfferedFile>)> =
         holdings.iter().filter(|(_, _, files)| files.iter().any(|f| same(f) && f.layers.is_none())).collect();
-    let throughput = |a: NodeId, b: NodeId| {
-        let link = snapshot.links.iter().find(|l| (l.a == a && l.b == b) || (l.a == b && l.b == a));
-        link.and_then(|l| if l.a == a { l.throughput_a_to_b_bps } else { l.throughput_b_to_a_bps }).unwrap_or(0)
-    };
     plan.stages
         .iter()
         .map(|stage| {
@@ -295,7 +283,7 @@ pub async fn plan_fetches(agent: &Agent, model: &Model, path: &Path, plan: &Plan
             let nearest = whole
                 .iter()
                 .filter(|(id, _, _)| *id != stage.node)
-                .max_by_key(|(id, _, _)| throughput(*id, stage.node));
+                .max_by_key(|(id, _, _)| throughput(&snapshot, *id, stage.node));
             let from = match (nearest, &file.repo) {
                 (Some((_, name, _)), _) => Some(name.clone()),
                 (None, Some(repo)) => Some(format!("Hugging Face ({repo})")),
@@ -310,6 +298,12 @@ pub async fn plan_fetches(agent: &Agent, model: &Model, path: &Path, plan: &Plan
 fn layers_cover(text: &str, wanted: &Range<usize>) -> bool {
     let held: Vec<Range<usize>> = text.split(',').filter_map(|part| shard::parse_layers(part).ok()).collect();
     wanted.clone().all(|layer| held.iter().any(|r| r.contains(&layer)))
+}
+
+/// The measured throughput from `from` to `to` (0 when not measured).
+fn throughput(snapshot: &ClusterSnapshot, from: NodeId, to: NodeId) -> u64 {
+    let link = snapshot.links.iter().find(|l| (l.a == from && l.b == to) || (l.a == to && l.b == from));
+    link.and_then(|l| if l.a == from { l.throughput_a_to_b_bps } else { l.throughput_b_to_a_bps }).unwrap_or(0)
 }
 
 fn same_hash(a: &OfferedFile, b: &OfferedFile) -> bool {

@@ -100,8 +100,13 @@ pub struct CopyReport {
 
 /// The files of `library` a peer may copy: every readable part of every model that is not a shard.
 pub fn offered_files(library: &Library) -> Vec<(OfferedFile, PathBuf)> {
+    offered_of(&library.list())
+}
+
+/// The complete files among `models`, with their paths.
+fn offered_of(models: &[super::library::LibraryModel]) -> Vec<(OfferedFile, PathBuf)> {
     let mut files = Vec::new();
-    for model in library.list() {
+    for model in models {
         // A shard lacks bytes; a file whose header does not parse is damaged: neither is offered.
         if model.shard.is_some() || model.parameters.is_none() {
             continue;
@@ -128,8 +133,9 @@ pub fn offered_files(library: &Library) -> Vec<(OfferedFile, PathBuf)> {
 /// What a node tells the cluster it holds: the files it offers, and the shards it has (with their
 /// layers), which it does not offer.
 pub fn listed_files(library: &Library) -> Vec<OfferedFile> {
-    let mut files: Vec<OfferedFile> = offered_files(library).into_iter().map(|(f, _)| f).collect();
-    for model in library.list() {
+    let models = library.list();
+    let mut files: Vec<OfferedFile> = offered_of(&models).into_iter().map(|(f, _)| f).collect();
+    for model in &models {
         let Some(shard) = &model.shard else { continue };
         if let Some(mut file) = describe(&model.path) {
             file.layers = Some(shard.layers.clone());

@@ -124,7 +124,7 @@ describe('the library', () => {
     const fetches = screen.getAllByTestId('preview-fetch').map((cell) => cell.textContent?.trim());
     expect(fetches[0]).toBe('—');
     expect(fetches[1]).toBe('24.0 MB from alpha');
-    if (plan.stages.length > 2) expect(fetches[2]).toBe('lacks it; no source');
+    expect(fetches[2]).toBe('lacks it; no source');
     expect(calls.find((c) => c.key === 'POST /api/placements/preview')?.body).toEqual({ model: path });
     expect((screen.getByTestId('launch-button') as HTMLButtonElement).disabled).toBe(false);
   });
