@@ -1,12 +1,15 @@
-//! The layer-range executor: a [`Stage`] runs layers [a, b) of a model on ggml with its own KV cache;
+//! The layer-range executor: a [`Stage`] runs layers [a, b) of a model on ggml with its own KV cache,
+//! through the graph its architecture declares ([`arch`], one file each, over the shared [`blocks`]);
 //! hidden states cross stage boundaries in the byte form of [`hidden`]; [`LocalPipeline`] chains stages
 //! in one process; [`generate`] samples a continuation; [`bench`] measures prefill and decode rates.
 
+pub mod arch;
 pub mod bench;
+mod blocks;
+mod forward;
 mod generate;
 pub mod hidden;
 mod kv_cache;
-mod llama;
 mod pipeline;
 mod sampler;
 mod stage;

@@ -1,8 +1,9 @@
 //! A stage: layers [a, b) of a model with their own KV cache, run on ggml's CPU back end.
 //! The first stage takes token ids, the others hidden states; the last returns logits.
 
+use super::blocks::{input, GraphShape};
+use super::forward::{self, StageParts};
 use super::kv_cache::KvCache;
-use super::llama::{self, input, GraphShape, StageParts};
 use super::weights::StageWeights;
 use super::EngineError;
 use crate::ggml::{CpuBackend, Graph};
@@ -133,7 +134,7 @@ impl Stage {
             weights: &self.weights,
             cache: &self.cache,
         };
-        llama::build(&parts, shape)
+        forward::build(&parts, shape)
     }
 
     pub fn layers(&self) -> Range<usize> {

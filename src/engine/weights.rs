@@ -7,23 +7,24 @@ use crate::model::layout::{OUTPUT, OUTPUT_NORM, ROPE_FREQS, TOKEN_EMBEDDING};
 use crate::model::{Model, TensorInfo};
 use std::ops::Range;
 
-/// One transformer layer's tensors.
-pub(super) struct LayerWeights {
-    pub attn_norm: SetTensorRef,
-    pub q: SetTensorRef,
-    pub k: SetTensorRef,
-    pub v: SetTensorRef,
-    pub q_bias: Option<SetTensorRef>,
-    pub k_bias: Option<SetTensorRef>,
-    pub v_bias: Option<SetTensorRef>,
-    pub attn_output: SetTensorRef,
-    pub attn_output_bias: Option<SetTensorRef>,
-    pub q_norm: Option<SetTensorRef>,
-    pub k_norm: Option<SetTensorRef>,
-    pub ffn_norm: SetTensorRef,
-    pub ffn_gate: SetTensorRef,
-    pub ffn_up: SetTensorRef,
-    pub ffn_down: SetTensorRef,
+/// One layer's tensors, by their short names (`attn_q.weight` for `blk.N.attn_q.weight`), as its
+/// architecture declares them. Required tensors are always present: [`Model::open`] checked them.
+pub struct LayerWeights {
+    tensors: Vec<(String, SetTensorRef)>,
+}
+
+impl LayerWeights {
+    /// An optional tensor of the layer.
+    pub fn get(&self, short_name: &str) -> Option<&SetTensorRef> {
+        self.tensors.iter().find(|(n, _)| n == short_name).map(|(_, t)| t)
+    }
+
+    /// A tensor the architecture declares as required.
+    pub fn req(&self, short_name: &str) -> &SetTensorRef {
+        self.get(short_name).unwrap_or_else(|| {
+            panic!("the graph uses {short_name}, which its architecture does not declare as required")
+        })
+    }
 }
 
 /// The mapped tensors of a stage.
@@ -60,26 +61,24 @@ impl StageWeights {
         let get = |name: &str| set.get(name);
         let need = |name: String| get(&name).ok_or(EngineError::Internal(format!("tensor {name} was not mapped")));
         let config = model.config();
+        let spec = config.architecture.spec();
         let mut layer_weights = Vec::with_capacity(layers.len());
         for l in layers.clone() {
-            let n = |part: &str| format!("blk.{l}.{part}");
-            layer_weights.push(LayerWeights {
-                attn_norm: need(n("attn_norm.weight"))?,
-                q: need(n("attn_q.weight"))?,
-                k: need(n("attn_k.weight"))?,
-                v: need(n("attn_v.weight"))?,
-                q_bias: get(&n("attn_q.bias")),
-                k_bias: get(&n("attn_k.bias")),
-                v_bias: get(&n("attn_v.bias")),
-                attn_output: need(n("attn_output.weight"))?,
-                attn_output_bias: get(&n("attn_output.bias")),
-                q_norm: get(&n("attn_q_norm.weight")),
-                k_norm: get(&n("attn_k_norm.weight")),
-                ffn_norm: need(n("ffn_norm.weight"))?,
-                ffn_gate: need(n("ffn_gate.weight"))?,
-                ffn_up: need(n("ffn_up.weight"))?,
-                ffn_down: need(n("ffn_down.weight"))?,
-            });
+            let prefix = format!("blk.{l}.");
+            let mut tensors = Vec::new();
+            for t in spec.layer_tensors(config, l) {
+                match get(&t.name) {
+                    Some(mapped) => {
+                        let short = t.name.strip_prefix(&prefix).unwrap_or(&t.name).to_string();
+                        tensors.push((short, mapped));
+                    }
+                    None if t.required => {
+                        return Err(EngineError::Internal(format!("tensor {} was not mapped", t.name)))
+                    }
+                    None => {}
+                }
+            }
+            layer_weights.push(LayerWeights { tensors });
         }
         let last = layers.end == config.layers;
         let output = match (last, model.layout().tied_output) {

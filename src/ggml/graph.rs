@@ -360,6 +360,64 @@ impl GraphBuilder {
         self.adopt(raw)
     }
 
+    /// Softmax over each row.
+    pub fn soft_max<'g>(&'g self, a: Tensor<'g>) -> Tensor<'g> {
+        self.reserve(1);
+        // SAFETY: see get_rows.
+        self.adopt(unsafe { sys::ggml_soft_max(self.parts.ctx.as_ptr(), a.raw.as_ptr()) })
+    }
+
+    pub fn sigmoid<'g>(&'g self, a: Tensor<'g>) -> Tensor<'g> {
+        self.reserve(1);
+        // SAFETY: see get_rows.
+        self.adopt(unsafe { sys::ggml_sigmoid(self.parts.ctx.as_ptr(), a.raw.as_ptr()) })
+    }
+
+    /// The indices (I32) of the `k` largest values of each row, largest first.
+    pub fn argsort_top_k<'g>(&'g self, a: Tensor<'g>, k: i64) -> Tensor<'g> {
+        self.reserve(2);
+        // SAFETY: see get_rows; ggml asserts k <= the row length.
+        self.adopt(unsafe { sys::ggml_argsort_top_k(self.parts.ctx.as_ptr(), a.raw.as_ptr(), k as i32) })
+    }
+
+    /// The sum of each row: [n, …] → [1, …].
+    pub fn sum_rows<'g>(&'g self, a: Tensor<'g>) -> Tensor<'g> {
+        self.reserve(1);
+        // SAFETY: see get_rows.
+        self.adopt(unsafe { sys::ggml_sum_rows(self.parts.ctx.as_ptr(), a.raw.as_ptr()) })
+    }
+
+    /// Element-wise quotient, broadcasting `b` over `a`.
+    pub fn div<'g>(&'g self, a: Tensor<'g>, b: Tensor<'g>) -> Tensor<'g> {
+        self.reserve(1);
+        // SAFETY: see get_rows.
+        self.adopt(unsafe { sys::ggml_div(self.parts.ctx.as_ptr(), a.raw.as_ptr(), b.raw.as_ptr()) })
+    }
+
+    pub fn clamp<'g>(&'g self, a: Tensor<'g>, min: f32, max: f32) -> Tensor<'g> {
+        self.reserve(1);
+        // SAFETY: see get_rows.
+        self.adopt(unsafe { sys::ggml_clamp(self.parts.ctx.as_ptr(), a.raw.as_ptr(), min, max) })
+    }
+
+    /// `a` times the constant `s`.
+    pub fn scale<'g>(&'g self, a: Tensor<'g>, s: f32) -> Tensor<'g> {
+        self.reserve(1);
+        // SAFETY: see get_rows.
+        self.adopt(unsafe { sys::ggml_scale(self.parts.ctx.as_ptr(), a.raw.as_ptr(), s) })
+    }
+
+    /// Matrix products with chosen experts: `experts` is [k, n, n_expert], `b` is [k, 1 or used, tokens],
+    /// `ids` (I32 [used, tokens]) names the experts of each token. Result: [n, used, tokens]. Only the
+    /// chosen experts' rows are read.
+    pub fn mul_mat_id<'g>(&'g self, experts: Tensor<'g>, b: Tensor<'g>, ids: Tensor<'g>) -> Tensor<'g> {
+        self.reserve(1);
+        // SAFETY: see get_rows; ggml asserts the shapes agree.
+        self.adopt(unsafe {
+            sys::ggml_mul_mat_id(self.parts.ctx.as_ptr(), experts.raw.as_ptr(), b.raw.as_ptr(), ids.raw.as_ptr())
+        })
+    }
+
     /// silu(gate) · up, fused.
     pub fn swiglu<'g>(&'g self, gate: Tensor<'g>, up: Tensor<'g>) -> Tensor<'g> {
         self.reserve(1);

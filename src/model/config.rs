@@ -14,16 +14,21 @@ pub enum Architecture {
     Qwen2,
     /// Qwen 3 (dense): NeoX RoPE and an RMSNorm on each head of Q and K.
     Qwen3,
+    /// Qwen 3 mixture-of-experts (Qwen3-30B-A3B, Qwen3-235B-A22B): Qwen 3 attention, every layer's
+    /// feed-forward a softmax-routed set of experts.
+    #[serde(rename = "qwen3moe")]
+    Qwen3Moe,
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3";
+    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe";
 
     pub fn from_gguf_name(name: &str) -> Option<Architecture> {
         match name {
             "llama" => Some(Architecture::Llama),
             "qwen2" => Some(Architecture::Qwen2),
             "qwen3" => Some(Architecture::Qwen3),
+            "qwen3moe" => Some(Architecture::Qwen3Moe),
             _ => None,
         }
     }
@@ -34,15 +39,13 @@ impl Architecture {
             Architecture::Llama => "llama",
             Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
+            Architecture::Qwen3Moe => "qwen3moe",
         }
     }
 
-    /// ggml's RoPE mode: 0 rotates adjacent pairs (llama GGUFs are converted for it), 2 rotates halves.
-    pub fn rope_mode(self) -> i32 {
-        match self {
-            Architecture::Llama => 0,
-            Architecture::Qwen2 | Architecture::Qwen3 => 2,
-        }
+    /// What the architecture declares: its own metadata, tensors and graph.
+    pub fn spec(self) -> &'static dyn crate::engine::arch::ArchSpec {
+        crate::engine::arch::spec(self)
     }
 }
 
@@ -72,12 +75,38 @@ pub struct ModelConfig {
     pub rope: RopeConfig,
     pub training_context: usize,
     pub vocabulary: usize,
+    /// The mixture-of-experts feed-forward, for architectures that have one.
+    pub moe: Option<MoeParams>,
+}
+
+/// How a router's logits become expert weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Gating {
+    Softmax,
+    Sigmoid,
+}
+
+/// A mixture-of-experts feed-forward's hyper-parameters (llama.cpp's `build_moe_ffn` arguments).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct MoeParams {
+    /// Experts per layer.
+    pub experts: usize,
+    /// Experts each token is routed to.
+    pub experts_used: usize,
+    /// Inner width of one expert.
+    pub expert_feed_forward: usize,
+    pub gating: Gating,
+    /// Divide the chosen experts' weights by their sum.
+    pub normalize: bool,
+    /// Multiply the weights by this (0 or 1: unscaled).
+    pub scale: f32,
 }
 
 impl ModelConfig {
     pub fn from_gguf(file: &GgufFile) -> Result<ModelConfig, ModelError> {
-        let keys = Keys { file };
-        let arch_name = keys.string("general.architecture")?;
+        let arch_name = Keys { file, arch: String::new() }.string("general.architecture")?;
+        let keys = Keys { file, arch: arch_name.clone() };
         let architecture = Architecture::from_gguf_name(&arch_name).ok_or_else(|| {
             ModelError::UnsupportedArchitecture { path: file.path().into(), architecture: arch_name.clone() }
         })?;
@@ -146,7 +175,7 @@ impl ModelConfig {
                 }
             },
         };
-        Ok(ModelConfig {
+        let mut config = ModelConfig {
             architecture,
             layers,
             embedding,
@@ -164,7 +193,10 @@ impl ModelConfig {
             },
             training_context,
             vocabulary,
-        })
+            moe: None,
+        };
+        architecture.spec().hyper_parameters(&keys, &mut config)?;
+        Ok(config)
     }
 
     /// Width of the K (and V) rows of one layer: kv_heads × head_dim.
@@ -174,11 +206,36 @@ impl ModelConfig {
 }
 
 /// Typed access to metadata, with errors that name the key.
-struct Keys<'a> {
+pub struct Keys<'a> {
     file: &'a GgufFile,
+    /// The architecture's key prefix (`qwen3moe`).
+    arch: String,
 }
 
 impl Keys<'_> {
+    /// The full name of the architecture's key `key` (`expert_count` → `qwen3moe.expert_count`).
+    pub fn arch_key(&self, key: &str) -> String {
+        format!("{}.{key}", self.arch)
+    }
+
+    /// A required count of the architecture's own (`expert_count`).
+    pub fn arch_count(&self, key: &str) -> Result<usize, ModelError> {
+        self.count(&self.arch_key(key))
+    }
+
+    pub fn arch_optional_count(&self, key: &str) -> Result<Option<usize>, ModelError> {
+        self.optional_count(&self.arch_key(key))
+    }
+
+    pub fn arch_optional_float(&self, key: &str) -> Result<Option<f64>, ModelError> {
+        self.optional_float(&self.arch_key(key))
+    }
+
+    /// An error naming the architecture's key `key`.
+    pub fn arch_invalid(&self, key: &str, problem: &str) -> ModelError {
+        self.invalid(&self.arch_key(key), problem)
+    }
+
     fn missing(&self, key: &str) -> ModelError {
         ModelError::MissingKey { path: self.file.path().into(), key: key.into() }
     }

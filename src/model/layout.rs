@@ -1,7 +1,8 @@
-//! Which tensors a llama-family model must have, their expected shapes, and the exact bytes each layer,
-//! the embeddings and the output head occupy: the numbers a stage maps and placement budgets.
+//! Which tensors a model must have (as its architecture declares them, with the shared declarations of
+//! attention, feed-forward and expert tensors here), their expected shapes, and the exact bytes each
+//! layer, the embeddings and the output head occupy: the numbers a stage maps and placement budgets.
 
-use super::config::{Architecture, ModelConfig};
+use super::config::ModelConfig;
 use super::gguf::GgufFile;
 use super::ModelError;
 use std::collections::HashMap;
@@ -15,35 +16,62 @@ pub struct ExpectedTensor {
     pub required: bool,
 }
 
+impl ExpectedTensor {
+    /// Tensor `short_name` of layer `layer` (`blk.{layer}.{short_name}`).
+    pub fn layer(layer: usize, short_name: &str, shape: &[usize], required: bool) -> ExpectedTensor {
+        tensor(format!("blk.{layer}.{short_name}"), shape, required)
+    }
+}
+
 fn tensor(name: String, shape: &[usize], required: bool) -> ExpectedTensor {
     ExpectedTensor { name, shape: shape.iter().map(|&n| n as u64).collect(), required }
 }
 
-/// Tensors of layer `layer`, in the order the graph uses them.
+/// Tensors of layer `layer`, as its architecture declares them.
 pub fn layer_tensors(config: &ModelConfig, layer: usize) -> Vec<ExpectedTensor> {
-    let (e, f, q, kv, hd) =
-        (config.embedding, config.feed_forward, config.heads * config.head_dim, config.kv_width(), config.head_dim);
-    let name = |part: &str| format!("blk.{layer}.{part}");
+    config.architecture.spec().layer_tensors(config, layer)
+}
+
+/// The standard self-attention tensors of a layer: Q, K and V with optional biases, the output
+/// projection, and the per-head Q/K norms (`head_norms`: required, optional or absent).
+pub fn attention_tensors(config: &ModelConfig, layer: usize, head_norms: Option<bool>) -> Vec<ExpectedTensor> {
+    let (e, q, kv, hd) = (config.embedding, config.heads * config.head_dim, config.kv_width(), config.head_dim);
+    let t = |part: &str, shape: &[usize], required: bool| ExpectedTensor::layer(layer, part, shape, required);
     let mut list = vec![
-        tensor(name("attn_norm.weight"), &[e], true),
-        tensor(name("attn_q.weight"), &[e, q], true),
-        tensor(name("attn_k.weight"), &[e, kv], true),
-        tensor(name("attn_v.weight"), &[e, kv], true),
-        tensor(name("attn_q.bias"), &[q], false),
-        tensor(name("attn_k.bias"), &[kv], false),
-        tensor(name("attn_v.bias"), &[kv], false),
-        tensor(name("attn_output.weight"), &[q, e], true),
-        tensor(name("attn_output.bias"), &[e], false),
-        tensor(name("ffn_norm.weight"), &[e], true),
-        tensor(name("ffn_gate.weight"), &[e, f], true),
-        tensor(name("ffn_up.weight"), &[e, f], true),
-        tensor(name("ffn_down.weight"), &[f, e], true),
+        t("attn_norm.weight", &[e], true),
+        t("attn_q.weight", &[e, q], true),
+        t("attn_k.weight", &[e, kv], true),
+        t("attn_v.weight", &[e, kv], true),
+        t("attn_q.bias", &[q], false),
+        t("attn_k.bias", &[kv], false),
+        t("attn_v.bias", &[kv], false),
+        t("attn_output.weight", &[q, e], true),
+        t("attn_output.bias", &[e], false),
     ];
-    if config.architecture == Architecture::Qwen3 {
-        list.push(tensor(name("attn_q_norm.weight"), &[hd], true));
-        list.push(tensor(name("attn_k_norm.weight"), &[hd], true));
+    if let Some(required) = head_norms {
+        list.push(t("attn_q_norm.weight", &[hd], required));
+        list.push(t("attn_k_norm.weight", &[hd], required));
     }
     list
+}
+
+/// A dense SwiGLU feed-forward of inner width `inner` over tensors `ffn_{gate,up,down}{suffix}`.
+pub fn feed_forward_tensors(config: &ModelConfig, layer: usize, suffix: &str, inner: usize) -> Vec<ExpectedTensor> {
+    let e = config.embedding;
+    let t = |part: &str, shape: &[usize]| ExpectedTensor::layer(layer, &format!("{part}{suffix}.weight"), shape, true);
+    vec![t("ffn_gate", &[e, inner]), t("ffn_up", &[e, inner]), t("ffn_down", &[inner, e])]
+}
+
+/// A mixture-of-experts feed-forward: the router and the 3-D expert tensors.
+pub fn expert_tensors(config: &ModelConfig, layer: usize, moe: &super::MoeParams) -> Vec<ExpectedTensor> {
+    let (e, f, n) = (config.embedding, moe.expert_feed_forward, moe.experts);
+    let t = |part: &str, shape: &[usize]| ExpectedTensor::layer(layer, part, shape, true);
+    vec![
+        t("ffn_gate_inp.weight", &[e, n]),
+        t("ffn_gate_exps.weight", &[e, f, n]),
+        t("ffn_up_exps.weight", &[e, f, n]),
+        t("ffn_down_exps.weight", &[f, e, n]),
+    ]
 }
 
 pub const TOKEN_EMBEDDING: &str = "token_embd.weight";
@@ -51,8 +79,14 @@ pub const OUTPUT_NORM: &str = "output_norm.weight";
 pub const OUTPUT: &str = "output.weight";
 pub const ROPE_FREQS: &str = "rope_freqs.weight";
 
-/// Tensors outside the layers.
+/// Tensors outside the layers, as the model's architecture declares them.
 pub fn global_tensors(config: &ModelConfig) -> Vec<ExpectedTensor> {
+    config.architecture.spec().global_tensors(config)
+}
+
+/// The usual tensors outside the layers: the token embedding, the final norm, the output head (absent
+/// when tied to the embedding) and Llama 3's RoPE factors.
+pub fn standard_globals(config: &ModelConfig) -> Vec<ExpectedTensor> {
     vec![
         tensor(TOKEN_EMBEDDING.into(), &[config.embedding, config.vocabulary], true),
         tensor(OUTPUT_NORM.into(), &[config.embedding], true),

@@ -2,7 +2,7 @@
 //! and chat templates. Opening a [`Model`] validates the whole file's structure, so later stages can trust it.
 
 mod chat_template;
-mod config;
+pub mod config;
 pub mod gguf;
 pub mod layout;
 pub mod library;
@@ -12,7 +12,7 @@ pub mod shard;
 mod tokenizer;
 
 pub use chat_template::{ChatMessage, ChatTemplate};
-pub use config::{Architecture, ModelConfig, RopeConfig};
+pub use config::{Architecture, Gating, ModelConfig, MoeParams, RopeConfig};
 pub use gguf::{GgufFile, GgufHeader, TensorInfo, Value};
 pub use layout::ModelLayout;
 pub use tokenizer::{TextStream, Tokenizer};

@@ -50,7 +50,10 @@ impl ModelNeeds {
         let kv_per_layer = 2 * 2 * c.kv_width() as u64 * context as u64 * sequences.max(1) as u64;
         // Measured on ggml's CPU back end: about 4 activations of the widest projection per token,
         // plus the F16 attention mask, plus slack (an upper bound of what `Stage::load` reserves).
-        let widest = c.feed_forward.max(c.embedding) as u64;
+        // A mixture-of-experts layer holds each token's chosen experts' activations side by side, and
+        // its router's scores for every expert.
+        let experts_wide = c.moe.map_or(0, |m| m.experts_used * m.expert_feed_forward + m.experts);
+        let widest = c.feed_forward.max(c.embedding).max(experts_wide) as u64;
         let compute = batch * (16 * widest + 2 * context as u64) + (1 << 20);
         ModelNeeds {
             name: model.name(),

@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod gguf_writer;
 pub mod hub;
+pub mod random_model;
 
 use serde::Deserialize;
 use std::path::PathBuf;

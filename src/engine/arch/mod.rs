@@ -1,0 +1,55 @@
+//! The architectures the engine runs, one file each. An architecture declares, once, what it reads from
+//! the GGUF metadata beyond the common keys, which tensors each layer has (names, shapes, required or
+//! optional) and how a layer computes. Placement's byte counts ([`crate::model::ModelLayout`]), a stage's
+//! binding ([`super::StageWeights`]) and the graph all read that one declaration; the building blocks the
+//! graphs share (norm, attention over the KV cache, dense and mixture-of-experts feed-forward) are in
+//! [`super::blocks`].
+
+mod llama;
+mod qwen3moe;
+
+use super::blocks::StepContext;
+use super::weights::LayerWeights;
+use crate::ggml::{GraphBuilder, Tensor};
+use crate::model::config::Keys;
+use crate::model::layout::{self, ExpectedTensor};
+use crate::model::{Architecture, ModelConfig, ModelError};
+
+/// What an architecture declares.
+pub trait ArchSpec: Sync {
+    /// Reads the architecture's own metadata keys into `config`, whose common keys are already read.
+    fn hyper_parameters(&self, _keys: &Keys<'_>, _config: &mut ModelConfig) -> Result<(), ModelError> {
+        Ok(())
+    }
+
+    /// ggml's RoPE mode: 0 rotates adjacent pairs (llama GGUFs are converted for it), 2 rotates halves.
+    fn rope_mode(&self) -> i32;
+
+    /// The tensors of layer `layer` (their short names after `blk.N.`), in the order the graph uses them.
+    fn layer_tensors(&self, config: &ModelConfig, layer: usize) -> Vec<ExpectedTensor>;
+
+    /// The tensors outside the layers.
+    fn global_tensors(&self, config: &ModelConfig) -> Vec<ExpectedTensor> {
+        layout::standard_globals(config)
+    }
+
+    /// Adds layer `layer` to the graph: `x` is its input, the result its output.
+    fn layer<'g>(
+        &self,
+        g: &'g GraphBuilder,
+        step: &StepContext<'_, 'g>,
+        layer: usize,
+        w: &LayerWeights,
+        x: Tensor<'g>,
+    ) -> Tensor<'g>;
+}
+
+/// The declaration of `architecture`.
+pub fn spec(architecture: Architecture) -> &'static dyn ArchSpec {
+    match architecture {
+        Architecture::Llama => &llama::LLAMA,
+        Architecture::Qwen2 => &llama::QWEN2,
+        Architecture::Qwen3 => &llama::QWEN3,
+        Architecture::Qwen3Moe => &qwen3moe::QWEN3MOE,
+    }
+}

@@ -1,0 +1,74 @@
+//! Qwen 3 mixture-of-experts (`qwen3moe`: Qwen3-30B-A3B, Qwen3-235B-A22B), as llama.cpp's
+//! `src/models/qwen3moe.cpp` computes it: Qwen 3 attention (per-head Q/K norms, NeoX RoPE), and in every
+//! layer a router choosing `expert_used_count` of `expert_count` experts by softmax, their weights
+//! normalised to sum to one.
+
+use super::ArchSpec;
+use crate::engine::blocks::{self, StepContext};
+use crate::engine::weights::LayerWeights;
+use crate::ggml::{GraphBuilder, Tensor};
+use crate::model::config::Keys;
+use crate::model::layout::{self, ExpectedTensor};
+use crate::model::{Gating, ModelConfig, ModelError, MoeParams};
+
+pub struct Qwen3Moe;
+
+pub static QWEN3MOE: Qwen3Moe = Qwen3Moe;
+
+/// Reads the expert counts every MoE architecture has, and the expert width (llama.cpp's fallback when
+/// a file lacks it: the dense width divided by the experts used).
+pub(super) fn expert_counts(keys: &Keys<'_>, config: &ModelConfig) -> Result<(usize, usize, usize), ModelError> {
+    let experts = keys.arch_count("expert_count")?;
+    let used = keys.arch_count("expert_used_count")?;
+    if used > experts {
+        return Err(keys.arch_invalid("expert_used_count", &format!("is {used}, more than the {experts} experts")));
+    }
+    let width = keys.arch_optional_count("expert_feed_forward_length")?.unwrap_or(config.feed_forward / used);
+    Ok((experts, used, width))
+}
+
+impl ArchSpec for Qwen3Moe {
+    fn hyper_parameters(&self, keys: &Keys<'_>, config: &mut ModelConfig) -> Result<(), ModelError> {
+        let (experts, experts_used, expert_feed_forward) = expert_counts(keys, config)?;
+        let scale = keys.arch_optional_float("expert_weights_scale")?.unwrap_or(0.0) as f32;
+        config.moe = Some(MoeParams {
+            experts,
+            experts_used,
+            expert_feed_forward,
+            gating: Gating::Softmax,
+            normalize: true,
+            scale,
+        });
+        Ok(())
+    }
+
+    fn rope_mode(&self) -> i32 {
+        2
+    }
+
+    fn layer_tensors(&self, config: &ModelConfig, layer: usize) -> Vec<ExpectedTensor> {
+        let mut list = layout::attention_tensors(config, layer, Some(true));
+        list.push(ExpectedTensor::layer(layer, "ffn_norm.weight", &[config.embedding], true));
+        if let Some(moe) = &config.moe {
+            list.extend(layout::expert_tensors(config, layer, moe));
+        }
+        list
+    }
+
+    fn layer<'g>(
+        &self,
+        g: &'g GraphBuilder,
+        step: &StepContext<'_, 'g>,
+        layer: usize,
+        w: &LayerWeights,
+        x: Tensor<'g>,
+    ) -> Tensor<'g> {
+        let c = step.config;
+        let moe = c.moe.as_ref().expect("qwen3moe reads its expert parameters when the model opens");
+        let h = blocks::attention(g, step, layer, w, blocks::norm(g, x, w.req("attn_norm.weight"), c.rms_epsilon));
+        let (h, residual) = step.prune_last_layer(g, layer, h, x);
+        let ffn_in = g.add(h, residual);
+        let h = blocks::moe_feed_forward(g, w, moe, blocks::norm(g, ffn_in, w.req("ffn_norm.weight"), c.rms_epsilon));
+        g.add(h, ffn_in)
+    }
+}

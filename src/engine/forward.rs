@@ -1,0 +1,62 @@
+//! A stage's graph for one step: its input (token embeddings or the previous stage's hidden states),
+//! each of its layers as the model's architecture declares it, and on the last stage the final norm and
+//! the output head.
+
+use super::blocks::{self, input, GraphShape, StepContext};
+use super::kv_cache::KvCache;
+use super::weights::StageWeights;
+use crate::ggml::{DType, Graph, GraphBuilder, Tensor};
+use crate::model::ModelConfig;
+use std::ops::Range;
+
+/// The parts of a stage a graph is built from.
+pub(super) struct StageParts<'a> {
+    pub config: &'a ModelConfig,
+    pub layers: Range<usize>,
+    pub weights: &'a StageWeights,
+    pub cache: &'a KvCache,
+}
+
+/// Graph tensors per layer: about 40 for a dense layer, a mixture-of-experts layer adds one view and
+/// one sum per chosen expert.
+fn tensors_per_layer(config: &ModelConfig) -> usize {
+    64 + config.moe.map_or(0, |m| 2 * m.experts_used + 32)
+}
+
+pub(super) fn build(parts: &StageParts<'_>, shape: GraphShape) -> Graph {
+    let g = GraphBuilder::new(tensors_per_layer(parts.config) * parts.layers.len() + 64);
+    let out = forward(&g, parts, shape);
+    let out = g.output(out);
+    g.finish(out)
+}
+
+fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: GraphShape) -> Tensor<'g> {
+    let c = p.config;
+    let spec = c.architecture.spec();
+    let t = shape.tokens as i64;
+    let mut x = blocks::stage_input(g, p.weights.embedding.as_ref(), c.embedding, t);
+    let is_last = p.weights.output.is_some();
+    let step = StepContext {
+        config: c,
+        layers: p.layers.clone(),
+        cache: p.cache,
+        shape,
+        rope_mode: spec.rope_mode(),
+        positions: g.input(input::POSITIONS, DType::I32, &[t]),
+        cache_rows: g.input(input::CACHE_ROWS, DType::I64, &[t]),
+        mask: g.input(input::MASK, DType::F16, &[shape.attended as i64, t]),
+        rope_factors: p.weights.rope_factors.as_ref().map(|f| g.stored(f)),
+        // Only the last token's logits are needed, so the model's last layer drops the other rows early.
+        last_row: (is_last && t > 1).then(|| g.input(input::LAST_ROW, DType::I32, &[1])),
+    };
+    for (i, layer) in p.layers.clone().enumerate() {
+        x = spec.layer(g, &step, layer, &p.weights.layers[i], x);
+    }
+    match (&p.weights.output_norm, &p.weights.output) {
+        (Some(norm_weight), Some(head)) => {
+            let h = blocks::norm(g, x, norm_weight, c.rms_epsilon);
+            g.mul_mat(g.stored(head), h)
+        }
+        _ => x,
+    }
+}

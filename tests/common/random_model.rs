@@ -1,0 +1,149 @@
+//! Random-weight GGUF models of architectures that have no small real model here (mixture-of-experts),
+//! written byte for byte the same on every run (a seeded generator), with SmolLM2's tokenizer copied in
+//! and embeddings scaled so greedy decoding has clear winners. llama.cpp runs them as it runs any model,
+//! so its outputs for them (tests/fixtures/oracle/random/) check the engine op for op.
+
+use super::gguf_writer::{GgufWriter, Meta};
+use std::path::{Path, PathBuf};
+
+/// The shape of a random model.
+#[derive(Clone, Debug)]
+pub struct RandomModel {
+    pub architecture: &'static str,
+    pub layers: usize,
+    pub embedding: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub feed_forward: usize,
+    pub experts: usize,
+    pub experts_used: usize,
+    pub expert_feed_forward: usize,
+    pub seed: u64,
+}
+
+/// Qwen3-MoE in miniature: 4 layers, 16 experts of which 4 are used per token.
+pub fn qwen3moe() -> RandomModel {
+    RandomModel {
+        architecture: "qwen3moe",
+        layers: 4,
+        embedding: 64,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 16,
+        feed_forward: 128,
+        experts: 16,
+        experts_used: 4,
+        expert_feed_forward: 32,
+        seed: 0x5eed_0001,
+    }
+}
+
+/// A deterministic generator (splitmix64): the same seed gives the same weights on every machine.
+struct Weights(u64);
+
+impl Weights {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// `n` values uniform in [-scale, scale).
+    fn uniform(&mut self, n: u64, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale).collect()
+    }
+
+    /// `n` values uniform in [1 - spread, 1 + spread): norm weights.
+    fn around_one(&mut self, n: u64, spread: f32) -> Vec<f32> {
+        self.uniform(n, spread).into_iter().map(|v| 1.0 + v).collect()
+    }
+}
+
+impl RandomModel {
+    /// Where the tests keep this model (written when missing or different).
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("random-{}.gguf", self.architecture))
+    }
+
+    /// Writes the model to [`RandomModel::path`] (unless an identical file is there) and returns the path.
+    pub fn write(&self) -> PathBuf {
+        let path = self.path();
+        let bytes = self.bytes();
+        if std::fs::read(&path).ok().as_deref() != Some(&bytes[..]) {
+            let part = path.with_extension("part");
+            std::fs::write(&part, &bytes).unwrap();
+            std::fs::rename(&part, &path).unwrap();
+        }
+        path
+    }
+
+    pub fn bytes(&self) -> Vec<u8> {
+        let arch = self.architecture;
+        let (e, hd) = (self.embedding as u64, self.head_dim as u64);
+        let (q, kv) = (self.heads as u64 * hd, self.kv_heads as u64 * hd);
+        let mut w = Weights(self.seed);
+        let k = |key: &str| format!("{arch}.{key}");
+        let mut g = GgufWriter::default()
+            .meta("general.architecture", Meta::Str(arch.into()))
+            .meta("general.name", Meta::Str(format!("random {arch}")))
+            .meta(&k("block_count"), Meta::U32(self.layers as u32))
+            .meta(&k("context_length"), Meta::U32(4096))
+            .meta(&k("embedding_length"), Meta::U32(self.embedding as u32))
+            .meta(&k("feed_forward_length"), Meta::U32(self.feed_forward as u32))
+            .meta(&k("attention.head_count"), Meta::U32(self.heads as u32))
+            .meta(&k("attention.head_count_kv"), Meta::U32(self.kv_heads as u32))
+            .meta(&k("attention.key_length"), Meta::U32(self.head_dim as u32))
+            .meta(&k("attention.value_length"), Meta::U32(self.head_dim as u32))
+            .meta(&k("attention.layer_norm_rms_epsilon"), Meta::F32(1e-6))
+            .meta(&k("rope.freq_base"), Meta::F32(1_000_000.0));
+        if self.experts > 0 {
+            g = g
+                .meta(&k("expert_count"), Meta::U32(self.experts as u32))
+                .meta(&k("expert_used_count"), Meta::U32(self.experts_used as u32))
+                .meta(&k("expert_feed_forward_length"), Meta::U32(self.expert_feed_forward as u32));
+        }
+        g = copy_tokenizer(g, &super::model_path());
+        let vocab = match g.meta.iter().find(|(key, _)| key == "tokenizer.ggml.tokens") {
+            Some((_, Meta::Value(shoal::model::Value::Array(tokens)))) => tokens.len() as u64,
+            _ => panic!("the test model has no token list"),
+        };
+        // Embeddings of unit scale make the tied output head's logits spread widely: clear winners.
+        g = g.f16_values("token_embd.weight", &[e, vocab], &w.uniform(e * vocab, 1.7));
+        g = g.f32_values("output_norm.weight", &[e], &w.around_one(e, 0.1));
+        let proj = 1.0 / (self.embedding as f32).sqrt() * 1.7;
+        for l in 0..self.layers {
+            let n = |part: &str| format!("blk.{l}.{part}");
+            g = g
+                .f32_values(&n("attn_norm.weight"), &[e], &w.around_one(e, 0.1))
+                .f16_values(&n("attn_q.weight"), &[e, q], &w.uniform(e * q, proj))
+                .f16_values(&n("attn_k.weight"), &[e, kv], &w.uniform(e * kv, proj))
+                .f16_values(&n("attn_v.weight"), &[e, kv], &w.uniform(e * kv, proj))
+                .f16_values(&n("attn_output.weight"), &[q, e], &w.uniform(q * e, proj))
+                .f32_values(&n("attn_q_norm.weight"), &[hd], &w.around_one(hd, 0.1))
+                .f32_values(&n("attn_k_norm.weight"), &[hd], &w.around_one(hd, 0.1))
+                .f32_values(&n("ffn_norm.weight"), &[e], &w.around_one(e, 0.1));
+            let (n_exp, f) = (self.experts as u64, self.expert_feed_forward as u64);
+            let down = 1.0 / (f as f32).sqrt() * 1.7;
+            g = g
+                .f16_values(&n("ffn_gate_inp.weight"), &[e, n_exp], &w.uniform(e * n_exp, proj * 2.0))
+                .f16_values(&n("ffn_gate_exps.weight"), &[e, f, n_exp], &w.uniform(e * f * n_exp, proj))
+                .f16_values(&n("ffn_up_exps.weight"), &[e, f, n_exp], &w.uniform(e * f * n_exp, proj))
+                .f16_values(&n("ffn_down_exps.weight"), &[f, e, n_exp], &w.uniform(f * e * n_exp, down));
+        }
+        g.bytes()
+    }
+}
+
+/// Copies every `tokenizer.*` key of `source` into `g`.
+fn copy_tokenizer(mut g: GgufWriter, source: &Path) -> GgufWriter {
+    let file = shoal::model::GgufFile::open(source).unwrap();
+    for (key, value) in file.metadata() {
+        if key.starts_with("tokenizer.") {
+            g = g.meta(key, Meta::Value(value.clone()));
+        }
+    }
+    g
+}
