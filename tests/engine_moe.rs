@@ -74,12 +74,14 @@ fn check_logits_match_llama_cpp(model: &RandomModel) {
     let file = Model::open(&model.path()).unwrap();
     let tokenizer = file.tokenizer().unwrap();
     let mut pipeline = LocalPipeline::load(&file, &[], &options(), WireFormat::F32).unwrap();
+    let mut largest_difference = 0f32;
     for case in &cases {
         assert_eq!(tokenizer.encode(&case.prompt).unwrap(), case.prompt_ids, "prompt {:?}", case.prompt);
         let ours = teacher_forced(&mut pipeline, &case.prompt_ids);
         for (pos, (logits, top)) in ours.iter().zip(&case.top).enumerate() {
             for &(id, value) in top {
                 let got = logits[id as usize];
+                largest_difference = largest_difference.max((got - value).abs());
                 assert!(
                     (got - value).abs() <= 1e-2 + 1e-3 * value.abs(),
                     "{} prompt {:?} position {pos}: logit of token {id} is {got}, llama.cpp's {value}",
@@ -93,6 +95,7 @@ fn check_logits_match_llama_cpp(model: &RandomModel) {
             }
         }
     }
+    println!("{}: largest difference from llama.cpp's logits {largest_difference}", model.architecture);
 }
 
 fn greedy(file: &Model, splits: &[usize], prompt: &[u32], n: usize) -> Vec<u32> {
@@ -113,36 +116,35 @@ fn qwen3moe_gives_llama_cpp_logits_at_every_position() {
     check_logits_match_llama_cpp(&random_model::qwen3moe());
 }
 
-#[test]
-fn qwen3moe_greedy_tokens_are_llama_cpp_and_equal_split_or_not() {
-    let model = random_model::qwen3moe();
-    let cases = recorded(&model);
+fn check_greedy_matches_llama_cpp_split_or_not(model: &RandomModel, split_sets: &[&[usize]]) {
+    let cases = recorded(model);
     let file = Model::open(&model.path()).unwrap();
     for case in &cases {
         let whole = greedy(&file, &[], &case.prompt_ids, case.greedy.len());
         if runs_the_recording_kernels() {
-            assert_eq!(whole, case.greedy, "greedy tokens of {:?}", case.prompt);
+            assert_eq!(whole, case.greedy, "{} greedy tokens of {:?}", model.architecture, case.prompt);
         }
-        for splits in [vec![1], vec![2], vec![1, 2, 3]] {
-            assert_eq!(greedy(&file, &splits, &case.prompt_ids, case.greedy.len()), whole, "splits {splits:?}");
+        for splits in split_sets {
+            let split = greedy(&file, splits, &case.prompt_ids, case.greedy.len());
+            assert_eq!(split, whole, "{} split at {splits:?}", model.architecture);
         }
     }
 }
 
-#[test]
-fn a_moe_stage_maps_exactly_its_layers_bytes_experts_included() {
-    let model = random_model::qwen3moe();
+/// Every stage of `ranges` maps exactly the bytes of its layers' tensors in the file (experts
+/// included), plus the embeddings on the first and the final norm and tied head on the last; the
+/// layout (placement's numbers) says the same.
+fn check_stage_bytes(model: &RandomModel, ranges: &[std::ops::Range<usize>]) {
     let file = Model::open(&model.write()).unwrap();
-    assert_eq!(file.config().moe.map(|m| (m.experts, m.experts_used)), Some((model.experts, model.experts_used)));
-    for range in [0..1, 1..3, 3..4] {
+    let layer_of = |name: &str| name.strip_prefix("blk.").and_then(|r| r.split('.').next()?.parse::<usize>().ok());
+    for range in ranges {
         let stage = Stage::load(&file, range.clone(), options()).unwrap();
         let in_file: u64 = file
             .file()
             .tensors()
             .iter()
             .filter(|t| {
-                let layer = t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()?.parse::<usize>().ok());
-                layer.is_some_and(|l| range.contains(&l))
+                layer_of(&t.name).is_some_and(|l| range.contains(&l))
                     || (range.start == 0 && t.name == "token_embd.weight")
                     || (range.end == model.layers && (t.name == "output_norm.weight" || t.name == "token_embd.weight"))
             })
@@ -152,27 +154,74 @@ fn a_moe_stage_maps_exactly_its_layers_bytes_experts_included() {
             .file()
             .tensors()
             .iter()
-            .filter(|t| t.name.contains("_exps") && range.clone().any(|l| t.name.starts_with(&format!("blk.{l}."))))
+            .filter(|t| t.name.contains("_exps") && layer_of(&t.name).is_some_and(|l| range.contains(&l)))
             .map(|t| t.bytes)
             .sum();
-        assert!(experts > 0);
-        assert_eq!(stage.weights().mapped_bytes(), in_file, "layers {range:?}");
-        assert_eq!(file.layout().stage_bytes(range.clone()), in_file, "layers {range:?}");
+        let sparse = range.clone().any(|l| l >= model.leading_dense);
+        assert_eq!(experts > 0, sparse, "layers {range:?}");
+        assert_eq!(stage.weights().mapped_bytes(), in_file, "{} layers {range:?}", model.architecture);
+        assert_eq!(file.layout().stage_bytes(range.clone()), in_file, "{} layers {range:?}", model.architecture);
     }
+}
+
+#[test]
+fn qwen3moe_greedy_tokens_are_llama_cpp_and_equal_split_or_not() {
+    check_greedy_matches_llama_cpp_split_or_not(&random_model::qwen3moe(), &[&[1], &[2], &[1, 2, 3]]);
+}
+
+#[test]
+fn a_moe_stage_maps_exactly_its_layers_bytes_experts_included() {
+    let model = random_model::qwen3moe();
+    let file = Model::open(&model.write()).unwrap();
+    assert_eq!(file.config().moe.map(|m| (m.experts, m.experts_used)), Some((model.experts, model.experts_used)));
+    check_stage_bytes(&model, &[0..1, 1..3, 3..4]);
+}
+
+#[test]
+fn glm4moe_gives_llama_cpp_logits_at_every_position() {
+    check_logits_match_llama_cpp(&random_model::glm4moe());
+}
+
+/// Split points inside the leading dense layers, right after them, and among the sparse ones.
+#[test]
+fn glm4moe_greedy_tokens_are_llama_cpp_and_equal_split_or_not() {
+    check_greedy_matches_llama_cpp_split_or_not(&random_model::glm4moe(), &[&[1], &[2], &[3], &[1, 2, 4]]);
+}
+
+#[test]
+fn glm4moe_skips_its_next_token_prediction_layer_and_maps_exact_bytes() {
+    let model = random_model::glm4moe();
+    let file = Model::open(&model.write()).unwrap();
+    let config = file.config();
+    assert_eq!((config.layers, config.skipped_layers), (model.layers, model.nextn_layers));
+    let moe = config.moe.unwrap();
+    assert_eq!((moe.leading_dense_layers, moe.shared_experts), (model.leading_dense, model.shared_experts));
+    assert_eq!(config.rope.dimensions as usize, model.rope_dims);
+    // The layout counts no byte of the skipped layer.
+    let skipped: u64 = file.file().tensors().iter().filter(|t| t.name.starts_with("blk.5.")).map(|t| t.bytes).sum();
+    let all: u64 = file.file().tensors().iter().map(|t| t.bytes).sum();
+    assert!(skipped > 0);
+    assert_eq!(file.layout().total_bytes(), all - skipped);
+    check_stage_bytes(&model, &[0..1, 1..2, 2..3, 0..2, 2..5]);
 }
 
 /// Writes the random models for scripts/record-oracle-random (which runs this ignored test).
 #[test]
 #[ignore]
 fn write_the_random_models() {
-    for model in [random_model::qwen3moe()] {
+    for model in [random_model::qwen3moe(), random_model::glm4moe()] {
         println!("random model: {}", model.write().display());
     }
 }
 
 #[test]
 fn placement_budgets_at_least_the_compute_buffer_a_moe_stage_reserves() {
-    let model = random_model::qwen3moe();
+    for model in [random_model::qwen3moe(), random_model::glm4moe()] {
+        check_compute_budget(&model);
+    }
+}
+
+fn check_compute_budget(model: &RandomModel) {
     let file = Model::open(&model.write()).unwrap();
     let options = options();
     let needs = shoal::placement::ModelNeeds::of(&file, options.context, options.sequences, options.batch);

@@ -18,10 +18,14 @@ pub enum Architecture {
     /// feed-forward a softmax-routed set of experts.
     #[serde(rename = "qwen3moe")]
     Qwen3Moe,
+    /// GLM-4.5/4.6/4.7 (`glm4moe`): leading dense layers, sigmoid-routed experts with a selection bias
+    /// and a shared expert, partial RoPE, biases on Q, K and V.
+    #[serde(rename = "glm4moe")]
+    Glm4Moe,
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe";
+    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe";
 
     pub fn from_gguf_name(name: &str) -> Option<Architecture> {
         match name {
@@ -29,6 +33,7 @@ impl Architecture {
             "qwen2" => Some(Architecture::Qwen2),
             "qwen3" => Some(Architecture::Qwen3),
             "qwen3moe" => Some(Architecture::Qwen3Moe),
+            "glm4moe" => Some(Architecture::Glm4Moe),
             _ => None,
         }
     }
@@ -40,6 +45,7 @@ impl Architecture {
             Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
             Architecture::Qwen3Moe => "qwen3moe",
+            Architecture::Glm4Moe => "glm4moe",
         }
     }
 
@@ -77,6 +83,9 @@ pub struct ModelConfig {
     pub vocabulary: usize,
     /// The mixture-of-experts feed-forward, for architectures that have one.
     pub moe: Option<MoeParams>,
+    /// Layers the file holds after the model's own (GLM's next-token-prediction layers): neither
+    /// loaded nor counted.
+    pub skipped_layers: usize,
 }
 
 /// How a router's logits become expert weights.
@@ -101,6 +110,18 @@ pub struct MoeParams {
     pub normalize: bool,
     /// Multiply the weights by this (0 or 1: unscaled).
     pub scale: f32,
+    /// Experts every token goes through besides the routed ones (`ffn_*_shexp`, one dense
+    /// feed-forward `shared_experts` experts wide).
+    pub shared_experts: usize,
+    /// The first layers have a dense feed-forward instead (GLM-4.5, DeepSeek V3).
+    pub leading_dense_layers: usize,
+}
+
+impl MoeParams {
+    /// Whether `layer` routes its tokens to experts (or is one of the leading dense layers).
+    pub fn is_sparse(&self, layer: usize) -> bool {
+        layer >= self.leading_dense_layers
+    }
 }
 
 impl ModelConfig {
@@ -135,7 +156,7 @@ impl ModelConfig {
         let rms_epsilon = keys.float(&p("attention.layer_norm_rms_epsilon"))? as f32;
         let training_context = keys.count(&p("context_length"))?;
         let rope_dims = keys.optional_count(&p("rope.dimension_count"))?.unwrap_or(head_dim);
-        if rope_dims != head_dim {
+        if rope_dims > head_dim || (rope_dims != head_dim && !architecture.spec().partial_rotary()) {
             return Err(keys.invalid(
                 &p("rope.dimension_count"),
                 "differs from the head size, which this engine does not support",
@@ -194,6 +215,7 @@ impl ModelConfig {
             training_context,
             vocabulary,
             moe: None,
+            skipped_layers: 0,
         };
         architecture.spec().hyper_parameters(&keys, &mut config)?;
         Ok(config)
@@ -229,6 +251,23 @@ impl Keys<'_> {
 
     pub fn arch_optional_float(&self, key: &str) -> Result<Option<f64>, ModelError> {
         self.optional_float(&self.arch_key(key))
+    }
+
+    /// Whether the array `key` of the architecture's own has its first two entries above zero (how
+    /// llama.cpp tells that `rope.dimension_sections` asks for multimodal RoPE).
+    pub fn arch_sections_in_use(&self, key: &str) -> bool {
+        let values = self.file.get(&self.arch_key(key)).and_then(Value::as_array).unwrap_or(&[]);
+        values.len() >= 2 && values[..2].iter().all(|v| v.as_u64().is_some_and(|n| n > 0))
+    }
+
+    /// An optional flag of the architecture's own (`expert_weights_norm`).
+    pub fn arch_optional_bool(&self, key: &str) -> Result<Option<bool>, ModelError> {
+        let key = self.arch_key(key);
+        match self.file.get(&key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(self.wrong_type(&key, "bool", v)),
+        }
     }
 
     /// An error naming the architecture's key `key`.

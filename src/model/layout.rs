@@ -145,7 +145,12 @@ impl ModelLayout {
         let [embedding, output_norm, output_head, rope_factors] = [0, 1, 2, 3].map(|i| bytes_of(&globals[i]));
         let (embedding, output_norm, output_head, rope_factors) =
             (embedding?, output_norm?, output_head?, rope_factors?);
-        if let Some((name, _)) = seen.iter().find(|(_, used)| !**used) {
+        // The layers after the model's own (next-token prediction) are known and left alone.
+        let skipped = |name: &str| {
+            let layer = name.strip_prefix("blk.").and_then(|rest| rest.split('.').next()?.parse::<usize>().ok());
+            layer.is_some_and(|l| l >= config.layers && l < config.layers + config.skipped_layers)
+        };
+        if let Some((name, _)) = seen.iter().find(|(name, used)| !**used && !skipped(name)) {
             return Err(ModelError::UnexpectedTensor {
                 path: file.path().into(),
                 tensor: name.to_string(),

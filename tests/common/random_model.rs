@@ -19,6 +19,12 @@ pub struct RandomModel {
     pub experts: usize,
     pub experts_used: usize,
     pub expert_feed_forward: usize,
+    /// GLM: dense layers first, a shared expert, next-token-prediction layers at the end, biases on
+    /// Q/K/V, RoPE on part of each head, sigmoid routing with a selection bias.
+    pub leading_dense: usize,
+    pub shared_experts: usize,
+    pub nextn_layers: usize,
+    pub rope_dims: usize,
     pub seed: u64,
 }
 
@@ -35,7 +41,33 @@ pub fn qwen3moe() -> RandomModel {
         experts: 16,
         experts_used: 4,
         expert_feed_forward: 32,
+        leading_dense: 0,
+        shared_experts: 0,
+        nextn_layers: 0,
+        rope_dims: 16,
         seed: 0x5eed_0001,
+    }
+}
+
+/// GLM-4.5 in miniature: 5 layers (the first 2 dense) and one next-token-prediction layer, 16 experts
+/// of which 4 are used plus a shared one, RoPE on half of each head.
+pub fn glm4moe() -> RandomModel {
+    RandomModel {
+        architecture: "glm4moe",
+        layers: 5,
+        embedding: 64,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 16,
+        feed_forward: 96,
+        experts: 16,
+        experts_used: 4,
+        expert_feed_forward: 32,
+        leading_dense: 2,
+        shared_experts: 1,
+        nextn_layers: 1,
+        rope_dims: 8,
+        seed: 0x5eed_0002,
     }
 }
 
@@ -89,7 +121,7 @@ impl RandomModel {
         let mut g = GgufWriter::default()
             .meta("general.architecture", Meta::Str(arch.into()))
             .meta("general.name", Meta::Str(format!("random {arch}")))
-            .meta(&k("block_count"), Meta::U32(self.layers as u32))
+            .meta(&k("block_count"), Meta::U32((self.layers + self.nextn_layers) as u32))
             .meta(&k("context_length"), Meta::U32(4096))
             .meta(&k("embedding_length"), Meta::U32(self.embedding as u32))
             .meta(&k("feed_forward_length"), Meta::U32(self.feed_forward as u32))
@@ -98,7 +130,18 @@ impl RandomModel {
             .meta(&k("attention.key_length"), Meta::U32(self.head_dim as u32))
             .meta(&k("attention.value_length"), Meta::U32(self.head_dim as u32))
             .meta(&k("attention.layer_norm_rms_epsilon"), Meta::F32(1e-6))
-            .meta(&k("rope.freq_base"), Meta::F32(1_000_000.0));
+            .meta(&k("rope.freq_base"), Meta::F32(1_000_000.0))
+            .meta(&k("rope.dimension_count"), Meta::U32(self.rope_dims as u32));
+        let glm = arch == "glm4moe";
+        if glm {
+            g = g
+                .meta(&k("leading_dense_block_count"), Meta::U32(self.leading_dense as u32))
+                .meta(&k("expert_shared_count"), Meta::U32(self.shared_experts as u32))
+                .meta(&k("nextn_predict_layers"), Meta::U32(self.nextn_layers as u32))
+                .meta(&k("expert_gating_func"), Meta::U32(2))
+                .meta(&k("expert_weights_scale"), Meta::F32(2.5))
+                .meta(&k("expert_weights_norm"), Meta::Value(shoal::model::Value::Bool(true)));
+        }
         if self.experts > 0 {
             g = g
                 .meta(&k("expert_count"), Meta::U32(self.experts as u32))
@@ -114,24 +157,57 @@ impl RandomModel {
         g = g.f16_values("token_embd.weight", &[e, vocab], &w.uniform(e * vocab, 1.7));
         g = g.f32_values("output_norm.weight", &[e], &w.around_one(e, 0.1));
         let proj = 1.0 / (self.embedding as f32).sqrt() * 1.7;
-        for l in 0..self.layers {
+        let (n_exp, f, ff) = (self.experts as u64, self.expert_feed_forward as u64, self.feed_forward as u64);
+        for l in 0..self.layers + self.nextn_layers {
             let n = |part: &str| format!("blk.{l}.{part}");
             g = g
                 .f32_values(&n("attn_norm.weight"), &[e], &w.around_one(e, 0.1))
                 .f16_values(&n("attn_q.weight"), &[e, q], &w.uniform(e * q, proj))
                 .f16_values(&n("attn_k.weight"), &[e, kv], &w.uniform(e * kv, proj))
                 .f16_values(&n("attn_v.weight"), &[e, kv], &w.uniform(e * kv, proj))
-                .f16_values(&n("attn_output.weight"), &[q, e], &w.uniform(q * e, proj))
-                .f32_values(&n("attn_q_norm.weight"), &[hd], &w.around_one(hd, 0.1))
-                .f32_values(&n("attn_k_norm.weight"), &[hd], &w.around_one(hd, 0.1))
-                .f32_values(&n("ffn_norm.weight"), &[e], &w.around_one(e, 0.1));
-            let (n_exp, f) = (self.experts as u64, self.expert_feed_forward as u64);
+                .f16_values(&n("attn_output.weight"), &[q, e], &w.uniform(q * e, proj));
+            if glm {
+                g = g
+                    .f32_values(&n("attn_q.bias"), &[q], &w.uniform(q, 0.5))
+                    .f32_values(&n("attn_k.bias"), &[kv], &w.uniform(kv, 0.5))
+                    .f32_values(&n("attn_v.bias"), &[kv], &w.uniform(kv, 0.5))
+                    .f32_values(&n("post_attention_norm.weight"), &[e], &w.around_one(e, 0.1));
+            } else {
+                g = g
+                    .f32_values(&n("attn_q_norm.weight"), &[hd], &w.around_one(hd, 0.1))
+                    .f32_values(&n("attn_k_norm.weight"), &[hd], &w.around_one(hd, 0.1))
+                    .f32_values(&n("ffn_norm.weight"), &[e], &w.around_one(e, 0.1));
+            }
+            if l < self.leading_dense {
+                let down = 1.0 / (ff as f32).sqrt() * 1.7;
+                g = g
+                    .f16_values(&n("ffn_gate.weight"), &[e, ff], &w.uniform(e * ff, proj))
+                    .f16_values(&n("ffn_up.weight"), &[e, ff], &w.uniform(e * ff, proj))
+                    .f16_values(&n("ffn_down.weight"), &[ff, e], &w.uniform(ff * e, down));
+                continue;
+            }
             let down = 1.0 / (f as f32).sqrt() * 1.7;
             g = g
                 .f16_values(&n("ffn_gate_inp.weight"), &[e, n_exp], &w.uniform(e * n_exp, proj * 2.0))
                 .f16_values(&n("ffn_gate_exps.weight"), &[e, f, n_exp], &w.uniform(e * f * n_exp, proj))
                 .f16_values(&n("ffn_up_exps.weight"), &[e, f, n_exp], &w.uniform(e * f * n_exp, proj))
                 .f16_values(&n("ffn_down_exps.weight"), &[f, e, n_exp], &w.uniform(f * e * n_exp, down));
+            if glm {
+                let sf = f * self.shared_experts as u64;
+                g = g
+                    .f32_values(&n("exp_probs_b.bias"), &[n_exp], &w.uniform(n_exp, 0.3))
+                    .f16_values(&n("ffn_gate_shexp.weight"), &[e, sf], &w.uniform(e * sf, proj))
+                    .f16_values(&n("ffn_up_shexp.weight"), &[e, sf], &w.uniform(e * sf, proj))
+                    .f16_values(&n("ffn_down_shexp.weight"), &[sf, e], &w.uniform(sf * e, down));
+            }
+            if l >= self.layers {
+                // The next-token-prediction block's own tensors (llama.cpp skips them unless asked).
+                g = g
+                    .f16_values(&n("nextn.eh_proj.weight"), &[2 * e, e], &w.uniform(2 * e * e, proj))
+                    .f32_values(&n("nextn.enorm.weight"), &[e], &w.around_one(e, 0.1))
+                    .f32_values(&n("nextn.hnorm.weight"), &[e], &w.around_one(e, 0.1))
+                    .f32_values(&n("nextn.shared_head_norm.weight"), &[e], &w.around_one(e, 0.1));
+            }
         }
         g.bytes()
     }

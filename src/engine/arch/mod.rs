@@ -5,6 +5,7 @@
 //! graphs share (norm, attention over the KV cache, dense and mixture-of-experts feed-forward) are in
 //! [`super::blocks`].
 
+mod glm4moe;
 mod llama;
 mod qwen3moe;
 
@@ -20,6 +21,11 @@ pub trait ArchSpec: Sync {
     /// Reads the architecture's own metadata keys into `config`, whose common keys are already read.
     fn hyper_parameters(&self, _keys: &Keys<'_>, _config: &mut ModelConfig) -> Result<(), ModelError> {
         Ok(())
+    }
+
+    /// Whether RoPE may turn only the first `rope.dimension_count` values of each head (GLM).
+    fn partial_rotary(&self) -> bool {
+        false
     }
 
     /// ggml's RoPE mode: 0 rotates adjacent pairs (llama GGUFs are converted for it), 2 rotates halves.
@@ -51,5 +57,6 @@ pub fn spec(architecture: Architecture) -> &'static dyn ArchSpec {
         Architecture::Qwen2 => &llama::QWEN2,
         Architecture::Qwen3 => &llama::QWEN3,
         Architecture::Qwen3Moe => &qwen3moe::QWEN3MOE,
+        Architecture::Glm4Moe => &glm4moe::GLM4MOE,
     }
 }

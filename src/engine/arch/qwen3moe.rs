@@ -38,6 +38,8 @@ impl ArchSpec for Qwen3Moe {
             gating: Gating::Softmax,
             normalize: true,
             scale,
+            shared_experts: 0,
+            leading_dense_layers: 0,
         });
         Ok(())
     }

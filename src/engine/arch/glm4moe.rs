@@ -1,0 +1,107 @@
+//! GLM-4.5, 4.6 and 4.7 (`glm4moe`), as llama.cpp's `src/models/glm4-moe.cpp` computes them: attention
+//! with biases on Q, K and V (and per-head Q/K norms in the files that have them), RoPE on the first
+//! `rope.dimension_count` values of each head; a `post_attention_norm` before the feed-forward, which
+//! is dense in the first `leading_dense_block_count` layers and elsewhere routed experts (sigmoid
+//! scores; `exp_probs_b` biases which experts are chosen, not their weights) plus a shared expert.
+//! The next-token-prediction layers at the end of the file are skipped.
+
+use super::qwen3moe::expert_counts;
+use super::ArchSpec;
+use crate::engine::blocks::{self, StepContext};
+use crate::engine::weights::LayerWeights;
+use crate::ggml::{GraphBuilder, Tensor};
+use crate::model::config::Keys;
+use crate::model::layout::{self, ExpectedTensor};
+use crate::model::{Gating, ModelConfig, ModelError, MoeParams};
+
+pub struct Glm4Moe;
+
+pub static GLM4MOE: Glm4Moe = Glm4Moe;
+
+impl ArchSpec for Glm4Moe {
+    fn hyper_parameters(&self, keys: &Keys<'_>, config: &mut ModelConfig) -> Result<(), ModelError> {
+        let skipped = keys.arch_optional_count("nextn_predict_layers")?.unwrap_or(0);
+        if skipped >= config.layers {
+            return Err(keys.arch_invalid("nextn_predict_layers", "leaves no layers for the model itself"));
+        }
+        config.layers -= skipped;
+        config.skipped_layers = skipped;
+        if keys.arch_sections_in_use("rope.dimension_sections") {
+            return Err(
+                keys.arch_invalid("rope.dimension_sections", "asks for multimodal RoPE, which shoal does not run")
+            );
+        }
+        let (experts, experts_used, expert_feed_forward) = expert_counts(keys, config)?;
+        let gating = match keys.arch_optional_count("expert_gating_func")? {
+            None | Some(2) => Gating::Sigmoid,
+            Some(1) => Gating::Softmax,
+            Some(other) => {
+                return Err(keys.arch_invalid("expert_gating_func", &format!("is {other}, a gating shoal does not run")))
+            }
+        };
+        let leading_dense_layers = keys.arch_optional_count("leading_dense_block_count")?.unwrap_or(0);
+        config.moe = Some(MoeParams {
+            experts,
+            experts_used,
+            expert_feed_forward,
+            gating,
+            normalize: keys.arch_optional_bool("expert_weights_norm")?.unwrap_or(false),
+            scale: keys.arch_optional_float("expert_weights_scale")?.unwrap_or(0.0) as f32,
+            shared_experts: keys.arch_optional_count("expert_shared_count")?.unwrap_or(0),
+            leading_dense_layers: leading_dense_layers.min(config.layers),
+        });
+        Ok(())
+    }
+
+    fn partial_rotary(&self) -> bool {
+        true
+    }
+
+    fn rope_mode(&self) -> i32 {
+        2
+    }
+
+    fn layer_tensors(&self, config: &ModelConfig, layer: usize) -> Vec<ExpectedTensor> {
+        let mut list = layout::attention_tensors(config, layer, Some(false));
+        list.push(ExpectedTensor::layer(layer, "post_attention_norm.weight", &[config.embedding], true));
+        match &config.moe {
+            Some(moe) if moe.is_sparse(layer) => {
+                list.extend(layout::expert_tensors(config, layer, moe));
+                list.push(ExpectedTensor::layer(layer, "exp_probs_b.bias", &[moe.experts], true));
+                if moe.shared_experts > 0 {
+                    let width = moe.expert_feed_forward * moe.shared_experts;
+                    list.extend(layout::feed_forward_tensors(config, layer, "_shexp", width));
+                }
+            }
+            _ => list.extend(layout::feed_forward_tensors(config, layer, "", config.feed_forward)),
+        }
+        list
+    }
+
+    fn layer<'g>(
+        &self,
+        g: &'g GraphBuilder,
+        step: &StepContext<'_, 'g>,
+        layer: usize,
+        w: &LayerWeights,
+        x: Tensor<'g>,
+    ) -> Tensor<'g> {
+        let c = step.config;
+        let moe = c.moe.as_ref().expect("glm4moe reads its expert parameters when the model opens");
+        let h = blocks::attention(g, step, layer, w, blocks::norm(g, x, w.req("attn_norm.weight"), c.rms_epsilon));
+        let (h, residual) = step.prune_last_layer(g, layer, h, x);
+        let ffn_in = g.add(h, residual);
+        let h = blocks::norm(g, ffn_in, w.req("post_attention_norm.weight"), c.rms_epsilon);
+        let out = if moe.is_sparse(layer) {
+            let routed = blocks::moe_feed_forward(g, w, moe, h);
+            if moe.shared_experts > 0 {
+                g.add(routed, blocks::feed_forward(g, w, "_shexp", h))
+            } else {
+                routed
+            }
+        } else {
+            blocks::feed_forward(g, w, "", h)
+        };
+        g.add(out, ffn_in)
+    }
+}
