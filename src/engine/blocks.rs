@@ -16,6 +16,8 @@ pub(super) mod input {
     pub const POSITIONS: &str = "positions";
     pub const CACHE_ROWS: &str = "cache_rows";
     pub const MASK: &str = "mask";
+    /// The mask of sliding-window layers.
+    pub const MASK_SLIDING: &str = "mask_sliding";
     pub const LAST_ROW: &str = "last_row";
 }
 
@@ -38,7 +40,10 @@ pub struct StepContext<'a, 'g> {
     pub(super) rope_mode: i32,
     pub(super) positions: Tensor<'g>,
     pub(super) cache_rows: Tensor<'g>,
-    pub(super) mask: Tensor<'g>,
+    /// The causal mask, when a layer of the stage attends to the whole context.
+    pub(super) mask: Option<Tensor<'g>>,
+    /// The sliding-window mask, when a layer of the stage slides.
+    pub(super) mask_sliding: Option<Tensor<'g>>,
     pub(super) rope_factors: Option<Tensor<'g>>,
     /// On the model's last layer with several tokens: the row whose logits are wanted.
     pub(super) last_row: Option<Tensor<'g>>,
@@ -85,6 +90,29 @@ pub fn linear<'g>(
     }
 }
 
+/// How one layer's attention differs from the usual.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionParams {
+    pub freq_base: f32,
+    pub freq_scale: f32,
+    /// Q is multiplied by this after RoPE (Gemma), and the attention logits by `kq_scale`.
+    pub q_scale: Option<f32>,
+    pub kq_scale: f32,
+    /// The layer attends through the sliding window.
+    pub sliding: bool,
+}
+
+impl AttentionParams {
+    /// The model's RoPE and scale, or its sliding-window RoPE on a sliding layer.
+    pub fn of(config: &ModelConfig, layer: usize) -> AttentionParams {
+        let (freq_base, freq_scale, sliding) = match &config.sliding_window {
+            Some(w) if config.is_sliding(layer) => (w.freq_base, w.freq_scale, true),
+            _ => (config.rope.freq_base, config.rope.freq_scale, false),
+        };
+        AttentionParams { freq_base, freq_scale, q_scale: None, kq_scale: config.attention_scale, sliding }
+    }
+}
+
 /// Self-attention of one layer with the standard tensor names (`attn_q`, `attn_k`, `attn_v` with
 /// optional biases, optional per-head `attn_q_norm`/`attn_k_norm`, `attn_output`): projections, RoPE,
 /// the cache write, attention over the cached positions and the output projection.
@@ -94,6 +122,18 @@ pub fn attention<'g>(
     layer: usize,
     w: &LayerWeights,
     x: Tensor<'g>,
+) -> Tensor<'g> {
+    attention_with(g, step, layer, w, x, &AttentionParams::of(step.config, layer))
+}
+
+/// [`attention`] with explicit parameters.
+pub fn attention_with<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    layer: usize,
+    w: &LayerWeights,
+    x: Tensor<'g>,
+    params: &AttentionParams,
 ) -> Tensor<'g> {
     let c = step.config;
     let (hd, t) = (c.head_dim as i64, step.tokens());
@@ -109,8 +149,8 @@ pub fn attention<'g>(
         n_dims: c.rope.dimensions as i32,
         mode: step.rope_mode,
         n_ctx_orig: c.rope.original_context as i32,
-        freq_base: c.rope.freq_base,
-        freq_scale: c.rope.freq_scale,
+        freq_base: params.freq_base,
+        freq_scale: params.freq_scale,
         ext_factor: 0.0,
         attn_factor: 1.0,
         beta_fast: 32.0,
@@ -118,6 +158,10 @@ pub fn attention<'g>(
     };
     let q = g.rope(q, step.positions, step.rope_factors, &rope);
     let k = g.rope(k, step.positions, step.rope_factors, &rope);
+    let q = match params.q_scale {
+        Some(scale) => g.scale(q, scale),
+        None => q,
+    };
 
     let width = c.kv_width() as i64;
     let k_rows = g.view(k, &[width, t], &[k.strides()[2]], 0);
@@ -128,7 +172,9 @@ pub fn attention<'g>(
     let q = g.permute(q, [0, 2, 1, 3]);
     let k_all = g.permute(k_all, [0, 2, 1, 3]);
     let v_all = g.permute(v_all, [0, 2, 1, 3]);
-    let attended = g.flash_attention(q, k_all, v_all, step.mask, c.attention_scale);
+    let mask = if params.sliding { step.mask_sliding } else { step.mask };
+    let mask = mask.expect("the stage's graph has the mask of each of its layers' kinds");
+    let attended = g.flash_attention(q, k_all, v_all, mask, params.kq_scale);
     let merged = g.reshape_2d(attended, hd * c.heads as i64, t);
     linear(g, w.req("attn_output.weight"), w.get("attn_output.bias"), merged)
 }
@@ -136,9 +182,32 @@ pub fn attention<'g>(
 /// The dense SwiGLU feed-forward `down(silu(gate·x) ⊙ up·x)` over the tensors `ffn_{gate,up,down}` +
 /// `suffix` (`""` for a dense layer's own, `"_shexp"` for a shared expert).
 pub fn feed_forward<'g>(g: &'g GraphBuilder, w: &LayerWeights, suffix: &str, x: Tensor<'g>) -> Tensor<'g> {
-    let gate = g.mul_mat(g.stored(w.req(&format!("ffn_gate{suffix}.weight"))), x);
+    gated_feed_forward(g, w, suffix, x, Activation::Silu)
+}
+
+/// The gate's activation in a gated feed-forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    /// GELU, tanh approximation.
+    Gelu,
+}
+
+/// `down(act(gate·x) ⊙ up·x)` over `ffn_{gate,up,down}` + `suffix`.
+pub fn gated_feed_forward<'g>(
+    g: &'g GraphBuilder,
+    w: &LayerWeights,
+    suffix: &str,
+    x: Tensor<'g>,
+    activation: Activation,
+) -> Tensor<'g> {
     let up = g.mul_mat(g.stored(w.req(&format!("ffn_up{suffix}.weight"))), x);
-    g.mul_mat(g.stored(w.req(&format!("ffn_down{suffix}.weight"))), g.swiglu(gate, up))
+    let gate = g.mul_mat(g.stored(w.req(&format!("ffn_gate{suffix}.weight"))), x);
+    let h = match activation {
+        Activation::Silu => g.swiglu(gate, up),
+        Activation::Gelu => g.geglu(gate, up),
+    };
+    g.mul_mat(g.stored(w.req(&format!("ffn_down{suffix}.weight"))), h)
 }
 
 /// The mixture-of-experts feed-forward over `ffn_gate_inp` (the router) and the 3-D expert tensors

@@ -35,7 +35,12 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: GraphShape) -> Te
     let spec = c.architecture.spec();
     let t = shape.tokens as i64;
     let mut x = blocks::stage_input(g, p.weights.embedding.as_ref(), c.embedding, t);
+    if let (Some(scale), Some(_)) = (c.embedding_scale, &p.weights.embedding) {
+        x = g.scale(x, scale);
+    }
     let is_last = p.weights.output.is_some();
+    let slides = p.layers.clone().any(|l| c.is_sliding(l));
+    let sees_all = p.layers.clone().any(|l| !c.is_sliding(l));
     let step = StepContext {
         config: c,
         layers: p.layers.clone(),
@@ -44,7 +49,9 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: GraphShape) -> Te
         rope_mode: spec.rope_mode(),
         positions: g.input(input::POSITIONS, DType::I32, &[t]),
         cache_rows: g.input(input::CACHE_ROWS, DType::I64, &[t]),
-        mask: g.input(input::MASK, DType::F16, &[shape.attended as i64, t]),
+        // Each mask only where a layer reads it: an input no node reads gets no memory.
+        mask: sees_all.then(|| g.input(input::MASK, DType::F16, &[shape.attended as i64, t])),
+        mask_sliding: slides.then(|| g.input(input::MASK_SLIDING, DType::F16, &[shape.attended as i64, t])),
         rope_factors: p.weights.rope_factors.as_ref().map(|f| g.stored(f)),
         // Only the last token's logits are needed, so the model's last layer drops the other rows early.
         last_row: (is_last && t > 1).then(|| g.input(input::LAST_ROW, DType::I32, &[1])),
@@ -55,7 +62,11 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: GraphShape) -> Te
     match (&p.weights.output_norm, &p.weights.output) {
         (Some(norm_weight), Some(head)) => {
             let h = blocks::norm(g, x, norm_weight, c.rms_epsilon);
-            g.mul_mat(g.stored(head), h)
+            let logits = g.mul_mat(g.stored(head), h);
+            match c.logit_softcap {
+                Some(cap) => g.scale(g.tanh(g.scale(logits, 1.0 / cap)), cap),
+                None => logits,
+            }
         }
         _ => x,
     }

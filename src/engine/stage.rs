@@ -75,6 +75,7 @@ pub struct Stage {
     positions: Vec<i32>,
     rows: Vec<i64>,
     mask: Vec<f16>,
+    mask_sliding: Vec<f16>,
     token_ids: Vec<i32>,
 }
 
@@ -108,6 +109,7 @@ impl Stage {
             positions: Vec::new(),
             rows: Vec::new(),
             mask: Vec::new(),
+            mask_sliding: Vec::new(),
             token_ids: Vec::new(),
         };
         let worst = GraphShape { tokens: stage.options.batch, attended: stage.cache.context(), seq: 0 };
@@ -216,7 +218,12 @@ impl Stage {
         }
         backend.set_input(graph, input::POSITIONS, &self.positions);
         backend.set_input(graph, input::CACHE_ROWS, &self.rows);
-        backend.set_input(graph, input::MASK, &self.mask);
+        if graph.has_input(input::MASK) {
+            backend.set_input(graph, input::MASK, &self.mask);
+        }
+        if graph.has_input(input::MASK_SLIDING) {
+            backend.set_input(graph, input::MASK_SLIDING, &self.mask_sliding);
+        }
         if is_last && tokens > 1 {
             backend.set_input(graph, input::LAST_ROW, &[tokens as i32 - 1]);
         }
@@ -299,6 +306,14 @@ impl Stage {
         for i in 0..tokens {
             let visible = start + i + 1;
             self.mask[i * attended..i * attended + visible].fill(f16::ZERO);
+        }
+        // Sliding-window layers: a position also does not see those `window` or more before it.
+        if let Some(window) = self.config.sliding_window.as_ref().map(|w| w.size) {
+            self.mask_sliding.clone_from(&self.mask);
+            for i in 0..tokens {
+                let hidden = (start + i + 1).saturating_sub(window);
+                self.mask_sliding[i * attended..i * attended + hidden].fill(f16::NEG_INFINITY);
+            }
         }
     }
 }

@@ -111,6 +111,11 @@ impl Graph {
         unsafe { sys::ggml_graph_n_nodes(self.raw()) as usize }
     }
 
+    /// Whether the graph has an input named `name`.
+    pub fn has_input(&self, name: &str) -> bool {
+        self.inputs.iter().any(|(n, _)| *n == name)
+    }
+
     pub(super) fn input(&self, name: &str) -> NonNull<sys::ggml_tensor> {
         self.inputs
             .iter()
@@ -416,6 +421,19 @@ impl GraphBuilder {
         self.adopt(unsafe {
             sys::ggml_mul_mat_id(self.parts.ctx.as_ptr(), experts.raw.as_ptr(), b.raw.as_ptr(), ids.raw.as_ptr())
         })
+    }
+
+    pub fn tanh<'g>(&'g self, a: Tensor<'g>) -> Tensor<'g> {
+        self.reserve(1);
+        // SAFETY: see get_rows.
+        self.adopt(unsafe { sys::ggml_tanh(self.parts.ctx.as_ptr(), a.raw.as_ptr()) })
+    }
+
+    /// gelu(gate) · up, fused (GELU's tanh approximation, as Gemma uses).
+    pub fn geglu<'g>(&'g self, gate: Tensor<'g>, up: Tensor<'g>) -> Tensor<'g> {
+        self.reserve(1);
+        // SAFETY: ggml asserts equal shapes.
+        self.adopt(unsafe { sys::ggml_geglu_split(self.parts.ctx.as_ptr(), gate.raw.as_ptr(), up.raw.as_ptr()) })
     }
 
     /// silu(gate) · up, fused.

@@ -22,10 +22,13 @@ pub enum Architecture {
     /// and a shared expert, partial RoPE, biases on Q, K and V.
     #[serde(rename = "glm4moe")]
     Glm4Moe,
+    /// Gemma 3 (270M to 27B, text): sliding-window and global layers, norms before and after attention
+    /// and feed-forward, GELU, scaled embeddings.
+    Gemma3,
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe";
+    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, gemma3";
 
     pub fn from_gguf_name(name: &str) -> Option<Architecture> {
         match name {
@@ -34,6 +37,7 @@ impl Architecture {
             "qwen3" => Some(Architecture::Qwen3),
             "qwen3moe" => Some(Architecture::Qwen3Moe),
             "glm4moe" => Some(Architecture::Glm4Moe),
+            "gemma3" => Some(Architecture::Gemma3),
             _ => None,
         }
     }
@@ -46,6 +50,7 @@ impl Architecture {
             Architecture::Qwen3 => "qwen3",
             Architecture::Qwen3Moe => "qwen3moe",
             Architecture::Glm4Moe => "glm4moe",
+            Architecture::Gemma3 => "gemma3",
         }
     }
 
@@ -83,9 +88,33 @@ pub struct ModelConfig {
     pub vocabulary: usize,
     /// The mixture-of-experts feed-forward, for architectures that have one.
     pub moe: Option<MoeParams>,
+    /// Layers that attend only to the most recent positions (Gemma 3), if any.
+    pub sliding_window: Option<SlidingWindow>,
+    /// The token embeddings are multiplied by this (Gemma: √embedding).
+    pub embedding_scale: Option<f32>,
+    /// Logits are squashed to ±this by tanh (Gemma 2).
+    pub logit_softcap: Option<f32>,
     /// Layers the file holds after the model's own (GLM's next-token-prediction layers): neither
     /// loaded nor counted.
     pub skipped_layers: usize,
+}
+
+/// Sliding-window attention: which layers look back only `size` positions, and the RoPE those layers use.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct SlidingWindow {
+    /// A position sees the positions less than `size` before it (and itself).
+    pub size: usize,
+    /// For each layer: whether it slides (the others attend to the whole context).
+    pub layers: Vec<bool>,
+    pub freq_base: f32,
+    pub freq_scale: f32,
+}
+
+impl ModelConfig {
+    /// Whether `layer` attends through a sliding window.
+    pub fn is_sliding(&self, layer: usize) -> bool {
+        self.sliding_window.as_ref().is_some_and(|w| w.layers.get(layer).copied().unwrap_or(false))
+    }
 }
 
 /// How a router's logits become expert weights.
@@ -215,6 +244,9 @@ impl ModelConfig {
             training_context,
             vocabulary,
             moe: None,
+            sliding_window: None,
+            embedding_scale: None,
+            logit_softcap: None,
             skipped_layers: 0,
         };
         architecture.spec().hyper_parameters(&keys, &mut config)?;
@@ -251,6 +283,12 @@ impl Keys<'_> {
 
     pub fn arch_optional_float(&self, key: &str) -> Result<Option<f64>, ModelError> {
         self.optional_float(&self.arch_key(key))
+    }
+
+    /// The architecture's array of flags `key`, when the file has one (not a single number).
+    pub fn arch_bools(&self, key: &str) -> Option<Vec<bool>> {
+        let values = self.file.get(&self.arch_key(key))?.as_array()?;
+        values.iter().map(|v| if let Value::Bool(b) = v { Some(*b) } else { None }).collect()
     }
 
     /// Whether the array `key` of the architecture's own has its first two entries above zero (how

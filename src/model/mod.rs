@@ -12,7 +12,7 @@ pub mod shard;
 mod tokenizer;
 
 pub use chat_template::{ChatMessage, ChatTemplate};
-pub use config::{Architecture, Gating, ModelConfig, MoeParams, RopeConfig};
+pub use config::{Architecture, Gating, ModelConfig, MoeParams, RopeConfig, SlidingWindow};
 pub use gguf::{GgufFile, GgufHeader, TensorInfo, Value};
 pub use layout::ModelLayout;
 pub use tokenizer::{TextStream, Tokenizer};

@@ -25,6 +25,8 @@ pub struct RandomModel {
     pub shared_experts: usize,
     pub nextn_layers: usize,
     pub rope_dims: usize,
+    /// Gemma 3: the sliding window of five layers in six (0: none).
+    pub sliding_window: usize,
     pub seed: u64,
 }
 
@@ -45,6 +47,7 @@ pub fn qwen3moe() -> RandomModel {
         shared_experts: 0,
         nextn_layers: 0,
         rope_dims: 16,
+        sliding_window: 0,
         seed: 0x5eed_0001,
     }
 }
@@ -67,7 +70,31 @@ pub fn glm4moe() -> RandomModel {
         shared_experts: 1,
         nextn_layers: 1,
         rope_dims: 8,
+        sliding_window: 0,
         seed: 0x5eed_0002,
+    }
+}
+
+/// Gemma 3 in miniature: 7 layers (layer 5 global, the others sliding), a sliding window of 5
+/// positions so that short prompts cross it.
+pub fn gemma3() -> RandomModel {
+    RandomModel {
+        architecture: "gemma3",
+        layers: 7,
+        embedding: 64,
+        heads: 4,
+        kv_heads: 1,
+        head_dim: 32,
+        feed_forward: 128,
+        experts: 0,
+        experts_used: 0,
+        expert_feed_forward: 0,
+        leading_dense: 7,
+        shared_experts: 0,
+        nextn_layers: 0,
+        rope_dims: 32,
+        sliding_window: 5,
+        seed: 0x5eed_0003,
     }
 }
 
@@ -133,6 +160,12 @@ impl RandomModel {
             .meta(&k("rope.freq_base"), Meta::F32(1_000_000.0))
             .meta(&k("rope.dimension_count"), Meta::U32(self.rope_dims as u32));
         let glm = arch == "glm4moe";
+        let gemma = arch == "gemma3";
+        if gemma {
+            g = g
+                .meta(&k("attention.sliding_window"), Meta::U32(self.sliding_window as u32))
+                .meta(&k("rope.freq_base_swa"), Meta::F32(10_000.0));
+        }
         if glm {
             g = g
                 .meta(&k("leading_dense_block_count"), Meta::U32(self.leading_dense as u32))
@@ -177,6 +210,13 @@ impl RandomModel {
                     .f32_values(&n("attn_q_norm.weight"), &[hd], &w.around_one(hd, 0.1))
                     .f32_values(&n("attn_k_norm.weight"), &[hd], &w.around_one(hd, 0.1))
                     .f32_values(&n("ffn_norm.weight"), &[e], &w.around_one(e, 0.1));
+            }
+            if gemma {
+                g = g.f32_values(&n("post_attention_norm.weight"), &[e], &w.around_one(e, 0.1)).f32_values(
+                    &n("post_ffw_norm.weight"),
+                    &[e],
+                    &w.around_one(e, 0.1),
+                );
             }
             if l < self.leading_dense {
                 let down = 1.0 / (ff as f32).sqrt() * 1.7;

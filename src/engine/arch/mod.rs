@@ -5,6 +5,7 @@
 //! graphs share (norm, attention over the KV cache, dense and mixture-of-experts feed-forward) are in
 //! [`super::blocks`].
 
+mod gemma3;
 mod glm4moe;
 mod llama;
 mod qwen3moe;
@@ -58,5 +59,6 @@ pub fn spec(architecture: Architecture) -> &'static dyn ArchSpec {
         Architecture::Qwen3 => &llama::QWEN3,
         Architecture::Qwen3Moe => &qwen3moe::QWEN3MOE,
         Architecture::Glm4Moe => &glm4moe::GLM4MOE,
+        Architecture::Gemma3 => &gemma3::GEMMA3,
     }
 }

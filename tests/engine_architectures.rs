@@ -1,8 +1,9 @@
-//! Mixture-of-experts models against llama.cpp: random-weight GGUFs of each MoE architecture (written by
-//! tests/common/random_model.rs, the same bytes on every run) must give llama.cpp's logits at every
-//! position of a few prompts (tests/fixtures/oracle/random/, recorded by scripts/record-oracle-random),
-//! its greedy tokens on a CPU with the recording machine's kernels, the same tokens split as unsplit,
-//! and stages that map exactly their layers' bytes, experts included.
+//! The architectures without a small real model here, against llama.cpp: random-weight GGUFs of
+//! qwen3moe, glm4moe and gemma3 (written by tests/common/random_model.rs, the same bytes on every run)
+//! must give llama.cpp's logits at every position of a few prompts (tests/fixtures/oracle/random/,
+//! recorded by scripts/record-oracle-random), its greedy tokens on a CPU with the recording machine's
+//! kernels, the same tokens split as unsplit, and stages that map exactly their layers' bytes, experts
+//! included.
 
 mod common;
 
@@ -205,11 +206,25 @@ fn glm4moe_skips_its_next_token_prediction_layer_and_maps_exact_bytes() {
     check_stage_bytes(&model, &[0..1, 1..2, 2..3, 0..2, 2..5]);
 }
 
+#[test]
+fn gemma3_gives_llama_cpp_logits_at_every_position_across_its_sliding_window() {
+    let model = random_model::gemma3();
+    let longest = recorded(&model).iter().map(|c| c.prompt_ids.len()).max().unwrap();
+    assert!(longest > model.sliding_window, "a prompt must cross the sliding window");
+    check_logits_match_llama_cpp(&model);
+}
+
+/// Split points on both sides of the global layer (5).
+#[test]
+fn gemma3_greedy_tokens_are_llama_cpp_and_equal_split_or_not() {
+    check_greedy_matches_llama_cpp_split_or_not(&random_model::gemma3(), &[&[5], &[6], &[2, 5]]);
+}
+
 /// Writes the random models for scripts/record-oracle-random (which runs this ignored test).
 #[test]
 #[ignore]
 fn write_the_random_models() {
-    for model in [random_model::qwen3moe(), random_model::glm4moe()] {
+    for model in [random_model::qwen3moe(), random_model::glm4moe(), random_model::gemma3()] {
         println!("random model: {}", model.write().display());
     }
 }
