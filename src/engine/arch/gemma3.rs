@@ -16,6 +16,15 @@ pub struct Gemma3;
 
 pub static GEMMA3: Gemma3 = Gemma3;
 
+/// Gemma's turns, for files without a template: no system role (a system message opens the first user
+/// turn), the assistant is `model`. The tokenizer adds the BOS token itself.
+const CHAT_TEMPLATE: &str = "{%- if messages and messages[0].role == 'system' -%}\
+{%- set prefix = messages[0].content ~ '\n\n' -%}{%- set turns = messages[1:] -%}\
+{%- else -%}{%- set prefix = '' -%}{%- set turns = messages -%}{%- endif -%}\
+{%- for m in turns -%}<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}\n\
+{{ (prefix if loop.first else '') ~ (m.content | trim) }}<end_of_turn>\n{% endfor -%}\
+{%- if add_generation_prompt -%}<start_of_turn>model\n{% endif -%}";
+
 /// Gemma 3's default: every sixth layer is global.
 const DEFAULT_PATTERN: usize = 6;
 
@@ -53,6 +62,10 @@ impl ArchSpec for Gemma3 {
 
     fn rope_mode(&self) -> i32 {
         2
+    }
+
+    fn default_chat_template(&self) -> Option<&'static str> {
+        Some(CHAT_TEMPLATE)
     }
 
     fn layer_tensors(&self, config: &ModelConfig, layer: usize) -> Vec<ExpectedTensor> {

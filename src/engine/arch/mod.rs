@@ -29,6 +29,12 @@ pub trait ArchSpec: Sync {
         false
     }
 
+    /// The chat template of the architecture's models, for files that carry none (Jinja, as
+    /// `tokenizer.chat_template`); ChatML when this is `None` too.
+    fn default_chat_template(&self) -> Option<&'static str> {
+        None
+    }
+
     /// ggml's RoPE mode: 0 rotates adjacent pairs (llama GGUFs are converted for it), 2 rotates halves.
     fn rope_mode(&self) -> i32;
 

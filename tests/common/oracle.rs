@@ -1,0 +1,85 @@
+//! What llama.cpp computed for a model (recorded by scripts/record-oracle with
+//! tests/fixtures/oracle/record.cpp), and the checks of shoal's engine against it.
+
+use serde::Deserialize;
+use shoal::engine::{self, GenerateRequest, LocalPipeline, SamplingParams, StageOptions, WireFormat};
+use shoal::model::Model;
+use std::path::Path;
+
+#[derive(Deserialize)]
+pub struct Recorded {
+    pub prompt: String,
+    pub prompt_ids: Vec<u32>,
+    /// For each position: the ten largest logits as (token id, logit).
+    pub top: Vec<Vec<(u32, f32)>>,
+    pub greedy: Vec<u32>,
+}
+
+/// The recording in `path` (one JSON object per prompt).
+pub fn read(path: &Path) -> Vec<Recorded> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+pub fn options() -> StageOptions {
+    StageOptions { context: 512, threads: 2, ..StageOptions::default() }
+}
+
+/// Logits after each token of `ids`, fed one at a time (as the recording did).
+pub fn teacher_forced(pipeline: &mut LocalPipeline, ids: &[u32]) -> Vec<Vec<f32>> {
+    pipeline.truncate(0, 0);
+    ids.iter().enumerate().map(|(pos, &id)| pipeline.forward(0, pos, &[id]).unwrap().to_vec()).collect()
+}
+
+/// Whether this CPU runs the ggml kernels of the machine that recorded the fixtures (x86_64 with
+/// AVX-512 and AVX-512 VNNI): only there are greedy tokens compared exactly.
+pub fn runs_the_recording_kernels() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `file`'s logits at every position of every recorded prompt (fed one token at a time, as recorded)
+/// are llama.cpp's within a small tolerance, and its winner is llama.cpp's wherever that one is clear.
+pub fn check_logits(file: &Model, name: &str, cases: &[Recorded]) {
+    let tokenizer = file.tokenizer().unwrap();
+    let mut pipeline = LocalPipeline::load(file, &[], &options(), WireFormat::F32).unwrap();
+    let mut largest_difference = 0f32;
+    for case in cases {
+        assert_eq!(tokenizer.encode(&case.prompt).unwrap(), case.prompt_ids, "{name} prompt {:?}", case.prompt);
+        let ours = teacher_forced(&mut pipeline, &case.prompt_ids);
+        for (pos, (logits, top)) in ours.iter().zip(&case.top).enumerate() {
+            for &(id, value) in top {
+                let got = logits[id as usize];
+                largest_difference = largest_difference.max((got - value).abs());
+                assert!(
+                    (got - value).abs() <= 1e-2 + 1e-3 * value.abs(),
+                    "{name} prompt {:?} position {pos}: logit of token {id} is {got}, llama.cpp's {value}",
+                    case.prompt
+                );
+            }
+            if top[0].1 - top[1].1 > 0.05 {
+                assert_eq!(engine::argmax(logits), top[0].0, "{name} prompt {:?} position {pos}", case.prompt);
+            }
+        }
+    }
+    println!("{name}: largest difference from llama.cpp's logits {largest_difference}");
+}
+
+pub fn greedy(file: &Model, splits: &[usize], prompt: &[u32], n: usize) -> Vec<u32> {
+    let tokenizer = file.tokenizer().unwrap();
+    let mut pipeline = LocalPipeline::load(file, splits, &options(), WireFormat::F32).unwrap();
+    let request = GenerateRequest {
+        prompt: prompt.to_vec(),
+        max_tokens: n,
+        sampling: SamplingParams { temperature: 0.0, ..SamplingParams::default() },
+        stop: vec![],
+        ignore_eos: true,
+    };
+    engine::generate(&mut pipeline, &tokenizer, &request, |_| true).unwrap().tokens
+}
