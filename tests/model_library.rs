@@ -103,8 +103,9 @@ fn lists_shoal_hugging_face_damaged_split_and_added_models() {
     assert_eq!(split["parameters"], 24, "the weights of both parts");
     assert_eq!(split["quantization"], "Q4_K_M");
     assert_eq!((split["layers"].as_u64(), split["context_length"].as_u64()), (Some(2), Some(4096)));
+    // A set is one model; these crafted parts lack the hyper-parameters of one.
     assert_eq!(split["runnable"], false);
-    assert!(split["problem"].as_str().unwrap().contains("split"), "{split}");
+    assert!(split["problem"].as_str().unwrap().contains("lacks the metadata key llama.embedding_length"), "{split}");
 
     let table = models(&data_dir, &hf_home, &[]);
     let text = String::from_utf8_lossy(&table.stdout);

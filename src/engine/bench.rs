@@ -97,7 +97,7 @@ pub fn run(path: &Path, options: &BenchOptions) -> Result<BenchReport, EngineErr
     }
     Ok(BenchReport {
         model: model.name(),
-        model_bytes: model.file().file_bytes(),
+        model_bytes: model.file_bytes(),
         threads: options.threads,
         stages: pipeline.stages().len(),
         prompt_tokens: options.prompt_tokens,

@@ -29,7 +29,8 @@ impl LayerWeights {
 
 /// The mapped tensors of a stage.
 pub struct StageWeights {
-    set: TensorSet,
+    /// One mapping per file the stage's tensors are in (one, or some parts of a split set).
+    sets: Vec<TensorSet>,
     names: Vec<String>,
     pub(super) layers: Vec<LayerWeights>,
     /// First stage: the token embedding table.
@@ -48,17 +49,21 @@ impl StageWeights {
 
     /// Maps the tensors of `layers` (already validated by [`Model::open`]).
     pub fn map(model: &Model, layers: Range<usize>) -> Result<StageWeights, EngineError> {
-        let infos = Self::tensors_for(model, layers.clone());
-        // A shard's sparse file has holes where other stages' tensors are: refuse to compute with them.
-        crate::model::shard::check_present(model.path(), &infos)?;
-        let specs: Vec<MappedTensor<'_>> = infos
-            .iter()
-            .map(|t| MappedTensor { name: &t.name, dtype: t.dtype, shape: &t.shape, file_offset: t.offset })
-            .collect();
-        let set = TensorSet::map(model.file().mapping().clone(), &specs).map_err(|reason| {
-            EngineError::Model(crate::model::ModelError::Corrupt { path: model.path().into(), reason })
-        })?;
-        let get = |name: &str| set.get(name);
+        let by_part = model.stage_tensors_by_part(layers.clone());
+        let mut sets = Vec::new();
+        for (part, infos) in model.parts().iter().zip(&by_part).filter(|(_, infos)| !infos.is_empty()) {
+            // A shard's sparse file has holes where other stages' tensors are: refuse to compute with them.
+            crate::model::shard::check_present(part.path(), infos)?;
+            let specs: Vec<MappedTensor<'_>> = infos
+                .iter()
+                .map(|t| MappedTensor { name: &t.name, dtype: t.dtype, shape: &t.shape, file_offset: t.offset })
+                .collect();
+            let set = TensorSet::map(part.mapping().clone(), &specs).map_err(|reason| {
+                EngineError::Model(crate::model::ModelError::Corrupt { path: part.path().into(), reason })
+            })?;
+            sets.push(set);
+        }
+        let get = |name: &str| sets.iter().find_map(|set| set.get(name));
         let need = |name: String| get(&name).ok_or(EngineError::Internal(format!("tensor {name} was not mapped")));
         let config = model.config();
         let spec = config.architecture.spec();
@@ -87,24 +92,30 @@ impl StageWeights {
             (true, false) => Some(need(OUTPUT.into())?),
         };
         Ok(StageWeights {
-            names: infos.iter().map(|t| t.name.clone()).collect(),
+            names: by_part.iter().flatten().map(|t| t.name.clone()).collect(),
             layers: layer_weights,
             embedding: if layers.start == 0 { Some(need(TOKEN_EMBEDDING.into())?) } else { None },
             output_norm: if last { Some(need(OUTPUT_NORM.into())?) } else { None },
             output,
             rope_factors: get(ROPE_FREQS),
-            set,
+            sets,
         })
     }
 
     /// Exact bytes of the tensors this stage mapped.
     pub fn mapped_bytes(&self) -> u64 {
-        self.set.data_bytes()
+        self.sets.iter().map(TensorSet::data_bytes).sum()
     }
 
     /// Reads the stage's weights from disk into the page cache now, reporting progress (0..=1).
-    pub fn prefault(&self, progress: impl FnMut(f32)) {
-        self.set.prefault(progress);
+    pub fn prefault(&self, mut progress: impl FnMut(f32)) {
+        let total = self.mapped_bytes().max(1) as f32;
+        let mut done = 0u64;
+        for set in &self.sets {
+            let bytes = set.data_bytes();
+            set.prefault(|fraction| progress((done as f32 + fraction * bytes as f32) / total));
+            done += bytes;
+        }
     }
 
     /// Names of the tensors this stage mapped.

@@ -4,6 +4,7 @@
 
 use super::config::ModelConfig;
 use super::gguf::GgufFile;
+use super::split::TensorIndex;
 use super::ModelError;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -110,12 +111,14 @@ pub struct ModelLayout {
 }
 
 impl ModelLayout {
-    /// Checks that `file` has every tensor `config` needs, with the right shapes and no tensors the engine
+    /// Checks that the model's files (one, or the parts of a split set) have every tensor `config` needs, with the right shapes and no tensors the engine
     /// would ignore, and totals their bytes.
-    pub fn check(file: &GgufFile, config: &ModelConfig) -> Result<ModelLayout, ModelError> {
-        let mut seen: HashMap<&str, bool> = file.tensors().iter().map(|t| (t.name.as_str(), false)).collect();
+    pub fn check(parts: &[GgufFile], index: &TensorIndex, config: &ModelConfig) -> Result<ModelLayout, ModelError> {
+        let file = &parts[0];
+        let mut seen: HashMap<&str, bool> =
+            parts.iter().flat_map(|p| p.tensors()).map(|t| (t.name.as_str(), false)).collect();
         let mut bytes_of = |expected: &ExpectedTensor| -> Result<u64, ModelError> {
-            let Some(info) = file.tensor(&expected.name) else {
+            let Some((_, info)) = index.find(parts, &expected.name) else {
                 return if expected.required {
                     Err(ModelError::MissingTensor { path: file.path().into(), tensor: expected.name.clone() })
                 } else {

@@ -315,15 +315,12 @@ fn describe(parts: Vec<PathBuf>, source: ModelSource) -> LibraryModel {
     if model.problem.is_some() {
         return model;
     }
-    if parts.len() > 1 {
-        model.problem = Some(format!(
-            "a split GGUF set of {} parts: shoal's engine opens single files; merge them with `llama-gguf-split --merge`",
-            parts.len()
-        ));
-        return model;
-    }
     match Model::open(&path) {
-        Ok(_) => model.runnable = true,
+        Ok(opened) => {
+            model.runnable = true;
+            // The model's own layers (GLM files also count their next-token-prediction layers).
+            model.layers = Some(opened.config().layers as u64);
+        }
         Err(e) => model.problem = Some(e.to_string()),
     }
     model

@@ -9,6 +9,7 @@ pub mod library;
 pub mod peer_copy;
 pub mod pull;
 pub mod shard;
+pub mod split;
 mod tokenizer;
 
 pub use chat_template::{ChatMessage, ChatTemplate};
@@ -44,8 +45,10 @@ pub enum ModelError {
     InvalidKey { path: PathBuf, key: String, problem: String },
     #[error("{} lacks the tensor {tensor}; the file is damaged or is not a complete model", path.display())]
     MissingTensor { path: PathBuf, tensor: String },
-    #[error("{} is part {part} of a split GGUF set of {parts} files; shoal's engine opens single files: merge the set with `llama-gguf-split --merge FIRST-PART OUT.gguf` and run the result", path.display())]
-    SplitPart { path: PathBuf, part: u64, parts: u64 },
+    #[error("{} is part {part} of a split GGUF set of {parts} files; open its first part{}", path.display(), first.as_ref().map(|f| format!(", {}", f.display())).unwrap_or_default())]
+    SplitPart { path: PathBuf, part: u64, parts: u64, first: Option<PathBuf> },
+    #[error("the split GGUF set {} cannot be used: {problem}", path.display())]
+    SplitSet { path: PathBuf, problem: String },
     #[error("{}: tensor {tensor} has shape {found:?} but the model's hyper-parameters need {expected:?}; the file is damaged", path.display())]
     TensorShape { path: PathBuf, tensor: String, found: Vec<u64>, expected: Vec<u64> },
     #[error("{} has a tensor {tensor} that shoal's {architecture} graph does not use (a variant such as mixture-of-experts that shoal does not run yet)", path.display())]
@@ -60,34 +63,56 @@ pub enum ModelError {
     ChatTemplate(String),
 }
 
-/// A validated model file: its GGUF contents, hyper-parameters and exact tensor layout.
+/// A validated model: its GGUF file (or every part of a split set), hyper-parameters and exact tensor
+/// layout.
 pub struct Model {
-    file: GgufFile,
+    /// The file, or the parts of a split set in order (the first holds the metadata).
+    parts: Vec<GgufFile>,
+    index: split::TensorIndex,
     config: ModelConfig,
     layout: ModelLayout,
 }
 
 impl Model {
-    /// Opens `path` and checks everything the engine relies on: the GGUF structure, the architecture,
-    /// the hyper-parameters, and the presence and shape of every tensor. Tensor data is not read.
+    /// Opens `path` (a GGUF file, or the first part of a split set, whose other parts must lie beside
+    /// it) and checks everything the engine relies on: the GGUF structure, the parts of a set, the
+    /// architecture, the hyper-parameters, and the presence and shape of every tensor. Tensor data is
+    /// not read.
     pub fn open(path: &Path) -> Result<Model, ModelError> {
-        let file = GgufFile::open(path)?;
-        let parts = file.get("split.count").and_then(Value::as_u64).unwrap_or(1);
-        if parts > 1 {
-            let part = file.get("split.no").and_then(Value::as_u64).unwrap_or(0) + 1;
-            return Err(ModelError::SplitPart { path: path.into(), part, parts });
-        }
-        let config = ModelConfig::from_gguf(&file)?;
-        let layout = ModelLayout::check(&file, &config)?;
-        Ok(Model { file, config, layout })
+        let parts = split::open_parts(GgufFile::open(path)?)?;
+        let index = split::TensorIndex::new(&parts);
+        let config = ModelConfig::from_gguf(&parts[0])?;
+        let layout = ModelLayout::check(&parts, &index, &config)?;
+        Ok(Model { parts, index, config, layout })
     }
 
+    /// The file opened (the first part of a split set).
     pub fn path(&self) -> &Path {
-        self.file.path()
+        self.parts[0].path()
     }
 
+    /// The file opened: the model's metadata (the first part of a split set).
     pub fn file(&self) -> &GgufFile {
-        &self.file
+        &self.parts[0]
+    }
+
+    /// Every file of the model, in order: one, or the parts of a split set.
+    pub fn parts(&self) -> &[GgufFile] {
+        &self.parts
+    }
+
+    pub fn is_split(&self) -> bool {
+        self.parts.len() > 1
+    }
+
+    /// Bytes of every file of the model.
+    pub fn file_bytes(&self) -> u64 {
+        self.parts.iter().map(GgufFile::file_bytes).sum()
+    }
+
+    /// Tensor `name`, in whichever part holds it.
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.index.find(&self.parts, name).map(|(_, t)| t)
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -98,10 +123,16 @@ impl Model {
         &self.layout
     }
 
-    /// The tensors a stage running `layers` reads, in file order: its layers' tensors, RoPE factors when
-    /// the model has them, the token embedding on the first stage, and the final norm with the output
-    /// head on the last (the embedding matrix when the head is tied to it).
+    /// The tensors a stage running `layers` reads, in file order (part by part for a split set): its
+    /// layers' tensors, RoPE factors when the model has them, the token embedding on the first stage,
+    /// and the final norm with the output head on the last (the embedding matrix when the head is tied
+    /// to it).
     pub fn stage_tensors(&self, layers: Range<usize>) -> Vec<&TensorInfo> {
+        self.stage_tensors_by_part(layers).into_iter().flatten().collect()
+    }
+
+    /// [`Model::stage_tensors`] grouped by the part that holds them: one list per part, in part order.
+    pub fn stage_tensors_by_part(&self, layers: Range<usize>) -> Vec<Vec<&TensorInfo>> {
         let config = &self.config;
         let mut names: Vec<String> =
             layers.clone().flat_map(|l| layout::layer_tensors(config, l)).map(|t| t.name).collect();
@@ -113,15 +144,20 @@ impl Model {
             names.push(layout::OUTPUT_NORM.into());
             names.push(if self.layout.tied_output { layout::TOKEN_EMBEDDING } else { layout::OUTPUT }.into());
         }
-        let mut infos: Vec<&TensorInfo> = names.iter().filter_map(|n| self.file.tensor(n)).collect();
-        infos.sort_by_key(|t| t.offset);
-        infos.dedup_by_key(|t| t.offset);
-        infos
+        let mut by_part: Vec<Vec<&TensorInfo>> = vec![Vec::new(); self.parts.len()];
+        for (part, info) in names.iter().filter_map(|n| self.index.find(&self.parts, n)) {
+            by_part[part].push(info);
+        }
+        for infos in &mut by_part {
+            infos.sort_by_key(|t| t.offset);
+            infos.dedup_by_key(|t| t.offset);
+        }
+        by_part
     }
 
     /// The model's display name (`general.name`), or its file name.
     pub fn name(&self) -> String {
-        match self.file.get("general.name").and_then(Value::as_str) {
+        match self.file().get("general.name").and_then(Value::as_str) {
             Some(name) => name.to_string(),
             None => self.path().file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
         }
@@ -129,12 +165,12 @@ impl Model {
 
     /// Loads the tokenizer (llama.cpp's vocabulary code) of this model.
     pub fn tokenizer(&self) -> Result<Tokenizer, ModelError> {
-        Tokenizer::load(&self.file)
+        Tokenizer::load(self.file())
     }
 
     /// The model's chat template, or its architecture's usual one, or ChatML when neither exists.
     pub fn chat_template(&self, tokenizer: &Tokenizer) -> Result<ChatTemplate, ModelError> {
-        let source = self.file.get("tokenizer.chat_template").and_then(Value::as_str);
+        let source = self.file().get("tokenizer.chat_template").and_then(Value::as_str);
         let source = source.or_else(|| self.config.architecture.spec().default_chat_template());
         ChatTemplate::new(source, tokenizer.bos_text(), tokenizer.eos_text())
     }

@@ -7,6 +7,7 @@ pub mod gguf_writer;
 pub mod hub;
 pub mod oracle;
 pub mod random_model;
+pub mod split_gguf;
 
 use serde::Deserialize;
 use std::path::PathBuf;
