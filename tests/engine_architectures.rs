@@ -20,7 +20,7 @@ fn fixture_dir() -> PathBuf {
 /// The recording of `model`, after checking that the model written now is the file llama.cpp read.
 fn recorded(model: &RandomModel) -> Vec<oracle::Recorded> {
     let dir = fixture_dir();
-    let want = std::fs::read_to_string(dir.join(format!("{}.sha256", model.architecture))).unwrap();
+    let want = std::fs::read_to_string(dir.join(format!("{}.sha256", model.name()))).unwrap();
     let bytes = std::fs::read(model.write()).unwrap();
     let have = sha256_hex(&bytes);
     assert_eq!(
@@ -29,7 +29,7 @@ fn recorded(model: &RandomModel) -> Vec<oracle::Recorded> {
         "the random {} model changed since llama.cpp's outputs were recorded: run scripts/record-oracle-random",
         model.architecture
     );
-    oracle::read(&dir.join(format!("{}.jsonl", model.architecture)))
+    oracle::read(&dir.join(format!("{}.jsonl", model.name())))
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -158,13 +158,27 @@ fn gemma3_greedy_tokens_are_llama_cpp_and_equal_split_or_not() {
     check_greedy_matches_llama_cpp_split_or_not(&random_model::gemma3(), &[&[5], &[6], &[2, 5]]);
 }
 
-/// Writes the random models for scripts/record-oracle-random (which runs this ignored test).
+#[test]
+fn mixtral_gives_llama_cpp_logits_and_greedy_tokens_split_or_not() {
+    let model = random_model::mixtral();
+    check_logits_match_llama_cpp(&model);
+    check_greedy_matches_llama_cpp_split_or_not(&model, &[&[2]]);
+}
+
+/// Writes the random models for scripts/record-oracle (which runs this ignored test).
 #[test]
 #[ignore]
 fn write_the_random_models() {
-    for model in [random_model::qwen3moe(), random_model::glm4moe(), random_model::gemma3()] {
+    for model in [random_model::qwen3moe(), random_model::glm4moe(), random_model::gemma3(), random_model::mixtral()] {
         println!("random model: {}", model.write().display());
     }
+}
+
+/// Writes the MoE model of `benches/compare-llama-bench --suite` (which runs this ignored test).
+#[test]
+#[ignore]
+fn write_the_benchmark_model() {
+    println!("benchmark model: {}", random_model::qwen3moe_bench().write().display());
 }
 
 #[test]

@@ -51,7 +51,7 @@ pub enum ModelError {
     SplitSet { path: PathBuf, problem: String },
     #[error("{}: tensor {tensor} has shape {found:?} but the model's hyper-parameters need {expected:?}; the file is damaged", path.display())]
     TensorShape { path: PathBuf, tensor: String, found: Vec<u64>, expected: Vec<u64> },
-    #[error("{} has a tensor {tensor} that shoal's {architecture} graph does not use (a variant such as mixture-of-experts that shoal does not run yet)", path.display())]
+    #[error("{} has a tensor {tensor} that shoal's {architecture} graph does not use: a variant of the architecture that shoal does not run yet (say which model it is in an issue)", path.display())]
     UnexpectedTensor { path: PathBuf, tensor: String, architecture: &'static str },
     #[error("{} is a shard holding only layers {layers} of the model: tensor {tensor} ({bytes} bytes at byte {offset}) was never fetched. Fetch the layers this stage runs with `shoal pull REPO:FILE --layers FIRST-LAST`, or the whole file without --layers", path.display())]
     ShardIncomplete { path: PathBuf, layers: String, tensor: String, offset: u64, bytes: u64 },

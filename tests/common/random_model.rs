@@ -98,6 +98,41 @@ pub fn gemma3() -> RandomModel {
     }
 }
 
+/// Mixtral in miniature (a `llama` with experts): 4 layers, 8 experts of which 2 are used, each as wide
+/// as the feed-forward; no per-head norms.
+pub fn mixtral() -> RandomModel {
+    RandomModel {
+        architecture: "llama",
+        feed_forward: 48,
+        experts: 8,
+        experts_used: 2,
+        expert_feed_forward: 48,
+        rope_dims: 16,
+        seed: 0x5eed_0005,
+        ..qwen3moe()
+    }
+}
+
+/// A Qwen3-MoE large enough to measure (about 330 MB): 6 layers of 64 experts, 8 used per token,
+/// 512 wide. Not used by the tests; `benches/compare-llama-bench --suite` writes and measures it.
+pub fn qwen3moe_bench() -> RandomModel {
+    RandomModel {
+        architecture: "qwen3moe",
+        layers: 6,
+        embedding: 512,
+        heads: 8,
+        kv_heads: 4,
+        head_dim: 64,
+        feed_forward: 2048,
+        experts: 64,
+        experts_used: 8,
+        expert_feed_forward: 256,
+        rope_dims: 64,
+        seed: 0x5eed_0004,
+        ..qwen3moe()
+    }
+}
+
 /// A deterministic generator (splitmix64): the same seed gives the same weights on every machine.
 struct Weights(u64);
 
@@ -124,7 +159,16 @@ impl Weights {
 impl RandomModel {
     /// Where the tests keep this model (written when missing or different).
     pub fn path(&self) -> PathBuf {
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("random-{}.gguf", self.architecture))
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("random-{}.gguf", self.name()))
+    }
+
+    /// The model's name in file names: its architecture, `mixtral` for a llama with experts.
+    pub fn name(&self) -> String {
+        match (self.architecture, self.experts) {
+            ("llama", n) if n > 0 => "mixtral".into(),
+            (arch, _) if self.embedding > 64 => format!("{arch}-bench"),
+            (arch, _) => arch.into(),
+        }
     }
 
     /// Writes the model to [`RandomModel::path`] (unless an identical file is there) and returns the path.
@@ -206,10 +250,14 @@ impl RandomModel {
                     .f32_values(&n("attn_v.bias"), &[kv], &w.uniform(kv, 0.5))
                     .f32_values(&n("post_attention_norm.weight"), &[e], &w.around_one(e, 0.1));
             } else {
-                g = g
-                    .f32_values(&n("attn_q_norm.weight"), &[hd], &w.around_one(hd, 0.1))
-                    .f32_values(&n("attn_k_norm.weight"), &[hd], &w.around_one(hd, 0.1))
-                    .f32_values(&n("ffn_norm.weight"), &[e], &w.around_one(e, 0.1));
+                if arch != "llama" {
+                    g = g.f32_values(&n("attn_q_norm.weight"), &[hd], &w.around_one(hd, 0.1)).f32_values(
+                        &n("attn_k_norm.weight"),
+                        &[hd],
+                        &w.around_one(hd, 0.1),
+                    );
+                }
+                g = g.f32_values(&n("ffn_norm.weight"), &[e], &w.around_one(e, 0.1));
             }
             if gemma {
                 g = g.f32_values(&n("post_attention_norm.weight"), &[e], &w.around_one(e, 0.1)).f32_values(
