@@ -1,0 +1,38 @@
+//! The new architectures through the whole product: three `shoal node`s serve a GLM-4.5-style
+//! mixture-of-experts model, given as a split GGUF set, with its stages on three nodes (one inside the
+//! leading dense layers), and answer exactly as the single-process engine does.
+
+mod common;
+
+use common::cluster::TestCluster;
+use common::{random_model, split_gguf};
+use serde_json::json;
+
+#[test]
+fn three_nodes_serve_a_moe_split_set_exactly_like_one_process() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let model = random_model::glm4moe();
+    let dir = tempfile::tempdir().unwrap();
+    let parts = split_gguf::split(&model.write(), dir.path(), "glm-moe", 3);
+    let mut c = TestCluster::new(3);
+    c.form(&[]);
+    let layers = "node0:0-0,node1:1-2,node2:3-4";
+    let first = parts[0].to_str().unwrap();
+    let out = c.cli(0, &["run", first, "--layers", layers, "--context", "256", "--sequences", "1", "--threads", "1"]);
+    assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+
+    let instances = c.get_json(1, "/api/instances");
+    let stages = instances[0]["stages"].as_array().unwrap();
+    let mut nodes: Vec<&str> = stages.iter().map(|s| s["node"].as_str().unwrap()).collect();
+    nodes.dedup();
+    assert_eq!((stages.len(), nodes.len()), (3, 3), "a stage on each node: {instances:#}");
+    let name = c.get_json(2, "/v1/models")["data"][0]["id"].as_str().unwrap().to_string();
+
+    for prompt in ["The capital of France is", "Mixture of experts"] {
+        let body = json!({ "model": name, "prompt": prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": true });
+        let (status, answer) = c.post_json(2, "/v1/completions", body);
+        assert_eq!(status, 200, "{answer}\n{}", c.logs());
+        let text = answer["choices"][0]["text"].as_str().unwrap();
+        assert_eq!(text, common::single_process_of(&parts[0], prompt, 16), "prompt {prompt:?}");
+    }
+}
