@@ -113,21 +113,26 @@ impl AttentionParams {
     }
 }
 
-/// Self-attention of one layer with the standard tensor names (`attn_q`, `attn_k`, `attn_v` with
-/// optional biases, optional per-head `attn_q_norm`/`attn_k_norm`, `attn_output`): projections, RoPE,
-/// the cache write, attention over the cached positions and the output projection.
-pub fn attention<'g>(
+/// The attention half of a pre-norm layer, as most architectures have it: `x + attention(norm(x))`
+/// with `attn_norm`, on the model's last layer only for the row whose logits are wanted. Its result
+/// is the feed-forward's input (and residual).
+pub fn attention_block<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
     layer: usize,
     w: &LayerWeights,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
-    attention_with(g, step, layer, w, x, &AttentionParams::of(step.config, layer))
+    let normed = norm(g, x, w.req("attn_norm.weight"), step.config.rms_epsilon);
+    let h = attention(g, step, layer, w, normed, &AttentionParams::of(step.config, layer));
+    let (h, residual) = step.prune_last_layer(g, layer, h, x);
+    g.add(h, residual)
 }
 
-/// [`attention`] with explicit parameters.
-pub fn attention_with<'g>(
+/// Self-attention of one layer with the standard tensor names (`attn_q`, `attn_k`, `attn_v` with
+/// optional biases, optional per-head `attn_q_norm`/`attn_k_norm`, `attn_output`): projections, RoPE,
+/// the cache write, attention over the cached positions and the output projection.
+pub fn attention<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
     layer: usize,

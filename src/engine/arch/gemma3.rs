@@ -90,7 +90,7 @@ impl ArchSpec for Gemma3 {
         let eps = c.rms_epsilon;
         let params =
             AttentionParams { q_scale: Some(c.attention_scale), kq_scale: 1.0, ..AttentionParams::of(c, layer) };
-        let h = blocks::attention_with(g, step, layer, w, blocks::norm(g, x, w.req("attn_norm.weight"), eps), &params);
+        let h = blocks::attention(g, step, layer, w, blocks::norm(g, x, w.req("attn_norm.weight"), eps), &params);
         let (h, residual) = step.prune_last_layer(g, layer, h, x);
         let h = blocks::norm(g, h, w.req("post_attention_norm.weight"), eps);
         let attended = g.add(h, residual);

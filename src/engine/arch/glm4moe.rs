@@ -88,9 +88,7 @@ impl ArchSpec for Glm4Moe {
     ) -> Tensor<'g> {
         let c = step.config;
         let moe = c.moe.as_ref().expect("glm4moe reads its expert parameters when the model opens");
-        let h = blocks::attention(g, step, layer, w, blocks::norm(g, x, w.req("attn_norm.weight"), c.rms_epsilon));
-        let (h, residual) = step.prune_last_layer(g, layer, h, x);
-        let ffn_in = g.add(h, residual);
+        let ffn_in = blocks::attention_block(g, step, layer, w, x);
         let h = blocks::norm(g, ffn_in, w.req("post_attention_norm.weight"), c.rms_epsilon);
         let out = if moe.is_sparse(layer) {
             let routed = blocks::moe_feed_forward(g, w, moe, h);

@@ -71,9 +71,7 @@ impl ArchSpec for Dense {
         x: Tensor<'g>,
     ) -> Tensor<'g> {
         let eps = step.config.rms_epsilon;
-        let h = blocks::attention(g, step, layer, w, blocks::norm(g, x, w.req("attn_norm.weight"), eps));
-        let (h, residual) = step.prune_last_layer(g, layer, h, x);
-        let ffn_in = g.add(h, residual);
+        let ffn_in = blocks::attention_block(g, step, layer, w, x);
         let h = blocks::norm(g, ffn_in, w.req("ffn_norm.weight"), eps);
         let h = match &step.config.moe {
             Some(moe) => blocks::moe_feed_forward(g, w, moe, h),

@@ -67,9 +67,7 @@ impl ArchSpec for Qwen3Moe {
     ) -> Tensor<'g> {
         let c = step.config;
         let moe = c.moe.as_ref().expect("qwen3moe reads its expert parameters when the model opens");
-        let h = blocks::attention(g, step, layer, w, blocks::norm(g, x, w.req("attn_norm.weight"), c.rms_epsilon));
-        let (h, residual) = step.prune_last_layer(g, layer, h, x);
-        let ffn_in = g.add(h, residual);
+        let ffn_in = blocks::attention_block(g, step, layer, w, x);
         let h = blocks::moe_feed_forward(g, w, moe, blocks::norm(g, ffn_in, w.req("ffn_norm.weight"), c.rms_epsilon));
         g.add(h, ffn_in)
     }
