@@ -51,6 +51,9 @@ pub struct StartedNode {
 impl NodeOptions {
     /// Starts the agent and its API on the current tokio runtime.
     pub async fn start(self) -> anyhow::Result<StartedNode> {
+        if let Some(limit) = api::server::raise_open_file_limit() {
+            tracing::debug!("open-file limit: {limit}");
+        }
         let api = ApiConfig { listen: SocketAddr::new(self.listen, self.port), token: self.api_token };
         if !api.listen.ip().is_loopback() && api.token.is_none() {
             anyhow::bail!(
