@@ -1,12 +1,15 @@
 //! The attacks of issue 14, performed for real against real nodes on loopback, and each seen refused:
-//! a web page driving the API (DNS rebinding, cross-site posts) and idle connections piling up on it.
+//! a web page driving the API (DNS rebinding, cross-site posts), idle connections piling up on it, and
+//! a served GGUF header with an absurd alignment.
 
 mod common;
 
 use common::cluster::{Network, TestCluster};
+use common::gguf_writer::{GgufWriter, Meta};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::Path;
 use std::time::Duration;
 
 /// Sends `head` (request line and headers, without the blank line) and `body` to `addr`; returns the
@@ -94,4 +97,31 @@ fn idle_connections_are_closed_and_do_not_lock_out_the_api() {
         }
     }
     assert!(c.status(0).is_some(), "the API does not answer after the idle connections\n{}", c.logs());
+}
+
+#[test]
+fn a_served_header_with_a_huge_alignment_is_refused_and_leaves_nothing() {
+    let gguf = GgufWriter::default()
+        .meta("general.architecture", Meta::Str("llama".into()))
+        .meta("general.alignment", Meta::U32(1 << 30))
+        .f32_tensor("token_embd.weight", &[8, 4])
+        .bytes();
+    let hub = common::hub::start_hub_with(vec![("evil.gguf".into(), gguf)], common::hub::Faults::default());
+    let dir = tempfile::tempdir().unwrap();
+    let out = common::shoal()
+        .args(["pull", &format!("{}:evil.gguf", common::hub::REPO), "--layers", "0-0", "--data-dir"])
+        .arg(dir.path())
+        .env("HF_ENDPOINT", &hub.endpoint)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("general.alignment") && !stderr.contains("panicked"), "{stderr}");
+    let left: Vec<_> = walk(&dir.path().join("models"));
+    assert!(left.is_empty(), "files were left behind: {left:?}");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries.flatten().flat_map(|e| if e.path().is_dir() { walk(&e.path()) } else { vec![e.path()] }).collect()
 }

@@ -34,7 +34,7 @@ pub use peer::PeerRanges;
 pub use record::{check_present, is_shard, read_record, sidecar, ShardRecord, SIDECAR_SUFFIX};
 
 use super::gguf::GgufHeader;
-use super::pull::{choose_files, repo_dir, sha256_of, Hub, HubFile, PullProgress, PullRequest, PullState};
+use super::pull::{choose_files, sha256_of, Hub, HubFile, PullProgress, PullRequest, PullState};
 use super::{Model, ModelError, Value};
 use http::Meter;
 use std::fs::File;
@@ -174,7 +174,7 @@ pub fn pull_shard(
     let [file] = files.as_slice() else {
         anyhow::bail!(
             "{} is a split GGUF set of {} files; a shard can only be fetched from a single-file model (download the set without --layers)",
-            files[0].path,
+            files.first().map_or("the model", |f| f.path.as_str()),
             files.len()
         );
     };
@@ -183,7 +183,7 @@ pub fn pull_shard(
         size: Some(file.size),
         sha256: file.sha256.clone(),
     };
-    let destination = repo_dir(models_dir, &request.repo).join(&file.path);
+    let destination = super::pull::hub_destination(models_dir, &request.repo, &file.path)?;
     fetch(hub, &source, &destination, layers, progress)?;
     Ok(destination)
 }
@@ -233,7 +233,7 @@ pub fn fetch_from(
     // Gaps smaller than the alignment are padding: fetched with their neighbours, not on their own.
     let alignment = model.file().get("general.alignment").and_then(Value::as_u64).unwrap_or(32);
     let mut wanted: Vec<Range<u64>> =
-        model.stage_tensors(layers.clone()).iter().map(|t| t.offset..t.offset + t.bytes).collect();
+        model.stage_tensors(layers.clone()).iter().map(|t| t.offset..t.offset.saturating_add(t.bytes)).collect();
     record::merge(&mut wanted, alignment);
     if let Some((offset, bytes)) = spare {
         // Bytes past the header that came with its last chunk: keep those the stage needs.
