@@ -1,14 +1,19 @@
-//! The attacks of issue 14, performed for real against real nodes on loopback, and each seen refused:
-//! a web page driving the API (DNS rebinding, cross-site posts), idle connections piling up on it, and
-//! a served GGUF header with an absurd alignment.
+//! The attacks of issue 14, performed for real against real nodes on loopback or in the harness's
+//! network namespaces, and each seen refused: a web page driving the API (DNS rebinding, cross-site
+//! posts), idle connections piling up on it; a rogue member naming files outside the models folder or
+//! sending an instance without stages; a served GGUF header with an absurd alignment.
 
 mod common;
 
 use common::cluster::{Network, TestCluster};
 use common::gguf_writer::{GgufWriter, Meta};
 use serde_json::{json, Value};
+use shoal::cluster::messages::{self, ControlMessage, MAX_CONTROL_FRAME};
+use shoal::cluster::MemberRecord;
+use shoal::net::{secure, ConnectionKind, SecureReader, SecureWriter};
+use shoal::node::NodeId;
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
@@ -97,6 +102,148 @@ fn idle_connections_are_closed_and_do_not_lock_out_the_api() {
         }
     }
     assert!(c.status(0).is_some(), "the API does not answer after the idle connections\n{}", c.logs());
+}
+
+/// A fake member of node 0's cluster: it read the secret from node 0's data directory (as a rogue
+/// member holds it) and speaks the control protocol on its own.
+struct FakeMember {
+    runtime: tokio::runtime::Runtime,
+    reader: SecureReader,
+    writer: SecureWriter,
+    record: MemberRecord,
+    secret: [u8; 32],
+    victim: NodeId,
+}
+
+impl FakeMember {
+    fn connect(c: &TestCluster, copy_port: u16) -> FakeMember {
+        let membership: Value =
+            serde_json::from_slice(&std::fs::read(c.nodes[0].data_dir.join("cluster.json")).unwrap()).unwrap();
+        let secret: [u8; 32] = hex::decode(membership["secret"].as_str().unwrap()).unwrap().try_into().unwrap();
+        let control: SocketAddr = c.nodes[0].control_addr().parse().unwrap();
+        let record = MemberRecord {
+            id: NodeId::random(),
+            name: "mallory".into(),
+            control: vec![SocketAddr::from(([127, 0, 0, 1], copy_port))],
+            api_port: copy_port,
+        };
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let (mut reader, mut writer, victim) = runtime.block_on(async {
+            let (mut reader, mut writer) = secure::connect(control, ConnectionKind::Member, &secret).await.unwrap();
+            writer.write_frame(&messages::encode(&ControlMessage::Hello { node: record.clone() })).await.unwrap();
+            let hello = messages::decode::<ControlMessage>(&reader.read_frame(MAX_CONTROL_FRAME).await.unwrap());
+            let Ok(ControlMessage::Hello { node }) = hello else { panic!("no Hello: {hello:?}") };
+            (reader, writer, node.id)
+        });
+        let _ = (&mut reader, &mut writer);
+        FakeMember { runtime, reader, writer, record, secret, victim }
+    }
+
+    fn send(&mut self, message: &Value) {
+        let frame = messages::encode(message);
+        self.runtime.block_on(self.writer.write_frame(&frame)).unwrap();
+    }
+
+    /// The first message from the victim that `pick` accepts (pings are answered meanwhile).
+    fn until<T>(&mut self, mut pick: impl FnMut(&Value) -> Option<T>) -> T {
+        let (reader, writer) = (&mut self.reader, &mut self.writer);
+        self.runtime.block_on(async {
+            let wait = async {
+                loop {
+                    let frame = reader.read_frame(MAX_CONTROL_FRAME).await.expect("the victim closed the connection");
+                    let message: Value = messages::decode(&frame).unwrap();
+                    if message["type"] == "ping" {
+                        let pong = json!({"type": "pong", "seq": message["seq"], "busy": false});
+                        writer.write_frame(&messages::encode(&pong)).await.unwrap();
+                    } else if let Some(found) = pick(&message) {
+                        return found;
+                    }
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(30), wait).await.expect("no such message within 30 s")
+        })
+    }
+}
+
+fn instance(id: &str, owner: NodeId, stages: Value) -> Value {
+    let plan = json!({"model": "m", "context": 256, "vocabulary": 10, "stages": [], "total_bytes": 0, "ring_us": 0,
+        "expected_decode_tokens_per_second": null});
+    json!({"type": "instance", "info": {"id": id, "model": id, "model_path": "/m.gguf", "owner": owner,
+        "state": "ready", "error": null, "context": 256, "sequences": 1, "created_at_ms": 0, "plan": plan,
+        "stages": stages}})
+}
+
+fn stage_on(node: NodeId) -> Value {
+    json!([{"node": node, "node_name": "victim", "layers": {"start": 0, "end": 1}, "state": "starting",
+        "progress": 0.0, "data_port": null, "memory": null, "stats": null, "error": null}])
+}
+
+/// Serves one model-copy connection as the fake member: a list naming a file in repository `..`.
+fn serve_evil_list(listener: std::net::TcpListener, secret: [u8; 32]) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            listener.set_nonblocking(true).unwrap();
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let Ok(Ok((mut stream, _))) = tokio::time::timeout(Duration::from_secs(30), listener.accept()).await else {
+                return;
+            };
+            let preamble = secure::read_preamble(&mut stream).await.unwrap();
+            let (mut reader, mut writer) = secure::respond(stream, preamble, &secret).await.unwrap();
+            let _request = reader.read_frame(1 << 20).await.unwrap();
+            let list = json!([{"name": "evil.gguf", "size": 4, "repo": "..", "sha256": null}]);
+            writer.write_frame(&serde_json::to_vec(&list).unwrap()).await.unwrap();
+        });
+    })
+}
+
+#[test]
+fn a_rogue_member_cannot_write_outside_the_models_folder_or_break_the_registry() {
+    let (c, api) = one_loopback_node(&[]);
+    let copy_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let copy_port = copy_listener.local_addr().unwrap().port();
+    let mut fake = FakeMember::connect(&c, copy_port);
+    let (me, victim) = (fake.record.id, fake.victim);
+    let outside = c.nodes[0].data_dir.parent().unwrap().join("x");
+
+    // An instance without stages is dropped; requests for it and the instance list keep working.
+    fake.send(&instance("empty", me, json!([])));
+    // A stage whose file name climbs out of the models folder is refused, and the owner told why.
+    fake.send(&instance("evil1", me, stage_on(victim)));
+    let spec = json!({"instance": "evil1", "stage": 0, "stages": 1, "model_path": "/elsewhere/evil.gguf",
+        "layers": {"start": 0, "end": 1}, "context": 256, "sequences": 1, "batch": 512, "threads": 1,
+        "file": {"name": "../../x/evil.gguf", "size": 4, "repo": null, "sha256": null}});
+    fake.send(&json!({"type": "start_stage", "spec": spec}));
+    let refusal =
+        fake.until(|m| (m["type"] == "stage_update" && m["instance"] == "evil1").then(|| m["report"]["error"].clone()));
+    assert!(refusal.as_str().unwrap().contains("not a plain file name"), "{refusal}");
+
+    let chat = json!({"model": "empty", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json";
+    let (status, answer) = raw_http(&api, head, &chat);
+    assert_eq!(status, 404, "{answer}");
+    assert_eq!(raw_http(&api, "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1", "").0, 200);
+    let instances = c.get_json(0, "/api/instances");
+    assert!(instances.as_array().unwrap().iter().all(|i| i["id"] != "empty"), "{instances}");
+
+    // Copies: a path as the file is refused at once; a member listing a file in repository `..` is
+    // refused before anything is written.
+    let copy = |file: &str| c.post_json(0, "/api/models/copy", json!({"from": "mallory", "file": file}));
+    for file in ["/tmp/x/authorized_keys", "../x", "..", "a/b.gguf"] {
+        let (status, answer) = copy(file);
+        assert_eq!((status, answer["error"]["param"].clone()), (400, json!("file")), "{file}: {answer}");
+    }
+    let server = serve_evil_list(copy_listener, fake.secret);
+    let (status, answer) = copy("evil.gguf");
+    assert_eq!(status, 502, "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("will not write"), "{answer}");
+    server.join().unwrap();
+
+    assert!(!outside.exists(), "something was written at {}", outside.display());
+    assert!(!c.nodes[0].data_dir.join("evil.gguf").exists());
+    assert!(!c.nodes[0].data_dir.join("evil.part").exists());
+    assert!(c.status(0).is_some(), "the node stopped answering\n{}", c.logs());
+    assert!(!c.logs().contains("panicked"), "{}", c.logs());
 }
 
 #[test]

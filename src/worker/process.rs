@@ -9,6 +9,7 @@ use crate::engine::{Stage, StageOptions};
 use crate::model::Model;
 use crate::transport::ring::{self, RdmaRoute, TransportReport};
 use crate::transport::{self, rdma, FrameSink, FrameSource};
+use crate::util::LockExt;
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::ops::Range;
@@ -174,7 +175,7 @@ async fn serve(
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tick.tick().await;
-                let s = stats.lock().expect("stats").clone();
+                let s = stats.locked().clone();
                 emit(&WorkerEvent::Stats { stats: s });
             }
         })

@@ -4,6 +4,7 @@
 
 use super::process::{FRONT_TOKEN_ENV, SECRET_ENV};
 use super::protocol::{WorkerCommand, WorkerEvent};
+use crate::util::LockExt;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -60,7 +61,7 @@ impl WorkerHandle {
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        if let Some(kill) = self.kill.lock().expect("kill").take() {
+        if let Some(kill) = self.kill.locked().take() {
             let _ = kill.send(());
         }
     }

@@ -72,7 +72,7 @@ pub(super) async fn dial_loop(shared: Agent) {
         let me = shared.id();
         let mut to_dial: Vec<(NodeId, Vec<SocketAddr>)> = Vec::new();
         {
-            let mut state = shared.state.lock().expect("state");
+            let mut state = shared.state.locked();
             let members: Vec<(NodeId, Vec<SocketAddr>)> =
                 state.membership.members.values().filter(|m| m.id != me).map(|m| (m.id, m.control.clone())).collect();
             let discovered: Vec<(NodeId, Vec<SocketAddr>)> =
@@ -97,28 +97,28 @@ pub(super) async fn dial_loop(shared: Agent) {
         }
         // --peer addresses are the user's explicit routes: members are dialed by their other addresses
         // only once each of them has been tried.
-        let statics_tried = shared.config.peers.iter().all(|p| shared.static_tried.lock().expect("tried").contains(p));
+        let statics_tried = shared.config.peers.iter().all(|p| shared.static_tried.locked().contains(p));
         for (id, candidates) in to_dial {
-            if statics_tried || !*shared.static_peers.lock().expect("static") {
+            if statics_tried || !*shared.static_peers.locked() {
                 tokio::spawn(dial_member(shared.clone(), id, candidates));
-            } else if let Some(p) = shared.state.lock().expect("state").peers.get_mut(&id) {
+            } else if let Some(p) = shared.state.locked().peers.get_mut(&id) {
                 p.dialing = false;
             }
         }
-        if *shared.static_peers.lock().expect("static") {
+        if *shared.static_peers.locked() {
             for address in &shared.config.peers {
                 let Ok(addr) = resolve(address, shared.config.control_port()).await else {
-                    shared.static_tried.lock().expect("tried").insert(address.clone());
+                    shared.static_tried.locked().insert(address.clone());
                     continue;
                 };
                 let connected = {
-                    let state = shared.state.lock().expect("state");
+                    let state = shared.state.locked();
                     state
                         .static_routes
                         .iter()
                         .any(|(id, a)| *a == addr && state.peers.get(id).is_some_and(|p| p.connection.is_some()))
                 };
-                if connected || !shared.dialing_static.lock().expect("dialing").insert(addr) {
+                if connected || !shared.dialing_static.locked().insert(addr) {
                     continue;
                 }
                 tokio::spawn(dial_static(shared.clone(), addr, address.clone()));
@@ -137,13 +137,13 @@ pub(super) async fn dial_member(shared: Agent, id: NodeId, candidates: Vec<Socke
             }
             Err(e) => {
                 tracing::debug!("dialing {} at {addr}: {e}", id.short());
-                if let Some(p) = shared.state.lock().expect("state").peers.get_mut(&id) {
+                if let Some(p) = shared.state.locked().peers.get_mut(&id) {
                     p.errors += 1;
                 }
             }
         }
     }
-    if let Some(p) = shared.state.lock().expect("state").peers.get_mut(&id) {
+    if let Some(p) = shared.state.locked().peers.get_mut(&id) {
         p.dialing = false;
     }
 }
@@ -152,16 +152,16 @@ pub(super) async fn dial_static(shared: Agent, addr: SocketAddr, address: String
     let secret = shared.secret();
     match secure::connect(addr, ConnectionKind::Member, &secret).await {
         Ok((reader, writer)) => {
-            shared.static_tried.lock().expect("tried").insert(address);
+            shared.static_tried.locked().insert(address);
             connection::run(shared.clone(), reader, writer, connection::Origin::DialedPeerOption(addr)).await
         }
         Err(e) => {
-            shared.static_tried.lock().expect("tried").insert(address);
+            shared.static_tried.locked().insert(address);
             tracing::debug!("dialing --peer {addr}: {e}")
         }
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    shared.dialing_static.lock().expect("dialing").remove(&addr);
+    shared.dialing_static.locked().remove(&addr);
 }
 
 /// Moves peers through alive → suspect → down as silence grows, and expires the join code.
@@ -172,7 +172,7 @@ pub(super) async fn health_loop(shared: Agent) {
         let mut code_expired = false;
         let mut went_down = Vec::new();
         {
-            let mut guard = shared.state.lock().expect("state");
+            let mut guard = shared.state.locked();
             let state = &mut *guard;
             let members: BTreeSet<NodeId> = state.membership.members.keys().copied().collect();
             state.peers.retain(|id, _| members.contains(id));
@@ -205,13 +205,13 @@ pub(super) async fn telemetry_loop(shared: Agent) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        for pid in std::mem::take(&mut *shared.tracked.lock().expect("tracked")) {
+        for pid in std::mem::take(&mut *shared.tracked.locked()) {
             sampler.track_process(pid);
         }
         let mut telemetry = sampler.sample();
-        telemetry.rdma = shared.rdma.lock().expect("rdma").clone();
+        telemetry.rdma = shared.rdma.locked().clone();
         let links = {
-            let mut state = shared.state.lock().expect("state");
+            let mut state = shared.state.locked();
             state.telemetry = Some(telemetry.clone());
             state.choose_transports(telemetry.rdma.as_deref(), crate::util::now_ms());
             state.my_reports()
@@ -229,7 +229,7 @@ pub(super) async fn doctor_loop(shared: Agent) {
     loop {
         let captures = tokio::task::spawn_blocking(crate::rdma::Captures::live).await;
         if let Ok(captures) = captures {
-            *shared.rdma.lock().expect("rdma") = Some(Box::new(crate::rdma::doctor(&captures)));
+            *shared.rdma.locked() = Some(Box::new(crate::rdma::doctor(&captures)));
         }
         tokio::time::sleep(Duration::from_secs(60)).await;
     }
