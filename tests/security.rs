@@ -1,7 +1,8 @@
 //! The attacks of issue 14, performed for real against real nodes on loopback or in the harness's
 //! network namespaces, and each seen refused: a web page driving the API (DNS rebinding, cross-site
 //! posts), idle connections piling up on it; a rogue member naming files outside the models folder or
-//! sending an instance without stages; a served GGUF header with an absurd alignment.
+//! sending an instance without stages; a stranger flooding the control port or guessing join codes; a
+//! served GGUF header with an absurd alignment.
 
 mod common;
 
@@ -244,6 +245,47 @@ fn a_rogue_member_cannot_write_outside_the_models_folder_or_break_the_registry()
     assert!(!c.nodes[0].data_dir.join("evil.part").exists());
     assert!(c.status(0).is_some(), "the node stopped answering\n{}", c.logs());
     assert!(!c.logs().contains("panicked"), "{}", c.logs());
+}
+
+#[test]
+fn a_stranger_flooding_the_control_port_does_not_block_joins() {
+    let _guard = common::cluster::exclusive();
+    let mut c = TestCluster::new(3);
+    if c.network != Network::Netns {
+        eprintln!("skipped: telling a stranger's address from a member's needs network namespaces");
+        return;
+    }
+    c.start(0, &[]);
+    c.wait_ready(0);
+    let code = c.code(0);
+    let control: SocketAddr = c.nodes[0].control_addr().parse().unwrap();
+
+    // A stranger floods the control port with connections that never say anything.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        c.in_network(2, move || {
+            let mut held = std::collections::VecDeque::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(s) = TcpStream::connect_timeout(&control, Duration::from_millis(200)) {
+                    held.push_back(s);
+                }
+                if held.len() > 300 {
+                    held.pop_front();
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    // Meanwhile the right code still lets a new node in.
+    c.start(1, &["--join", &code]);
+    c.wait_for(Duration::from_secs(20), "the new node to join during the flood", || {
+        c.status(1)
+            .is_some_and(|s| s.nodes.len() == 2 && s.nodes.iter().all(|n| n.status == "self" || n.status == "alive"))
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    flood.join().unwrap();
 }
 
 #[test]

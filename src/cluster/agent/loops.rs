@@ -3,11 +3,16 @@
 
 use super::*;
 
-/// Most connections allowed to be mid-handshake at once (strangers cannot exhaust the node).
-pub(super) const MAX_PENDING_HANDSHAKES: usize = 64;
+/// `step` of a connection before it proved it holds the secret, within the pre-authentication deadline.
+async fn pre_auth<T>(step: impl std::future::Future<Output = Result<T, NetError>>) -> Result<T, NetError> {
+    tokio::time::timeout(budget::PRE_AUTH_DEADLINE, step).await.map_err(|_| NetError::Timeout)?
+}
+
+/// How long a join connection may take, from its preamble to the member's welcome.
+const JOIN_DEADLINE: Duration = Duration::from_secs(10);
 
 pub(super) async fn accept_loop(shared: Agent, listener: TcpListener) {
-    let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
+    let budget = Arc::new(budget::HandshakeBudget::default());
     loop {
         let (stream, from) = match listener.accept().await {
             Ok(c) => c,
@@ -17,13 +22,14 @@ pub(super) async fn accept_loop(shared: Agent, listener: TcpListener) {
                 continue;
             }
         };
-        let Ok(permit) = pending.clone().try_acquire_owned() else {
-            tracing::warn!("refused a connection from {from}: too many handshakes in progress");
+        let member = shared.is_member_address(from.ip());
+        let Some(slot) = budget.take(from.ip(), member) else {
+            tracing::debug!("refused a connection from {from}: its handshake budget is spent");
             continue;
         };
         let shared = shared.clone();
         tokio::spawn(async move {
-            if let Err(e) = handle_incoming(shared, stream, from, permit).await {
+            if let Err(e) = handle_incoming(shared, stream, from, slot).await {
                 tracing::info!("closed a connection from {from}: {e}");
             }
         });
@@ -34,27 +40,33 @@ pub(super) async fn handle_incoming(
     shared: Agent,
     mut stream: TcpStream,
     from: SocketAddr,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    permit: budget::Slot,
 ) -> Result<(), NetError> {
     stream.set_nodelay(true)?;
-    let preamble = secure::read_preamble(&mut stream).await?;
+    let preamble = pre_auth(secure::read_preamble(&mut stream)).await?;
     match preamble.kind {
         ConnectionKind::Member => {
-            let (reader, writer) = secure::respond(stream, preamble, &shared.secret()).await?;
+            let (reader, writer) = pre_auth(secure::respond(stream, preamble, &shared.secret())).await?;
             drop(permit);
             connection::run(shared, reader, writer, connection::Origin::Accepted).await;
             Ok(())
         }
         ConnectionKind::LinkProbe => {
-            let (reader, writer) = secure::respond(stream, preamble, &shared.secret()).await?;
+            let (reader, writer) = pre_auth(secure::respond(stream, preamble, &shared.secret())).await?;
             drop(permit);
             let _busy = shared.bulk_guard();
             probe::serve(reader, writer, &shared.inbound_probe).await
         }
-        ConnectionKind::Join => serve_join(shared, stream, from).await,
+        // The join exchange (key agreement, handshake, the joiner's introduction) keeps its slot; it is
+        // rate-limited per address inside.
+        ConnectionKind::Join => {
+            let joined = tokio::time::timeout(JOIN_DEADLINE, serve_join(shared, stream, from)).await;
+            drop(permit);
+            joined.map_err(|_| NetError::Timeout)?
+        }
         ConnectionKind::Stage => Err(NetError::BadPreamble("stage connections go to the workers".into())),
         ConnectionKind::ModelCopy => {
-            let (reader, writer) = secure::respond(stream, preamble, &shared.secret()).await?;
+            let (reader, writer) = pre_auth(secure::respond(stream, preamble, &shared.secret())).await?;
             drop(permit);
             let _busy = shared.bulk_guard();
             let library = crate::model::library::Library::new(&shared.config.data_dir);

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{broadcast, oneshot, watch, Semaphore};
 
+mod budget;
 mod joining;
 mod loops;
 mod nearby;
@@ -255,6 +256,16 @@ impl Shared {
     pub fn send_to(&self, peer: NodeId, message: ControlMessage) -> bool {
         let state = self.state.locked();
         state.peers.get(&peer).and_then(|p| p.connection.as_ref()).is_some_and(|c| c.tx.send(message).is_ok())
+    }
+
+    /// Whether `ip` is an address a known member listens on or was last connected from (its
+    /// connections get handshake slots of their own).
+    pub(super) fn is_member_address(&self, ip: IpAddr) -> bool {
+        let state = self.state.locked();
+        let seen = state.peers.values().filter_map(|p| p.remote_addr.map(|a| a.ip()));
+        let me = state.me;
+        let records = state.membership.members.values().filter(|m| m.id != me);
+        budget::member_addresses(records, seen).contains(&ip)
     }
 
     /// The IP this node reaches `peer` at.
