@@ -248,9 +248,9 @@ fn a_rogue_member_cannot_write_outside_the_models_folder_or_break_the_registry()
 }
 
 #[test]
-fn a_stranger_flooding_the_control_port_does_not_block_joins() {
+fn strangers_can_neither_block_joins_nor_revoke_a_valid_code() {
     let _guard = common::cluster::exclusive();
-    let mut c = TestCluster::new(3);
+    let mut c = TestCluster::new(4);
     if c.network != Network::Netns {
         eprintln!("skipped: telling a stranger's address from a member's needs network namespaces");
         return;
@@ -260,7 +260,21 @@ fn a_stranger_flooding_the_control_port_does_not_block_joins() {
     let code = c.code(0);
     let control: SocketAddr = c.nodes[0].control_addr().parse().unwrap();
 
-    // A stranger floods the control port with connections that never say anything.
+    // Two strangers guess codes, three times each (more than the five that used to revoke a code).
+    for stranger in [2, 3] {
+        c.in_network(stranger, move || {
+            let runtime = tokio::runtime::Runtime::new().unwrap();
+            for _ in 0..3 {
+                let me = MemberRecord { id: NodeId::random(), name: "guess".into(), control: vec![], api_port: 1 };
+                let result = runtime.block_on(shoal::cluster::join::request(control, "ABCDEFGH", me));
+                let wrong = matches!(result, Err(shoal::cluster::join::JoinError::WrongCode(_)));
+                assert!(wrong, "a guess was not refused as a wrong code: {result:?}");
+            }
+        })
+        .join()
+        .unwrap();
+    }
+    // One of them floods the control port with connections that never say anything.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flood = {
         let stop = stop.clone();

@@ -123,6 +123,7 @@ pub(super) async fn serve_join(shared: Agent, stream: TcpStream, from: SocketAdd
         match &state.code {
             None => Err(Refusal::NoCode),
             Some(c) if c.is_expired() => Err(Refusal::Expired),
+            Some(c) if c.is_blocked(from.ip()) => Err(Refusal::TooManyWrong),
             Some(c) => Ok(c.normalized().to_string()),
         }
     };
@@ -152,7 +153,7 @@ pub(super) async fn serve_join(shared: Agent, stream: TcpStream, from: SocketAdd
         Err(AcceptError::WrongCode) => {
             let revoked = {
                 let mut state = shared.state.locked();
-                let revoked = state.code.as_mut().is_some_and(|c| c.record_failure());
+                let revoked = state.code.as_mut().is_some_and(|c| c.record_failure(from.ip()));
                 if revoked {
                     state.code = None;
                 }
