@@ -2,7 +2,8 @@
 //! network namespaces, and each seen refused: a web page driving the API (DNS rebinding, cross-site
 //! posts), idle connections piling up on it; a rogue member naming files outside the models folder or
 //! sending an instance without stages; a stranger flooding the control port or guessing join codes; a
-//! served GGUF header with an absurd alignment.
+//! served GGUF header with an absurd alignment; secrets in a worker's command line and its data port's
+//! address.
 
 mod common;
 
@@ -327,4 +328,48 @@ fn a_served_header_with_a_huge_alignment_is_refused_and_leaves_nothing() {
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     entries.flatten().flat_map(|e| if e.path().is_dir() { walk(&e.path()) } else { vec![e.path()] }).collect()
+}
+
+#[test]
+fn workers_bind_where_the_agent_binds_and_get_no_secret_in_argv() {
+    let (c, _api) = one_loopback_node(&[]);
+    let models = c.nodes[0].data_dir.join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    let model = models.join("security-test.gguf");
+    std::fs::copy(common::model_path(), &model).unwrap();
+    let (status, answer) =
+        c.post_json(0, "/api/instances", json!({"model": model, "context": 256, "sequences": 1, "threads": 1}));
+    assert_eq!(status, 200, "{answer}");
+    let id = answer["id"].as_str().unwrap().to_string();
+    c.wait_for(Duration::from_secs(60), "the instance to be ready", || {
+        c.get_json(0, &format!("/api/instances/{id}"))["state"] == "ready"
+    });
+    let model_text = model.display().to_string();
+    let workers: Vec<(String, Vec<String>)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|p| {
+            let cmdline = std::fs::read(p.path().join("cmdline")).ok()?;
+            let args: Vec<String> =
+                cmdline.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+            (args.iter().any(|a| a == "worker") && args.contains(&model_text))
+                .then(|| (p.file_name().to_string_lossy().into_owned(), args))
+        })
+        .collect();
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    let (pid, args) = &workers[0];
+    let secret = serde_json::from_slice::<Value>(&std::fs::read(c.nodes[0].data_dir.join("cluster.json")).unwrap())
+        .unwrap()["secret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!args.join(" ").contains(&secret), "the cluster secret is in the worker's argv: {args:?}");
+    let listen = args.iter().position(|a| a == "--listen").map(|i| args[i + 1].clone());
+    assert_eq!(listen.as_deref(), Some("127.0.0.1"), "{args:?}");
+    // Its data port listens on loopback only (the node runs with --bind 127.0.0.1).
+    let sockets = std::process::Command::new("ss").args(["-ltnpH"]).output().unwrap();
+    let sockets = String::from_utf8_lossy(&sockets.stdout);
+    let mine: Vec<&str> = sockets.lines().filter(|l| l.contains(&format!("pid={pid},"))).collect();
+    assert!(!mine.is_empty(), "no listening socket of worker {pid}: {sockets}");
+    assert!(mine.iter().all(|l| l.contains("127.0.0.1:")), "{mine:?}");
 }

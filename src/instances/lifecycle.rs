@@ -222,6 +222,8 @@ fn start_worker(agent: &Agent, spec: StageSpec, owner: NodeId) {
     let spawned = supervisor::spawn(
         &spec,
         threads,
+        // The data port listens where the agent's control port does (--bind), never wider.
+        agent.config.control_bind,
         &secret,
         &log_dir,
         move |event| on_worker_event(&events_agent, owner, &instance, stage, event),

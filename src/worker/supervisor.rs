@@ -72,6 +72,7 @@ impl WorkerHandle {
 pub fn spawn(
     spec: &StageSpec,
     threads: usize,
+    listen: std::net::IpAddr,
     secret: &[u8; 32],
     log_dir: &Path,
     on_event: impl Fn(WorkerEvent) + Send + 'static,
@@ -90,6 +91,10 @@ pub fn spawn(
         .args(["--stage", &spec.stage.to_string(), "--stages", &spec.stages.to_string()])
         .args(["--context", &spec.context.to_string(), "--sequences", &spec.sequences.to_string()])
         .args(["--batch", &spec.batch.to_string(), "--threads", &threads.to_string()])
+        .args(["--listen", &listen.to_string()])
+        // The node's own secrets (given to it in its environment) are not the worker's business.
+        .env_remove("SHOAL_JOIN_CODE")
+        .env_remove("SHOAL_API_TOKEN")
         .env(SECRET_ENV, hex::encode(secret))
         .env(FRONT_TOKEN_ENV, &front_token)
         .stdin(Stdio::piped())
