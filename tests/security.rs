@@ -1,9 +1,9 @@
 //! The attacks of issue 14, performed for real against real nodes on loopback or in the harness's
 //! network namespaces, and each seen refused: a web page driving the API (DNS rebinding, cross-site
-//! posts), idle connections piling up on it; a rogue member naming files outside the models folder or
-//! sending an instance without stages; a stranger flooding the control port or guessing join codes; a
-//! served GGUF header with an absurd alignment; secrets in a worker's command line and its data port's
-//! address.
+//! posts), idle connections piling up on the API, a rogue member naming files outside the models folder
+//! or sending an instance without stages, a stranger flooding the control port or guessing join codes,
+//! a served GGUF header with an absurd alignment, secrets in a worker's command line, and members that
+//! never come back.
 
 mod common;
 
@@ -301,6 +301,23 @@ fn strangers_can_neither_block_joins_nor_revoke_a_valid_code() {
     });
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     flood.join().unwrap();
+}
+
+#[test]
+fn members_down_for_long_are_forgotten() {
+    let _guard = common::cluster::exclusive();
+    let mut c = TestCluster::with_network(2, Network::Loopback);
+    c.start_with_env(0, &[], &[("SHOAL_FORGET_DOWN_AFTER", "2")]);
+    c.wait_ready(0);
+    let join = format!("{}@{}", c.code(0), c.nodes[0].control_addr());
+    c.start(1, &["--join", &join]);
+    c.wait_for(Duration::from_secs(20), "the cluster to form", || c.status(0).is_some_and(|s| s.nodes.len() == 2));
+    c.kill(1);
+    c.wait_for(Duration::from_secs(30), "the dead member to be forgotten", || {
+        c.status(0).is_some_and(|s| s.nodes.len() == 1)
+    });
+    let membership = std::fs::read_to_string(c.nodes[0].data_dir.join("cluster.json")).unwrap();
+    assert!(!membership.contains("node1"), "{membership}");
 }
 
 #[test]

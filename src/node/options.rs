@@ -42,6 +42,9 @@ pub struct NodeOptions {
     /// headroom for the OS).
     #[arg(long, value_parser = crate::util::parse_bytes)]
     pub memory_limit: Option<u64>,
+    /// Seconds a member may stay down before this node forgets it (it rejoins by reconnecting).
+    #[arg(long, env = "SHOAL_FORGET_DOWN_AFTER", hide = true, default_value_t = cluster::agent::FORGET_DOWN_AFTER.as_secs())]
+    pub forget_down_after: u64,
 }
 
 /// A node agent that runs, with the address its API answers on.
@@ -72,6 +75,7 @@ impl NodeOptions {
             peers: self.peers,
             mdns: !self.no_mdns,
             memory_limit: self.memory_limit,
+            forget_down_after: std::time::Duration::from_secs(self.forget_down_after),
         };
         let agent = cluster::agent::start(config, self.join).await?;
         let api_addr = api::serve(agent.clone(), api).await?;

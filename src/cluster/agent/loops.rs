@@ -183,6 +183,7 @@ pub(super) async fn health_loop(shared: Agent) {
         tick.tick().await;
         let mut code_expired = false;
         let mut went_down = Vec::new();
+        let mut expired = Vec::new();
         {
             let mut guard = shared.state.locked();
             let state = &mut *guard;
@@ -193,6 +194,10 @@ pub(super) async fn health_loop(shared: Agent) {
                 let status = health::status_after(silence, peer.last_heard.is_some());
                 if status == PeerStatus::Down && peer.status != PeerStatus::Down {
                     went_down.push(*id);
+                }
+                if status == PeerStatus::Down && peer.connection.is_none() && silence >= shared.config.forget_down_after
+                {
+                    expired.push(*id);
                 }
                 shared.set_status(peer, *id, status);
             }
@@ -206,6 +211,14 @@ pub(super) async fn health_loop(shared: Agent) {
         }
         for peer in went_down {
             crate::instances::on_peer_down(&shared, peer);
+        }
+        for peer in expired {
+            tracing::info!(
+                "forgetting member {}: down for more than {:?} (it rejoins by reconnecting)",
+                peer.short(),
+                shared.config.forget_down_after
+            );
+            shared.forget(peer);
         }
     }
 }

@@ -70,7 +70,12 @@ pub struct AgentConfig {
     pub mdns: bool,
     /// Caps the memory this node offers to models (--memory-limit).
     pub memory_limit: Option<u64>,
+    /// A member down for this long is forgotten (it may join again by reconnecting with the secret).
+    pub forget_down_after: Duration,
 }
+
+/// How long a member may stay down before the others forget it.
+pub const FORGET_DOWN_AFTER: Duration = Duration::from_secs(600);
 
 impl AgentConfig {
     pub fn control_port(&self) -> u16 {
