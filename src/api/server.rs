@@ -2,7 +2,8 @@
 //! slow clients cannot pile up until the node runs out of file descriptors: a cap on open connections
 //! (connections beyond it are closed at once), a deadline for a request's headers (which also closes
 //! keep-alive connections that stay idle), and an idle timeout on every connection (nothing read or
-//! written either way; event streams send a keep-alive comment every 15 s, so they stay open).
+//! written either way while no request is being handled: a long answer that is not streamed keeps its
+//! connection; event streams send a keep-alive comment every 15 s, so they stay open too).
 
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -10,6 +11,7 @@ use hyper_util::service::TowerToHyperService;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -46,9 +48,20 @@ pub async fn run(listener: TcpListener, app: Router) {
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        // Requests being handled on this connection (the idle timeout waits while there are any).
+        let busy = Arc::new(AtomicUsize::new(0));
+        let router = TowerToHyperService::new(app.clone());
+        let handling = busy.clone();
+        let service = hyper::service::service_fn(move |request| {
+            let guard = Busy::new(&handling);
+            let call = hyper::service::Service::call(&router, request);
+            async move {
+                let _guard = guard;
+                call.await
+            }
+        });
         tokio::spawn(async move {
-            let io = TokioIo::new(IdleTimeout::new(stream, IDLE_TIMEOUT));
+            let io = TokioIo::new(IdleTimeout::new(stream, IDLE_TIMEOUT, busy));
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT)
@@ -63,16 +76,34 @@ pub async fn run(listener: TcpListener, app: Router) {
     }
 }
 
-/// A stream that fails with `TimedOut` once nothing was read or written for `limit`.
+/// Counts a request as being handled while alive.
+struct Busy(Arc<AtomicUsize>);
+
+impl Busy {
+    fn new(count: &Arc<AtomicUsize>) -> Busy {
+        count.fetch_add(1, Ordering::Relaxed);
+        Busy(count.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A stream that fails with `TimedOut` once nothing was read or written for `limit` while no request
+/// was being handled (`busy`).
 struct IdleTimeout {
     inner: TcpStream,
     limit: Duration,
     deadline: Pin<Box<Sleep>>,
+    busy: Arc<AtomicUsize>,
 }
 
 impl IdleTimeout {
-    fn new(inner: TcpStream, limit: Duration) -> IdleTimeout {
-        IdleTimeout { inner, limit, deadline: Box::pin(tokio::time::sleep(limit)) }
+    fn new(inner: TcpStream, limit: Duration, busy: Arc<AtomicUsize>) -> IdleTimeout {
+        IdleTimeout { inner, limit, deadline: Box::pin(tokio::time::sleep(limit)), busy }
     }
 
     fn progressed(&mut self) {
@@ -82,6 +113,11 @@ impl IdleTimeout {
 
     /// After the inner stream said Pending: whether the connection has been idle too long.
     fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.busy.load(Ordering::Relaxed) > 0 {
+            // A request is being handled: its answer may take long before its first byte.
+            self.progressed();
+            return false;
+        }
         self.deadline.as_mut().poll(cx).is_ready()
     }
 }
