@@ -350,6 +350,9 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 #[test]
 fn workers_bind_where_the_agent_binds_and_get_no_secret_in_argv() {
     let (c, _api) = one_loopback_node(&[]);
+    c.wait_for(Duration::from_secs(10), "the node's telemetry", || {
+        c.status(0).is_some_and(|s| s.nodes.iter().all(|n| n.telemetry.is_some()))
+    });
     let models = c.nodes[0].data_dir.join("models");
     std::fs::create_dir_all(&models).unwrap();
     let model = models.join("security-test.gguf");
