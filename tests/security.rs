@@ -342,6 +342,42 @@ fn a_served_header_with_a_huge_alignment_is_refused_and_leaves_nothing() {
     assert!(left.is_empty(), "files were left behind: {left:?}");
 }
 
+/// A server that claims a 2 GiB file (as one serving a sparse file would) and serves `bytes`, then
+/// zeros.
+struct ClaimsHugeFile(Vec<u8>);
+
+impl shoal::model::shard::RangeReader for ClaimsHugeFile {
+    fn get(
+        &mut self,
+        range: std::ops::Range<u64>,
+        size: &mut Option<u64>,
+        sink: &mut shoal::model::shard::Sink<'_>,
+    ) -> Result<u64, shoal::model::shard::Failure> {
+        *size = Some(1 << 31);
+        let end = range.end.min(range.start + (1 << 20));
+        let chunk: Vec<u8> = (range.start..end).map(|i| self.0.get(i as usize).copied().unwrap_or(0)).collect();
+        sink(range.start, &chunk).map_err(shoal::model::shard::Failure::Fatal)?;
+        Ok(end)
+    }
+}
+
+#[test]
+fn a_header_claiming_a_huge_alignment_and_size_is_refused_before_any_file_is_made() {
+    let gguf = GgufWriter::default()
+        .meta("general.architecture", Meta::Str("llama".into()))
+        .meta("general.alignment", Meta::U32(1 << 30))
+        .f32_tensor("token_embd.weight", &[8, 4])
+        .bytes();
+    let dir = tempfile::tempdir().unwrap();
+    let destination = dir.path().join("models").join("evil.gguf");
+    let source = shoal::model::shard::ShardSource { url: "peer://mallory/evil.gguf".into(), size: None, sha256: None };
+    let fetched = shoal::model::shard::fetch_from(&mut ClaimsHugeFile(gguf), &source, &destination, 0..1, &mut |_| {});
+    let Err(error) = fetched else { panic!("the header was accepted") };
+    let error = error.to_string();
+    assert!(error.contains("general.alignment"), "{error}");
+    assert!(walk(dir.path()).is_empty(), "files were left behind: {:?}", walk(dir.path()));
+}
+
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     entries.flatten().flat_map(|e| if e.path().is_dir() { walk(&e.path()) } else { vec![e.path()] }).collect()
