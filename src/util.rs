@@ -47,6 +47,20 @@ pub fn free_disk_bytes(path: &std::path::Path) -> Option<u64> {
     Some(stats.f_bavail.saturating_mul(stats.f_frsize))
 }
 
+/// Locking that survives a panic elsewhere: a thread that panicked while holding a lock poisons it, and
+/// `lock().expect(..)` would then panic in every later user — one fault would take down every service
+/// reading that state. The state behind the agent's locks stays consistent between statements, so the
+/// guard is recovered instead.
+pub trait LockExt<T> {
+    fn locked(&self) -> std::sync::MutexGuard<'_, T>;
+}
+
+impl<T> LockExt<T> for std::sync::Mutex<T> {
+    fn locked(&self) -> std::sync::MutexGuard<'_, T> {
+        self.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -236,7 +236,7 @@ fn strangers_never_become_members_and_members_keep_running() {
     let api = format!("127.0.0.1:{}", c.nodes[0].api_port);
     let events = c.in_network(0, move || {
         let mut s = TcpStream::connect(&api).unwrap();
-        s.write_all(b"GET /api/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n").unwrap();
+        s.write_all(b"GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n").unwrap();
         s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
         let mut seen = String::new();
         let mut buf = [0u8; 4096];

@@ -62,7 +62,9 @@ fn launch(c: &TestCluster, model: &Path, layers: &str) -> Value {
 
 fn stop(c: &TestCluster, id: &str) {
     let url = format!("http://127.0.0.1:{}/api/instances/{id}", c.nodes[0].api_port);
-    c.in_network(0, move || ureq::delete(&url).call().expect("stopped")).join().unwrap();
+    // Actions carry a JSON body or X-Shoal-Client (the API refuses what a cross-site page could send).
+    let stop = move || ureq::delete(&url).header("X-Shoal-Client", "test").call().expect("stopped");
+    c.in_network(0, stop).join().unwrap();
 }
 
 fn completes_like_one_process(c: &TestCluster, node: usize) {

@@ -7,12 +7,13 @@
 use super::{ApiError, ApiState};
 use crate::cluster::{Agent, ClusterEvent};
 use crate::model::library::Library;
+use crate::model::names;
 use crate::model::peer_copy::{self, CopyProgress, CopyReport, OfferedFile};
-use crate::model::pull::repo_dir;
 use crate::model::pull::{PullProgress, PullState};
 use crate::model::shard::{self, PeerRanges, ShardSource};
 use crate::net::secure::Psk;
 use crate::node::NodeId;
+use crate::util::LockExt;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
 use axum::Json;
@@ -90,6 +91,8 @@ pub async fn copy(
     body: Result<Json<CopyRequest>, JsonRejection>,
 ) -> Result<Json<CopyStarted>, ApiError> {
     let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    // A file name is one plain name: never a path (which could lead anywhere the node's user can write).
+    names::plain(&request.file).map_err(|e| ApiError::bad_param("file", e.to_string()))?;
     let agent = state.agent.clone();
     let from = agent
         .snapshot()
@@ -113,8 +116,9 @@ pub async fn copy(
         )
     })?;
     let models_dir = Library::new(&agent.config.data_dir).models_dir();
-    let folder = file.repo.as_deref().map_or_else(|| models_dir.clone(), |repo| repo_dir(&models_dir, repo));
-    let dest = folder.join(&file.name);
+    // The member's list names the file and its repository: both are checked before they become a path.
+    let dest = names::destination(&models_dir, file.repo.as_deref(), &file.name)
+        .map_err(|e| ApiError::failed(format!("{} offers a file this node will not write: {e}", from.name)))?;
     // A shard of the file here is completed (only its holes are copied); a whole file is not copied again.
     if dest.exists() && !shard::is_shard(&dest) {
         return Err(ApiError::bad_param("file", format!("{} is already here", dest.display())));
@@ -151,7 +155,7 @@ async fn run_copy(agent: Agent, id: String, source: Source, file: OfferedFile, d
     let report = {
         let (agent, event, last) = (agent.clone(), event.clone(), last.clone());
         move |p: &CopyProgress| {
-            *last.lock().expect("progress") = p.clone();
+            *last.locked() = p.clone();
             agent.emit(event(p.clone(), None, None));
         }
     };
@@ -160,7 +164,7 @@ async fn run_copy(agent: Agent, id: String, source: Source, file: OfferedFile, d
     } else {
         peer_copy::fetch(source.addr, &agent.secret_bytes(), &file, &[], &dest, report).await.map_err(|e| e.to_string())
     };
-    let last = last.lock().expect("progress").clone();
+    let last = last.locked().clone();
     match result {
         Ok(report) => {
             tracing::info!(

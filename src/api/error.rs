@@ -34,6 +34,17 @@ impl ApiError {
         }
     }
 
+    /// A request this node does not take from where it came (another web site, another host name).
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::FORBIDDEN,
+            kind: "permission_error",
+            message: message.into(),
+            code: Some("forbidden"),
+            param: None,
+        }
+    }
+
     pub fn failed(message: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::BAD_GATEWAY,

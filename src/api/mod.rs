@@ -2,16 +2,19 @@
 //! (join code, join, leave, link measurement), the model library with its fit check, downloads and copies
 //! between nodes, model instances, the OpenAI-compatible endpoints and the dashboard at `/`. It listens on 127.0.0.1 unless
 //! told otherwise; on any other address it requires a token for every action (reads stay open for the
-//! dashboard).
+//! dashboard). Before any of that, [`guard`] refuses requests a web page could forge (DNS rebinding,
+//! cross-site posts), and [`server`] bounds connections and how long they may sit idle.
 
 mod cluster;
 mod copy;
 mod error;
 mod fit;
+pub mod guard;
 mod instances;
 mod models;
 mod openai;
 mod rdma;
+pub mod server;
 pub mod ui;
 
 pub use error::ApiError;
@@ -36,6 +39,8 @@ pub struct ApiConfig {
 pub struct ApiState {
     pub agent: Agent,
     pub token: Option<Arc<str>>,
+    /// The address the API listens on (a `Host` naming it is this node).
+    pub listen: SocketAddr,
 }
 
 pub fn router(state: ApiState) -> Router {
@@ -62,6 +67,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/completions", post(openai::completions))
         .fallback(get(ui::serve))
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .layer(middleware::from_fn_with_state(state.clone(), refuse_forged))
         .with_state(state)
 }
 
@@ -81,13 +87,20 @@ pub async fn serve(agent: Agent, config: ApiConfig) -> anyhow::Result<SocketAddr
         )
     })?;
     let addr = listener.local_addr()?;
-    let app = router(ApiState { agent, token: config.token.map(Into::into) });
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!("the API server stopped: {e}");
-        }
-    });
+    let app = router(ApiState { agent, token: config.token.map(Into::into), listen: addr });
+    tokio::spawn(server::run(listener, app));
     Ok(addr)
+}
+
+/// Refuses requests another web site could have made the browser send (see [`guard`]).
+async fn refuse_forged(State(state): State<ApiState>, request: Request, next: Next) -> Result<Response, ApiError> {
+    match guard::check(request.method(), request.headers(), state.listen) {
+        Ok(()) => Ok(next.run(request).await),
+        Err(refusal) => {
+            tracing::warn!("refused {} {}: {refusal}", request.method(), request.uri().path());
+            Err(ApiError::forbidden(refusal.to_string()))
+        }
+    }
 }
 
 /// With a token configured, every request that changes something must carry it.

@@ -10,6 +10,7 @@ use super::state::{ClusterEvent, Connection};
 use crate::links::kind;
 use crate::net::{NetError, SecureReader, SecureWriter};
 use crate::node::NodeId;
+use crate::util::LockExt;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -46,6 +47,10 @@ pub async fn run(shared: Agent, mut reader: SecureReader, mut writer: SecureWrit
             return;
         }
     };
+    if let Err(why) = record.check() {
+        tracing::warn!("closing a connection from a member that introduced itself badly: {why}");
+        return;
+    }
     let me = shared.id();
     if record.id == me {
         return; // This node reached itself (through an advertised address).
@@ -74,7 +79,7 @@ pub async fn run(shared: Agent, mut reader: SecureReader, mut writer: SecureWrit
     let connection_id = shared.next_connection_id();
     let local = reader.local_addr();
     let first_contact = {
-        let mut state = shared.state.lock().expect("state");
+        let mut state = shared.state.locked();
         if let Origin::DialedPeerOption(_) = origin {
             state.static_routes.insert(peer_id, peer_control);
         }
@@ -106,7 +111,7 @@ pub async fn run(shared: Agent, mut reader: SecureReader, mut writer: SecureWrit
     let pings: Arc<Mutex<HashMap<u64, (Instant, bool)>>> = Arc::default();
     let ping_task = tokio::spawn(ping_loop(shared.clone(), tx.clone(), pings.clone()));
     shared.gossip();
-    let telemetry = shared.state.lock().expect("state").telemetry.clone();
+    let telemetry = shared.state.locked().telemetry.clone();
     if let Some(telemetry) = telemetry {
         let _ = tx.send(ControlMessage::Telemetry { telemetry });
     }
@@ -133,7 +138,7 @@ pub async fn run(shared: Agent, mut reader: SecureReader, mut writer: SecureWrit
     ping_task.abort();
     let graceful = reason == "left the cluster";
     {
-        let mut state = shared.state.lock().expect("state");
+        let mut state = shared.state.locked();
         if let Some(peer) = state.peers.get_mut(&peer_id) {
             if peer.connection.as_ref().is_some_and(|c| c.id == connection_id) {
                 peer.connection = None;
@@ -158,7 +163,7 @@ fn handle(
 ) -> Option<String> {
     let now = Instant::now();
     {
-        let mut state = shared.state.lock().expect("state");
+        let mut state = shared.state.locked();
         if let Some(peer) = state.peers.get_mut(&peer_id) {
             peer.last_heard = Some(now);
             shared.set_status(peer, peer_id, PeerStatus::Alive);
@@ -170,11 +175,11 @@ fn handle(
             let _ = tx.send(ControlMessage::Pong { seq, busy: shared.in_bulk_transfer() });
         }
         ControlMessage::Pong { seq, busy } => {
-            let sent = pings.lock().expect("pings").remove(&seq);
+            let sent = pings.locked().remove(&seq);
             // A round trip that overlapped a bulk transfer at either end measures the queue, not the link.
             if let Some((sent, busy_then)) = sent.filter(|_| !busy && !shared.in_bulk_transfer()) {
                 if !busy_then {
-                    let mut state = shared.state.lock().expect("state");
+                    let mut state = shared.state.locked();
                     if let Some(peer) = state.peers.get_mut(&peer_id) {
                         peer.rtt.record(now.duration_since(sent));
                     }
@@ -182,13 +187,13 @@ fn handle(
             }
         }
         ControlMessage::Telemetry { telemetry } => {
-            if let Some(peer) = shared.state.lock().expect("state").peers.get_mut(&peer_id) {
+            if let Some(peer) = shared.state.locked().peers.get_mut(&peer_id) {
                 peer.telemetry = Some(telemetry.clone());
             }
             shared.emit(ClusterEvent::Telemetry { node: peer_id, telemetry: Box::new(telemetry) });
         }
         ControlMessage::Links { links } => {
-            if let Some(peer) = shared.state.lock().expect("state").peers.get_mut(&peer_id) {
+            if let Some(peer) = shared.state.locked().peers.get_mut(&peer_id) {
                 peer.links = links.clone();
             }
             shared.emit(ClusterEvent::Links { node: peer_id, links });
@@ -230,7 +235,7 @@ async fn ping_loop(
         tick.tick().await;
         seq += 1;
         {
-            let mut pending = pings.lock().expect("pings");
+            let mut pending = pings.locked();
             pending.retain(|_, (sent, _)| sent.elapsed() < Duration::from_secs(10));
             pending.insert(seq, (Instant::now(), shared.in_bulk_transfer()));
         }

@@ -69,6 +69,24 @@ pub struct MemberRecord {
     pub api_port: u16,
 }
 
+/// Most members a node keeps (gossip beyond it is ignored), and most addresses and name length of one.
+pub const MAX_MEMBERS: usize = 256;
+const MAX_ADDRESSES: usize = 16;
+const MAX_NAME: usize = 128;
+
+impl MemberRecord {
+    /// Whether a record from another node is one to keep: a name, a few addresses, no port 0.
+    pub fn check(&self) -> Result<(), String> {
+        if self.name.is_empty() || self.name.len() > MAX_NAME || self.name.chars().any(char::is_control) {
+            return Err(format!("a member name must be 1 to {MAX_NAME} printable characters"));
+        }
+        if self.control.len() > MAX_ADDRESSES || self.control.iter().any(|a| a.port() == 0) {
+            return Err(format!("a member has 0 to {MAX_ADDRESSES} control addresses, none with port 0"));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Membership {
     pub secret: ClusterSecret,
@@ -131,6 +149,17 @@ mod tests {
         assert_ne!(s.cluster_id(), ClusterSecret::random().cluster_id());
         assert!(!format!("{s:?}").contains(&s.to_hex()));
         assert_eq!(ClusterSecret::from_hex(&s.to_hex()), Some(s));
+    }
+
+    #[test]
+    fn records_from_other_nodes_are_checked() {
+        let ok = MemberRecord { id: NodeId::random(), name: "a".into(), control: vec![], api_port: 1 };
+        assert!(ok.check().is_ok());
+        assert!(MemberRecord { name: String::new(), ..ok.clone() }.check().is_err());
+        assert!(MemberRecord { name: "x\n".into(), ..ok.clone() }.check().is_err());
+        let many = vec!["10.0.0.1:1".parse().unwrap(); 17];
+        assert!(MemberRecord { control: many, ..ok.clone() }.check().is_err());
+        assert!(MemberRecord { control: vec!["10.0.0.1:0".parse().unwrap()], ..ok }.check().is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 pub mod agent;
 mod connection;
 pub mod health;
-mod join;
+pub mod join;
 pub mod membership;
 pub mod messages;
 pub mod pairing;

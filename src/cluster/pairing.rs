@@ -3,7 +3,11 @@
 //! the same key only if both typed the same code, and an eavesdropper learns nothing it could test
 //! offline. That key then keys a Noise handshake, inside which the member hands over the cluster
 //! secret, so the secret never travels in clear. Each wrong attempt costs the attacker one online
-//! guess; five wrong attempts revoke the code, and attempts are rate-limited per address.
+//! guess. An address that gave three wrong codes may not try that code again (so one stranger cannot
+//! revoke a valid code for everyone); the code is revoked only after [`MAX_FAILURES`] wrong attempts in
+//! all, a bound high enough that reaching it takes a hundred addresses, and low enough that the chance
+//! of guessing a 40-bit code on the way stays below one in three billion. Attempts are also
+//! rate-limited per address and in all.
 
 use crate::net::secure::Psk;
 use spake2::{Ed25519Group, Identity, Password, Spake2};
@@ -14,8 +18,12 @@ use std::time::{Duration, Instant};
 const ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 pub const CODE_LEN: usize = 8;
 pub const CODE_LIFETIME: Duration = Duration::from_secs(600);
-/// Wrong attempts after which a code is revoked.
-pub const MAX_FAILURES: u32 = 5;
+/// Wrong attempts in all after which a code is revoked.
+pub const MAX_FAILURES: u32 = 300;
+/// Wrong attempts from one address after which that address may not try the code again.
+pub const MAX_FAILURES_PER_ADDRESS: u32 = 3;
+/// Addresses whose failures are remembered per code (a flood of addresses beyond it counts in all only).
+const MAX_TRACKED_ADDRESSES: usize = 4096;
 const SPAKE_IDENTITY: &[u8] = b"shoal join v1";
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -34,6 +42,7 @@ pub struct JoinCode {
     expires: Instant,
     pub expires_at_ms: u64,
     failures: u32,
+    failures_by_address: HashMap<IpAddr, u32>,
 }
 
 impl JoinCode {
@@ -44,6 +53,7 @@ impl JoinCode {
             expires: Instant::now() + CODE_LIFETIME,
             expires_at_ms: crate::util::now_ms() + CODE_LIFETIME.as_millis() as u64,
             failures: 0,
+            failures_by_address: HashMap::new(),
         }
     }
 
@@ -60,10 +70,18 @@ impl JoinCode {
         Instant::now() >= self.expires
     }
 
-    /// Counts a wrong attempt; returns whether the code is now revoked.
-    pub fn record_failure(&mut self) -> bool {
+    /// Counts a wrong attempt from `from`; returns whether the code is now revoked (for everyone).
+    pub fn record_failure(&mut self, from: IpAddr) -> bool {
         self.failures += 1;
+        if self.failures_by_address.len() < MAX_TRACKED_ADDRESSES || self.failures_by_address.contains_key(&from) {
+            *self.failures_by_address.entry(from).or_default() += 1;
+        }
         self.failures >= MAX_FAILURES
+    }
+
+    /// Whether `from` gave too many wrong codes to try this one again.
+    pub fn is_blocked(&self, from: IpAddr) -> bool {
+        self.failures_by_address.get(&from).is_some_and(|&n| n >= MAX_FAILURES_PER_ADDRESS)
     }
 
     pub fn failures(&self) -> u32 {
@@ -107,6 +125,7 @@ pub enum Refusal {
     NoCode = 1,
     RateLimited = 2,
     Expired = 3,
+    TooManyWrong = 4,
 }
 
 impl Refusal {
@@ -115,6 +134,7 @@ impl Refusal {
             1 => Some(Refusal::NoCode),
             2 => Some(Refusal::RateLimited),
             3 => Some(Refusal::Expired),
+            4 => Some(Refusal::TooManyWrong),
             _ => None,
         }
     }
@@ -126,6 +146,9 @@ impl Refusal {
             }
             Refusal::RateLimited => "too many join attempts; wait ten seconds and try again",
             Refusal::Expired => "the join code has expired (codes last 10 minutes): run `shoal code` again",
+            Refusal::TooManyWrong => {
+                "this address gave a wrong join code too often: run `shoal code` on a member for a new code and type it carefully"
+            }
         }
     }
 }
@@ -192,10 +215,16 @@ mod tests {
     }
 
     #[test]
-    fn five_failures_revoke_and_attempts_are_rate_limited() {
+    fn failures_block_their_address_and_revoke_only_in_bulk() {
         let mut c = JoinCode::generate();
-        assert!(!(0..4).any(|_| c.record_failure()));
-        assert!(c.record_failure());
+        let stranger: IpAddr = "10.0.0.9".parse().unwrap();
+        assert!(!(0..MAX_FAILURES_PER_ADDRESS).any(|_| c.record_failure(stranger)));
+        assert!(c.is_blocked(stranger));
+        assert!(!c.is_blocked("10.0.0.1".parse().unwrap()), "others may still use the code");
+        let others =
+            (0..MAX_FAILURES - MAX_FAILURES_PER_ADDRESS - 1).map(|i| IpAddr::from([10, 1, (i / 256) as u8, i as u8]));
+        assert!(!others.into_iter().any(|ip| c.record_failure(ip)));
+        assert!(c.record_failure("10.2.0.1".parse().unwrap()), "the global bound revokes the code");
         let mut r = RateLimiter::default();
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
         assert!((0..3).all(|_| r.allow(ip)));

@@ -35,7 +35,10 @@ pub fn generate(
             let why = info.error.clone().unwrap_or_else(|| format!("{:?}", info.state).to_lowercase());
             return Err(GenerateError::NotReady(model.to_string(), why));
         }
-        (info.id.clone(), info.head().expect("an instance has stages"))
+        let Some(head) = info.head() else {
+            return Err(GenerateError::NotReady(model.to_string(), "it has no stages".into()));
+        };
+        (info.id.clone(), head)
     };
     let (tx, rx) = mpsc::unbounded_channel();
     if head == agent.id() {
@@ -76,7 +79,9 @@ fn call_local(
         let _ = stream.set_nodelay(true);
         let (read, mut write) = stream.into_split();
         let mut opening = format!("{token}\n").into_bytes();
-        serde_json::to_writer(&mut opening, &request).expect("serialisable");
+        if let Err(e) = serde_json::to_writer(&mut opening, &request) {
+            return fail(&events, format!("cannot encode the request: {e}"));
+        }
         opening.push(b'\n');
         if write.write_all(&opening).await.is_err() {
             return fail(&events, "the model's first stage closed the connection".into());
@@ -132,10 +137,14 @@ pub fn on_message(agent: &Agent, from: NodeId, message: ControlMessage) {
         }
         ControlMessage::GenerateEvent { call, event } => {
             let end = matches!(event, FrontEvent::Done { .. } | FrontEvent::Error { .. });
-            let sender = agent.registry().calls.get(&call).map(|(_, tx)| tx.clone());
+            // Only the node serving a call sends its events.
+            let sender = agent.registry().calls.get(&call).filter(|(node, _)| *node == from).map(|(_, tx)| tx.clone());
             let delivered = sender.is_some_and(|tx| tx.send(event).is_ok());
             if end || !delivered {
-                agent.registry().calls.remove(&call);
+                let mut registry = agent.registry();
+                if registry.calls.get(&call).is_some_and(|(node, _)| *node == from) {
+                    registry.calls.remove(&call);
+                }
             }
             if !delivered && !end {
                 agent.send_to(from, ControlMessage::CancelGenerate { call });

@@ -222,6 +222,8 @@ fn start_worker(agent: &Agent, spec: StageSpec, owner: NodeId) {
     let spawned = supervisor::spawn(
         &spec,
         threads,
+        // The data port listens where the agent's control port does (--bind), never wider.
+        agent.config.control_bind,
         &secret,
         &log_dir,
         move |event| on_worker_event(&events_agent, owner, &instance, stage, event),
@@ -350,7 +352,7 @@ fn apply_report(agent: &Agent, instance: &str, stage: usize, report: StageReport
             && report.data_port.is_some()
             && info.stages.iter().all(|s| s.data_port.is_some())
         {
-            wire = Some(info.stages.iter().map(|s| (s.node, s.data_port.expect("checked"))).collect::<Vec<_>>());
+            wire = Some(info.stages.iter().filter_map(|s| Some((s.node, s.data_port?))).collect::<Vec<_>>());
         }
         if info.state == InstanceState::Launching
             && info.stages.iter().all(|s| matches!(s.state, WorkerState::Ready | WorkerState::Serving))
@@ -363,14 +365,14 @@ fn apply_report(agent: &Agent, instance: &str, stage: usize, report: StageReport
         return fail(agent, instance, error);
     }
     if let Some(ring) = wire.filter(|r| r.len() > 1) {
-        for i in 0..ring.len() {
+        for (i, &(node, _)) in ring.iter().enumerate() {
             let (next_node, next_port) = ring[(i + 1) % ring.len()];
             let message =
                 ControlMessage::ConnectStage { instance: instance.to_string(), stage: i, next_node, next_port };
-            if ring[i].0 == agent.id() {
+            if node == agent.id() {
                 connect_local(agent, instance, i, next_node, next_port);
             } else {
-                agent.send_to(ring[i].0, message);
+                agent.send_to(node, message);
             }
         }
     }
@@ -456,13 +458,57 @@ pub fn stop(agent: &Agent, instance: &str) -> Option<InstanceInfo> {
     }
 }
 
-/// Instance messages on the control connections.
+/// Instance messages on the control connections. Each is checked against what this node knows before
+/// it is used (see [`super::validate`]); a message that fails is logged and dropped.
 pub fn on_message(agent: &Agent, from: NodeId, message: ControlMessage) {
+    let refuse = |what: &str, why: String| tracing::warn!("ignoring {what} from {}: {why}", from.short());
     match message {
-        ControlMessage::StartStage { spec } => start_local(agent, spec, from),
-        ControlMessage::StageUpdate { instance, stage, report } => apply_report(agent, &instance, stage, report),
+        ControlMessage::StartStage { spec } => {
+            let known = {
+                let registry = agent.registry();
+                registry.instances.get(&spec.instance).map(|i| {
+                    let node = i.stages.get(spec.stage).map(|s| s.node);
+                    (i.owner, node, i.stages.len())
+                })
+            };
+            let checked = super::validate::stage_spec(&spec).and_then(|()| match known {
+                Some((owner, Some(node), stages)) if owner == from && node == agent.id() && stages == spec.stages => {
+                    Ok(())
+                }
+                Some(_) => {
+                    Err(format!("stage {} of instance {} is not the sender's to place here", spec.stage, spec.instance))
+                }
+                None => Err(format!("instance {} is unknown", spec.instance)),
+            });
+            match checked {
+                Ok(()) => start_local(agent, spec, from),
+                Err(why) => {
+                    refuse("a stage to start", why.clone());
+                    let failed = StageReport { state: WorkerState::Failed, error: Some(why), ..Default::default() };
+                    report(agent, from, &spec.instance, spec.stage, failed);
+                }
+            }
+        }
+        ControlMessage::StageUpdate { instance, stage, report } => {
+            // Only the node that runs a stage reports on it, and only to the instance's owner.
+            let runs_it = agent
+                .registry()
+                .instances
+                .get(&instance)
+                .is_some_and(|i| i.owner == agent.id() && i.stages.get(stage).is_some_and(|s| s.node == from));
+            if runs_it {
+                apply_report(agent, &instance, stage, report);
+            } else {
+                refuse("a stage update", format!("it does not run stage {stage} of an instance of this node"));
+            }
+        }
         ControlMessage::ConnectStage { instance, stage, next_node, next_port } => {
-            connect_local(agent, &instance, stage, next_node, next_port)
+            let owned_by_sender = agent.registry().instances.get(&instance).is_some_and(|i| i.owner == from);
+            if owned_by_sender {
+                connect_local(agent, &instance, stage, next_node, next_port)
+            } else {
+                refuse("a ring connection", format!("instance {instance} is not the sender's"));
+            }
         }
         ControlMessage::StopInstance { instance } => {
             let owned = agent.registry().instances.get(&instance).is_some_and(|i| i.owner == agent.id());
@@ -473,9 +519,17 @@ pub fn on_message(agent: &Agent, from: NodeId, message: ControlMessage) {
             }
         }
         ControlMessage::Instance { info } => {
-            if info.owner == from {
-                agent.registry().instances.insert(info.id.clone(), (*info).clone());
-                agent.emit(ClusterEvent::Instance { info });
+            let checked = {
+                let mut registry = agent.registry();
+                let checked = super::validate::instance(&info, from, registry.instances.get(&info.id));
+                if checked.is_ok() {
+                    registry.instances.insert(info.id.clone(), (*info).clone());
+                }
+                checked
+            };
+            match checked {
+                Ok(()) => agent.emit(ClusterEvent::Instance { info }),
+                Err(why) => refuse("an instance", why),
             }
         }
         other => super::generate::on_message(agent, from, other),

@@ -9,6 +9,7 @@ mod fit;
 mod generate;
 mod lifecycle;
 mod share;
+mod validate;
 
 pub use fit::{Fit, PoolOffers};
 pub use generate::{generate, GenerateError};

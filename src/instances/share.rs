@@ -13,8 +13,9 @@ use super::lifecycle::StageReport;
 use super::InstanceState;
 use crate::cluster::{Agent, ClusterSnapshot};
 use crate::model::library::Library;
+use crate::model::names;
 use crate::model::peer_copy::{self, OfferedFile};
-use crate::model::pull::{repo_dir, Hub, PullProgress};
+use crate::model::pull::{Hub, PullProgress};
 use crate::model::shard::{self, PeerRanges, ShardSource, Stoppable};
 use crate::model::Model;
 use crate::node::NodeId;
@@ -66,7 +67,7 @@ pub async fn ensure_share(
     let wanted = file.clone();
     let found = tokio::task::spawn_blocking(move || find_here(&library, &path, &wanted, layers))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())??;
     let destination = match found {
         Found::Ready(path) => return Ok(path),
         Found::Missing { destination } => destination,
@@ -119,26 +120,27 @@ pub async fn ensure_share(
     })
 }
 
-/// Looks for the stage's share at the owner's path, then in the library (by file name and size).
-fn find_here(library: &Library, owner_path: &Path, file: &OfferedFile, layers: Range<usize>) -> Found {
+/// Looks for the stage's share at the owner's path, then in the library (by file name and size); fails
+/// when the owner named the file or its repository with anything but plain names.
+fn find_here(library: &Library, owner_path: &Path, file: &OfferedFile, layers: Range<usize>) -> Result<Found, String> {
+    let models_dir = library.models_dir();
+    let destination = names::destination(&models_dir, file.repo.as_deref(), &file.name).map_err(|e| e.to_string())?;
     // The owner's path counts only when it holds everything (a disk the nodes share): a shard there is
     // the owner's to complete, not this node's.
     if let Holds::All = holds_share(owner_path, file, layers.clone()) {
-        return Found::Ready(owner_path.to_path_buf());
+        return Ok(Found::Ready(owner_path.to_path_buf()));
     }
     let mut partial = None;
     for model in library.list() {
         for path in model.parts.into_iter().filter(|p| p.file_name().is_some_and(|n| *n == *file.name)) {
             match holds_share(&path, file, layers.clone()) {
-                Holds::All => return Found::Ready(path),
+                Holds::All => return Ok(Found::Ready(path)),
                 Holds::Part => partial = partial.or(Some(path)),
                 Holds::Nothing => {}
             }
         }
     }
-    let models_dir = library.models_dir();
-    let folder = file.repo.as_deref().map_or_else(|| models_dir.clone(), |repo| repo_dir(&models_dir, repo));
-    Found::Missing { destination: partial.unwrap_or_else(|| folder.join(&file.name)) }
+    Ok(Found::Missing { destination: partial.unwrap_or(destination) })
 }
 
 enum Holds {

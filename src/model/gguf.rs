@@ -14,6 +14,10 @@ use std::sync::Arc;
 
 const MAGIC: &[u8; 4] = b"GGUF";
 const DEFAULT_ALIGNMENT: u64 = 32;
+/// Largest `general.alignment` accepted. llama.cpp requires a power of two and files use 32; a huge
+/// one would place the tensor data gigabytes past the header (a served header could make a fetch
+/// reserve that much).
+const MAX_ALIGNMENT: u64 = 1 << 16;
 
 /// A metadata value.
 #[derive(Clone, Debug, PartialEq)]
@@ -245,8 +249,12 @@ impl GgufHeader {
         let alignment = match metadata.get("general.alignment") {
             None => DEFAULT_ALIGNMENT,
             Some(v) => match v.as_u64() {
-                Some(a) if a.is_power_of_two() => a,
-                _ => return Err(r.corrupt(format!("general.alignment is {v:?}, not a power of two"))),
+                Some(a) if a.is_power_of_two() && a <= MAX_ALIGNMENT => a,
+                _ => {
+                    return Err(
+                        r.corrupt(format!("general.alignment is {v:?}, not a power of two up to {MAX_ALIGNMENT}"))
+                    )
+                }
             },
         };
         let mut tensors = Vec::with_capacity(n_tensors as usize);

@@ -6,6 +6,7 @@ pub mod config;
 pub mod gguf;
 pub mod layout;
 pub mod library;
+pub mod names;
 pub mod peer_copy;
 pub mod pull;
 pub mod shard;

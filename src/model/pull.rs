@@ -258,6 +258,16 @@ pub fn repo_dir(models_dir: &Path, repo: &str) -> PathBuf {
     models_dir.join(repo.replace('/', "--"))
 }
 
+/// Where the hub file `path` of `repo` goes under `models_dir` (both names checked: they come from the
+/// API and from the hub's listing, and must not lead out of the models folder).
+pub fn hub_destination(models_dir: &Path, repo: &str, path: &str) -> Result<PathBuf, super::names::NameError> {
+    super::names::repo(repo)?;
+    super::names::relative(path)?;
+    let destination = repo_dir(models_dir, repo).join(path);
+    super::names::check_inside(models_dir, &destination)?;
+    Ok(destination)
+}
+
 /// Downloads what `request` names into `models_dir`, reporting progress to `progress`. Returns the
 /// paths of the downloaded files (the first is the one to open).
 pub fn pull(
@@ -281,7 +291,7 @@ pub fn pull(
     for file in &files {
         report.file = file.path.clone();
         let url = hub.file_url(&request.repo, request.revision(), &file.path);
-        let destination = repo_dir(models_dir, &request.repo).join(&file.path);
+        let destination = hub_destination(models_dir, &request.repo, &file.path)?;
         let done_before = report.bytes_done;
         download_file(hub, &url, file, &destination, &mut |done, rate, state| {
             report.bytes_done = done_before + done;

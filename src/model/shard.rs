@@ -34,7 +34,7 @@ pub use peer::PeerRanges;
 pub use record::{check_present, is_shard, read_record, sidecar, ShardRecord, SIDECAR_SUFFIX};
 
 use super::gguf::GgufHeader;
-use super::pull::{choose_files, repo_dir, sha256_of, Hub, HubFile, PullProgress, PullRequest, PullState};
+use super::pull::{choose_files, sha256_of, Hub, HubFile, PullProgress, PullRequest, PullState};
 use super::{Model, ModelError, Value};
 use http::Meter;
 use std::fs::File;
@@ -174,7 +174,7 @@ pub fn pull_shard(
     let [file] = files.as_slice() else {
         anyhow::bail!(
             "{} is a split GGUF set of {} files; a shard can only be fetched from a single-file model (download the set without --layers)",
-            files[0].path,
+            files.first().map_or("the model", |f| f.path.as_str()),
             files.len()
         );
     };
@@ -183,7 +183,7 @@ pub fn pull_shard(
         size: Some(file.size),
         sha256: file.sha256.clone(),
     };
-    let destination = repo_dir(models_dir, &request.repo).join(&file.path);
+    let destination = super::pull::hub_destination(models_dir, &request.repo, &file.path)?;
     fetch(hub, &source, &destination, layers, progress)?;
     Ok(destination)
 }
@@ -233,7 +233,7 @@ pub fn fetch_from(
     // Gaps smaller than the alignment are padding: fetched with their neighbours, not on their own.
     let alignment = model.file().get("general.alignment").and_then(Value::as_u64).unwrap_or(32);
     let mut wanted: Vec<Range<u64>> =
-        model.stage_tensors(layers.clone()).iter().map(|t| t.offset..t.offset + t.bytes).collect();
+        model.stage_tensors(layers.clone()).iter().map(|t| t.offset..t.offset.saturating_add(t.bytes)).collect();
     record::merge(&mut wanted, alignment);
     if let Some((offset, bytes)) = spare {
         // Bytes past the header that came with its last chunk: keep those the stage needs.
@@ -343,9 +343,16 @@ fn fetch_header(
         };
         retry(&source.url, have..end, |range| reader.get(range, &mut size, &mut append))?;
         meter.add(bytes.len() as u64 - have);
-        let size = size.expect("known after an answer");
+        // Every answer tells the size; a reader that did not is faulty, not a reason to panic.
+        let Some(size) = size else {
+            return Err(ShardError::HeaderTooLarge { url: source.url.clone(), limit: bytes.len() as u64 });
+        };
         match GgufHeader::parse(Path::new(&source.url), &bytes) {
-            Ok(header) if header.data_offset <= size => return Ok((bytes, size)),
+            Ok(header) if header.data_offset <= size && header.data_offset <= bytes.len() as u64 => {
+                return Ok((bytes, size))
+            }
+            // The padding up to the tensor data has not all arrived yet.
+            Ok(header) if header.data_offset <= size => continue,
             Ok(_) => return Err(ShardError::HeaderTooLarge { url: source.url.clone(), limit: size }),
             Err(ModelError::Truncated { .. }) if (bytes.len() as u64) < size => continue,
             Err(e) => return Err(e.into()),
@@ -489,6 +496,10 @@ impl Shard {
     fn create(path: &Path, source: &ShardSource, size: u64, bytes: Vec<u8>) -> Result<(Shard, Spare), ShardError> {
         let io = |source| ShardError::Io { path: path.into(), source };
         let header = GgufHeader::parse(path, &bytes)?;
+        let header_end = header.data_offset as usize;
+        if bytes.len() < header_end {
+            return Err(ShardError::HeaderTooLarge { url: source.url.clone(), limit: bytes.len() as u64 });
+        }
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
@@ -499,7 +510,6 @@ impl Shard {
         let file = File::options().read(true).write(true).create_new(true).open(path).map_err(io)?;
         file.set_len(size).map_err(io)?;
         let mut shard = Shard { path: path.into(), file, record, new: true };
-        let header_end = header.data_offset as usize;
         shard.write(0, &bytes[..header_end])?;
         shard.commit(0..header.data_offset)?;
         let spare = (bytes.len() > header_end).then(|| (header.data_offset, bytes[header_end..].to_vec()));

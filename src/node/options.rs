@@ -21,14 +21,16 @@ pub struct NodeOptions {
     /// The address the API listens on. Anything but loopback needs --api-token.
     #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
     pub listen: IpAddr,
-    /// Token required for API actions when --listen is not loopback.
-    #[arg(long, env = "SHOAL_API_TOKEN")]
+    /// Token required for API actions when --listen is not loopback. Prefer the environment variable
+    /// SHOAL_API_TOKEN: a command-line argument shows in every user's process list.
+    #[arg(long, env = "SHOAL_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
     /// The address the control port listens on (all interfaces by default).
     #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::UNSPECIFIED))]
     pub bind: IpAddr,
-    /// Join a cluster: CODE (found nearby by mDNS) or CODE@HOST[:PORT] (HOST's control port).
-    #[arg(long)]
+    /// Join a cluster: CODE (found nearby by mDNS) or CODE@HOST[:PORT] (HOST's control port). Prefer the
+    /// environment variable SHOAL_JOIN_CODE: a command-line argument shows in every user's process list.
+    #[arg(long, env = "SHOAL_JOIN_CODE", hide_env_values = true)]
     pub join: Option<JoinTarget>,
     /// Another node's control address to connect to, for networks without multicast (repeatable).
     #[arg(long = "peer")]
@@ -40,6 +42,9 @@ pub struct NodeOptions {
     /// headroom for the OS).
     #[arg(long, value_parser = crate::util::parse_bytes)]
     pub memory_limit: Option<u64>,
+    /// Seconds a member may stay down before this node forgets it (it rejoins by reconnecting).
+    #[arg(long, env = "SHOAL_FORGET_DOWN_AFTER", hide = true, default_value_t = cluster::agent::FORGET_DOWN_AFTER.as_secs())]
+    pub forget_down_after: u64,
 }
 
 /// A node agent that runs, with the address its API answers on.
@@ -51,6 +56,10 @@ pub struct StartedNode {
 impl NodeOptions {
     /// Starts the agent and its API on the current tokio runtime.
     pub async fn start(self) -> anyhow::Result<StartedNode> {
+        warn_about_secrets_in_argv(std::env::args());
+        if let Some(limit) = api::server::raise_open_file_limit() {
+            tracing::debug!("open-file limit: {limit}");
+        }
         let api = ApiConfig { listen: SocketAddr::new(self.listen, self.port), token: self.api_token };
         if !api.listen.ip().is_loopback() && api.token.is_none() {
             anyhow::bail!(
@@ -66,9 +75,38 @@ impl NodeOptions {
             peers: self.peers,
             mdns: !self.no_mdns,
             memory_limit: self.memory_limit,
+            forget_down_after: std::time::Duration::from_secs(self.forget_down_after),
         };
         let agent = cluster::agent::start(config, self.join).await?;
         let api_addr = api::serve(agent.clone(), api).await?;
         Ok(StartedNode { agent, api_addr })
+    }
+}
+
+/// Secrets given as command-line arguments are visible to every user of the machine (`ps`): they still
+/// work, with a warning naming the environment variable to use instead.
+fn warn_about_secrets_in_argv(args: impl Iterator<Item = String>) -> Vec<&'static str> {
+    let mut warned = Vec::new();
+    for arg in args {
+        for (flag, variable) in [("--join", "SHOAL_JOIN_CODE"), ("--api-token", "SHOAL_API_TOKEN")] {
+            if (arg == flag || arg.starts_with(&format!("{flag}="))) && !warned.contains(&flag) {
+                tracing::warn!(
+                    "{flag} on the command line is visible to every user of this machine (ps); set {variable} in the environment instead"
+                );
+                warned.push(flag);
+            }
+        }
+    }
+    warned
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn secrets_on_the_command_line_are_warned_about() {
+        let args = ["shoal", "node", "--join=ABC@h:1", "--api-token", "t", "--joiner"].map(String::from);
+        assert_eq!(super::warn_about_secrets_in_argv(args.into_iter()), ["--join", "--api-token"]);
+        let clean = ["shoal", "node", "--port", "1"].map(String::from);
+        assert!(super::warn_about_secrets_in_argv(clean.into_iter()).is_empty());
     }
 }

@@ -6,6 +6,7 @@
 //! of running them.
 
 use super::checks::{NodeReport, Verdict};
+use crate::util::LockExt;
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 
@@ -154,7 +155,7 @@ impl CommandRunner for RecordingRunner {
     fn run(&self, program: &str, args: &[String]) -> Result<String, String> {
         let mut call = vec![program.to_string()];
         call.extend(args.iter().cloned());
-        self.calls.lock().expect("calls").push(call);
+        self.calls.locked().push(call);
         self.answer.clone().unwrap_or(Ok(String::new()))
     }
 }

@@ -68,22 +68,73 @@ pub async fn connect_tcp(addr: SocketAddr, secret: &Psk) -> Result<(TcpSource, T
     blocking(r, w)
 }
 
-/// Accepts the previous stage's connection on `listener` (connections without the secret are dropped
-/// and the wait goes on).
+/// How long a connection to a stage's data port has to complete its handshake.
+const STAGE_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+/// Most handshakes in progress at once on a data port; more connections are closed at once.
+const MAX_STAGE_HANDSHAKES: usize = 16;
+
+/// Accepts the previous stage's connection on `listener`: handshakes run concurrently, each with a
+/// short deadline, so connections without the secret (or silent ones) neither block nor delay it; the
+/// first that proves it holds the secret wins.
 pub async fn accept_tcp(listener: &TcpListener, secret: &Psk) -> Result<(TcpSource, TcpSink), NetError> {
+    let mut attempts = tokio::task::JoinSet::new();
     loop {
-        let (mut stream, from) = listener.accept().await?;
-        stream.set_nodelay(true)?;
-        let attempt = async {
-            let preamble = secure::read_preamble(&mut stream).await?;
-            if preamble.kind != ConnectionKind::Stage {
-                return Err(NetError::BadPreamble("not a stage connection".into()));
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (mut stream, from) = accepted?;
+                if attempts.len() >= MAX_STAGE_HANDSHAKES {
+                    tracing::warn!("refused a stage connection from {from}: too many handshakes in progress");
+                    continue;
+                }
+                let secret = *secret;
+                attempts.spawn(async move {
+                    let attempt = async {
+                        stream.set_nodelay(true)?;
+                        let preamble = secure::read_preamble(&mut stream).await?;
+                        if preamble.kind != ConnectionKind::Stage {
+                            return Err(NetError::BadPreamble("not a stage connection".into()));
+                        }
+                        secure::respond(stream, preamble, &secret).await
+                    };
+                    let result = tokio::time::timeout(STAGE_HANDSHAKE_TIMEOUT, attempt).await;
+                    (from, result.unwrap_or(Err(NetError::Timeout)))
+                });
             }
-            secure::respond(stream, preamble, secret).await
-        };
-        match attempt.await {
-            Ok((r, w)) => return blocking(r, w),
-            Err(e) => tracing::warn!("refused a stage connection from {from}: {e}"),
+            Some(done) = attempts.join_next(), if !attempts.is_empty() => match done {
+                Ok((_, Ok((r, w)))) => return blocking(r, w),
+                Ok((from, Err(e))) => tracing::warn!("refused a stage connection from {from}: {e}"),
+                Err(e) => tracing::warn!("a stage handshake ended abnormally: {e}"),
+            },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Silent connections and connections without the secret, opened first, do not keep the previous
+    /// stage out: its handshake runs beside theirs and wins.
+    #[tokio::test]
+    async fn silent_and_foreign_connections_do_not_hold_up_the_previous_stage() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let secret = [7u8; 32];
+        let mut silent = Vec::new();
+        for _ in 0..MAX_STAGE_HANDSHAKES - 2 {
+            silent.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        }
+        let foreign = tokio::spawn(async move { connect_tcp(addr, &[9u8; 32]).await.is_err() });
+        let previous = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            connect_tcp(addr, &secret).await.map(|_| ())
+        });
+        // With one handshake at a time (10 s each, as it was) this took minutes; a minute bounds it
+        // generously.
+        let accepted = tokio::time::timeout(std::time::Duration::from_secs(60), accept_tcp(&listener, &secret)).await;
+        assert!(matches!(accepted, Ok(Ok(_))), "the previous stage was not accepted");
+        assert!(previous.await.unwrap().is_ok());
+        assert!(foreign.await.unwrap(), "a connection without the secret was accepted");
+        drop(silent);
     }
 }

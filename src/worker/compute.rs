@@ -9,6 +9,7 @@ use crate::engine::{self, FinishReason, HiddenStates, Sampler, Stage, StageInput
 use crate::links::RttWindow;
 use crate::model::{ChatTemplate, Tokenizer};
 use crate::transport::{FrameSink, FrameSource, RingFrame};
+use crate::util::LockExt;
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
@@ -163,7 +164,7 @@ impl Compute {
     }
 
     fn record_step(&self, tokens: usize, compute: Duration) {
-        let mut s = self.stats.lock().expect("stats");
+        let mut s = self.stats.locked();
         s.steps += 1;
         s.tokens += tokens as u64;
         s.compute_us_total += compute.as_micros() as u64;
@@ -328,7 +329,7 @@ impl Compute {
                 sampler,
             },
         );
-        self.stats.lock().expect("stats").active_requests = head.active.len();
+        self.stats.locked().active_requests = head.active.len();
         if request.max_tokens == 0 {
             return self.finish(id, Ok(FinishReason::Length));
         }
@@ -471,7 +472,7 @@ impl Compute {
             }
         }
         {
-            let mut s = self.stats.lock().expect("stats");
+            let mut s = self.stats.locked();
             s.requests += 1;
             s.generated_tokens += a.generated as u64;
             s.active_requests = head.active.len();

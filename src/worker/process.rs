@@ -9,6 +9,7 @@ use crate::engine::{Stage, StageOptions};
 use crate::model::Model;
 use crate::transport::ring::{self, RdmaRoute, TransportReport};
 use crate::transport::{self, rdma, FrameSink, FrameSource};
+use crate::util::LockExt;
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::ops::Range;
@@ -16,12 +17,18 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Environment variables the agent passes secrets in (never on the command line, which others can read).
 pub const SECRET_ENV: &str = "SHOAL_CLUSTER_SECRET";
 pub const FRONT_TOKEN_ENV: &str = "SHOAL_FRONT_TOKEN";
+
+/// Longest token line a front client may send, and longest request line (a request holds its prompt).
+const MAX_TOKEN_LINE: u64 = 256;
+const MAX_REQUEST_LINE: u64 = 64 << 20;
+/// How long a front client has to send its token and request.
+const FRONT_OPENING_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -174,7 +181,7 @@ async fn serve(
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tick.tick().await;
-                let s = stats.lock().expect("stats").clone();
+                let s = stats.locked().clone();
                 emit(&WorkerEvent::Stats { stats: s });
             }
         })
@@ -232,12 +239,17 @@ async fn serve_front(
     ids: Arc<AtomicU64>,
 ) -> anyhow::Result<()> {
     let (read, mut write) = stream.into_split();
-    let mut lines = BufReader::new(read).lines();
-    let given = lines.next_line().await?.unwrap_or_default();
-    if given.len() != token.len() || !given.bytes().zip(token.bytes()).fold(true, |ok, (a, b)| ok & (a == b)) {
-        anyhow::bail!("wrong front token");
-    }
-    let line = lines.next_line().await?.unwrap_or_default();
+    let mut read = BufReader::new(read);
+    let opening = async {
+        let given = read_line_bounded(&mut read, MAX_TOKEN_LINE).await?;
+        if given.len() != token.len() || !given.bytes().zip(token.bytes()).fold(true, |ok, (a, b)| ok & (a == b)) {
+            anyhow::bail!("wrong front token");
+        }
+        read_line_bounded(&mut read, MAX_REQUEST_LINE).await
+    };
+    let line = tokio::time::timeout(FRONT_OPENING_TIMEOUT, opening)
+        .await
+        .map_err(|_| anyhow::anyhow!("no request within {FRONT_OPENING_TIMEOUT:?}"))??;
     let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
     let request: FrontRequest = match serde_json::from_str(&line) {
         Ok(r) => r,
@@ -248,6 +260,7 @@ async fn serve_front(
         }
     };
     let id = ids.fetch_add(1, Ordering::Relaxed);
+    let mut scratch = [0u8; 256];
     work.send(Work::Request { id, request, events: events_tx }).map_err(|_| anyhow::anyhow!("the stage stopped"))?;
     loop {
         tokio::select! {
@@ -263,12 +276,37 @@ async fn serve_front(
                     return Ok(());
                 }
             }
-            closed = lines.next_line() => {
-                if matches!(closed, Ok(None) | Err(_)) {
+            // Anything the client sends after its request is ignored; its end cancels the request.
+            closed = read.read(&mut scratch) => {
+                if matches!(closed, Ok(0) | Err(_)) {
                     let _ = work.send(Work::Cancel { id });
                     return Ok(());
                 }
             }
         }
+    }
+}
+
+/// One line (without its newline) of at most `max` bytes; longer is an error, not an allocation.
+async fn read_line_bounded<R: AsyncBufRead + Unpin>(reader: &mut R, max: u64) -> anyhow::Result<String> {
+    let mut line = Vec::new();
+    (&mut *reader).take(max + 1).read_until(b'\n', &mut line).await?;
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    } else if line.len() as u64 > max {
+        anyhow::bail!("a line longer than {max} bytes");
+    }
+    Ok(String::from_utf8(line)?)
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn front_lines_are_bounded() {
+        let mut input: &[u8] = b"token\nrest";
+        assert_eq!(super::read_line_bounded(&mut input, 8).await.unwrap(), "token");
+        let long = vec![b'x'; 100];
+        let mut input: &[u8] = &long;
+        assert!(super::read_line_bounded(&mut input, 10).await.is_err());
     }
 }

@@ -4,6 +4,7 @@
 
 use super::process::{FRONT_TOKEN_ENV, SECRET_ENV};
 use super::protocol::{WorkerCommand, WorkerEvent};
+use crate::util::LockExt;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -60,7 +61,7 @@ impl WorkerHandle {
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        if let Some(kill) = self.kill.lock().expect("kill").take() {
+        if let Some(kill) = self.kill.locked().take() {
             let _ = kill.send(());
         }
     }
@@ -71,6 +72,7 @@ impl WorkerHandle {
 pub fn spawn(
     spec: &StageSpec,
     threads: usize,
+    listen: std::net::IpAddr,
     secret: &[u8; 32],
     log_dir: &Path,
     on_event: impl Fn(WorkerEvent) + Send + 'static,
@@ -89,6 +91,10 @@ pub fn spawn(
         .args(["--stage", &spec.stage.to_string(), "--stages", &spec.stages.to_string()])
         .args(["--context", &spec.context.to_string(), "--sequences", &spec.sequences.to_string()])
         .args(["--batch", &spec.batch.to_string(), "--threads", &threads.to_string()])
+        .args(["--listen", &listen.to_string()])
+        // The node's own secrets (given to it in its environment) are not the worker's business.
+        .env_remove("SHOAL_JOIN_CODE")
+        .env_remove("SHOAL_API_TOKEN")
         .env(SECRET_ENV, hex::encode(secret))
         .env(FRONT_TOKEN_ENV, &front_token)
         .stdin(Stdio::piped())

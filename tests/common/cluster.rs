@@ -166,6 +166,11 @@ impl TestCluster {
 
     /// Starts node `i` with `extra` arguments.
     pub fn start(&mut self, i: usize, extra: &[&str]) {
+        self.start_with_env(i, extra, &[]);
+    }
+
+    /// Starts node `i` with `extra` arguments and environment variables `env`.
+    pub fn start_with_env(&mut self, i: usize, extra: &[&str], env: &[(&str, &str)]) {
         let binary = env!("CARGO_BIN_EXE_shoal");
         let mut cmd = if self.private_disks {
             let mut script = String::new();
@@ -196,7 +201,7 @@ impl TestCluster {
         }
         cmd.args(extra);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&node.log).unwrap();
-        cmd.stdout(Stdio::null()).stderr(log).env_remove("RUST_LOG");
+        cmd.stdout(Stdio::null()).stderr(log).env_remove("RUST_LOG").envs(env.iter().copied());
         let child = cmd.spawn().unwrap();
         self.nodes[i].child = Some(child);
     }

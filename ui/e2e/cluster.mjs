@@ -50,7 +50,7 @@ export async function waitFor(what, probe, timeoutMs) {
 export async function api(port, route, options = {}) {
   const response = await fetch(`http://127.0.0.1:${port}${route}`, {
     method: options.method ?? 'GET',
-    headers: options.body === undefined ? {} : { 'Content-Type': 'application/json' },
+    headers: options.body === undefined ? { 'X-Shoal-Client': 'e2e' } : { 'Content-Type': 'application/json' },
     body: options.body === undefined ? undefined : JSON.stringify(options.body),
   });
   const text = await response.text();

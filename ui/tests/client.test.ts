@@ -37,6 +37,20 @@ describe('ApiClient', () => {
     expect(calls[0]?.auth).toBeNull();
   });
 
+  it('marks every action with the client header, which cross-site form posts cannot send', async () => {
+    const seen: Record<string, string>[] = [];
+    const fetcher = vi.fn(async (_path: string, init?: RequestInit) => {
+      seen.push((init?.headers ?? {}) as Record<string, string>);
+      return new Response('{}', { status: 200 });
+    });
+    const client = new ApiClient(fetcher, memoryStorage());
+    await client.post('/api/cluster/leave');
+    await client.delete('/api/instances/x');
+    await client.post('/api/instances', { model: 'm' });
+    expect(seen.map((h) => h['X-Shoal-Client'])).toEqual(['dashboard', 'dashboard', 'dashboard']);
+    expect(seen[2]?.['Content-Type']).toBe('application/json');
+  });
+
   it('asks for the token on 401, retries with it and remembers it', async () => {
     const { fetcher, calls } = guardedNode();
     const storage = memoryStorage();

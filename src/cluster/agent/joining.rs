@@ -7,7 +7,7 @@ impl Shared {
     /// Makes a join code, valid for 10 minutes (replacing any previous one).
     pub fn create_code(&self) -> JoinCode {
         let code = JoinCode::generate();
-        self.state.lock().expect("state").code = Some(code.clone());
+        self.state.locked().code = Some(code.clone());
         self.emit(ClusterEvent::CodeCreated { expires_at_ms: code.expires_at_ms });
         code
     }
@@ -45,19 +45,19 @@ impl Shared {
 
     /// Nodes of other clusters nearby (mDNS); those without an active code refuse at once.
     async fn find_pairing_nodes(self: &Arc<Self>) -> anyhow::Result<Vec<SocketAddr>> {
-        if self.discovery.lock().expect("discovery").is_none() {
+        if self.discovery.locked().is_none() {
             anyhow::bail!("mDNS is off or unavailable, so nearby clusters cannot be found; use --join CODE@HOST:PORT");
         }
         let deadline = Instant::now() + Duration::from_secs(6);
         loop {
             let found: Vec<SocketAddr> = {
-                let state = self.state.lock().expect("state");
+                let state = self.state.locked();
                 state.nearby.values().flat_map(|n| n.control.first().copied()).collect()
             };
             if !found.is_empty() || Instant::now() >= deadline {
                 return Ok(found);
             }
-            if self.discovery.lock().expect("discovery").is_some() && !BROWSING.load(Ordering::Relaxed) {
+            if self.discovery.locked().is_some() && !BROWSING.load(Ordering::Relaxed) {
                 start_browsing(self);
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
@@ -69,7 +69,7 @@ impl Shared {
         self.broadcast(ControlMessage::Leaving);
         // Let the writers flush the goodbye before the connections close.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        *self.static_peers.lock().expect("static") = false;
+        *self.static_peers.locked() = false;
         self.replace_membership(Membership::new_cluster(self.my_record()));
     }
 
@@ -77,7 +77,7 @@ impl Shared {
     fn replace_membership(&self, membership: Membership) {
         let cluster_id = membership.cluster_id();
         {
-            let mut state = self.state.lock().expect("state");
+            let mut state = self.state.locked();
             state.membership = membership;
             state.peers.clear();
             state.static_routes.clear();
@@ -93,7 +93,7 @@ impl Shared {
                 }
             }
         }
-        self.departed.lock().expect("departed").clear();
+        self.departed.locked().clear();
         self.epoch.send_modify(|e| *e += 1);
         self.save();
         self.readvertise();
@@ -114,15 +114,16 @@ pub(super) async fn resolve(address: &str, default_port: u16) -> anyhow::Result<
 }
 
 pub(super) async fn serve_join(shared: Agent, stream: TcpStream, from: SocketAddr) -> Result<(), NetError> {
-    let allowed = shared.limiter.lock().expect("limiter").allow(from.ip());
+    let allowed = shared.limiter.locked().allow(from.ip());
     let decide = || {
         if !allowed {
             return Err(Refusal::RateLimited);
         }
-        let state = shared.state.lock().expect("state");
+        let state = shared.state.locked();
         match &state.code {
             None => Err(Refusal::NoCode),
             Some(c) if c.is_expired() => Err(Refusal::Expired),
+            Some(c) if c.is_blocked(from.ip()) => Err(Refusal::TooManyWrong),
             Some(c) => Ok(c.normalized().to_string()),
         }
     };
@@ -133,11 +134,15 @@ pub(super) async fn serve_join(shared: Agent, stream: TcpStream, from: SocketAdd
     };
     match join::accept(stream, decide).await {
         Ok((_reader, writer, mut node)) => {
+            if let Err(why) = node.check() {
+                shared.emit(attempt(false, &why));
+                return Err(NetError::BadPreamble(why));
+            }
             if node.control.is_empty() || node.control.iter().all(|a| a.ip().is_unspecified()) {
                 node.control = vec![SocketAddr::new(from.ip(), shared.config.control_port())];
             }
             let (secret, members) = {
-                let state = shared.state.lock().expect("state");
+                let state = shared.state.locked();
                 (state.membership.secret.clone(), state.membership.members.values().cloned().collect::<Vec<_>>())
             };
             join::welcome(writer, secret, members).await?;
@@ -147,8 +152,8 @@ pub(super) async fn serve_join(shared: Agent, stream: TcpStream, from: SocketAdd
         }
         Err(AcceptError::WrongCode) => {
             let revoked = {
-                let mut state = shared.state.lock().expect("state");
-                let revoked = state.code.as_mut().is_some_and(|c| c.record_failure());
+                let mut state = shared.state.locked();
+                let revoked = state.code.as_mut().is_some_and(|c| c.record_failure(from.ip()));
                 if revoked {
                     state.code = None;
                 }

@@ -3,11 +3,16 @@
 
 use super::*;
 
-/// Most connections allowed to be mid-handshake at once (strangers cannot exhaust the node).
-pub(super) const MAX_PENDING_HANDSHAKES: usize = 64;
+/// `step` of a connection before it proved it holds the secret, within the pre-authentication deadline.
+async fn pre_auth<T>(step: impl std::future::Future<Output = Result<T, NetError>>) -> Result<T, NetError> {
+    tokio::time::timeout(budget::PRE_AUTH_DEADLINE, step).await.map_err(|_| NetError::Timeout)?
+}
+
+/// How long a join connection may take, from its preamble to the member's welcome.
+const JOIN_DEADLINE: Duration = Duration::from_secs(10);
 
 pub(super) async fn accept_loop(shared: Agent, listener: TcpListener) {
-    let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
+    let budget = Arc::new(budget::HandshakeBudget::default());
     loop {
         let (stream, from) = match listener.accept().await {
             Ok(c) => c,
@@ -17,13 +22,14 @@ pub(super) async fn accept_loop(shared: Agent, listener: TcpListener) {
                 continue;
             }
         };
-        let Ok(permit) = pending.clone().try_acquire_owned() else {
-            tracing::warn!("refused a connection from {from}: too many handshakes in progress");
+        let member = shared.is_member_address(from.ip());
+        let Some(slot) = budget.take(from.ip(), member) else {
+            tracing::debug!("refused a connection from {from}: its handshake budget is spent");
             continue;
         };
         let shared = shared.clone();
         tokio::spawn(async move {
-            if let Err(e) = handle_incoming(shared, stream, from, permit).await {
+            if let Err(e) = handle_incoming(shared, stream, from, slot).await {
                 tracing::info!("closed a connection from {from}: {e}");
             }
         });
@@ -34,27 +40,33 @@ pub(super) async fn handle_incoming(
     shared: Agent,
     mut stream: TcpStream,
     from: SocketAddr,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    permit: budget::Slot,
 ) -> Result<(), NetError> {
     stream.set_nodelay(true)?;
-    let preamble = secure::read_preamble(&mut stream).await?;
+    let preamble = pre_auth(secure::read_preamble(&mut stream)).await?;
     match preamble.kind {
         ConnectionKind::Member => {
-            let (reader, writer) = secure::respond(stream, preamble, &shared.secret()).await?;
+            let (reader, writer) = pre_auth(secure::respond(stream, preamble, &shared.secret())).await?;
             drop(permit);
             connection::run(shared, reader, writer, connection::Origin::Accepted).await;
             Ok(())
         }
         ConnectionKind::LinkProbe => {
-            let (reader, writer) = secure::respond(stream, preamble, &shared.secret()).await?;
+            let (reader, writer) = pre_auth(secure::respond(stream, preamble, &shared.secret())).await?;
             drop(permit);
             let _busy = shared.bulk_guard();
             probe::serve(reader, writer, &shared.inbound_probe).await
         }
-        ConnectionKind::Join => serve_join(shared, stream, from).await,
+        // The join exchange (key agreement, handshake, the joiner's introduction) keeps its slot; it is
+        // rate-limited per address inside.
+        ConnectionKind::Join => {
+            let joined = tokio::time::timeout(JOIN_DEADLINE, serve_join(shared, stream, from)).await;
+            drop(permit);
+            joined.map_err(|_| NetError::Timeout)?
+        }
         ConnectionKind::Stage => Err(NetError::BadPreamble("stage connections go to the workers".into())),
         ConnectionKind::ModelCopy => {
-            let (reader, writer) = secure::respond(stream, preamble, &shared.secret()).await?;
+            let (reader, writer) = pre_auth(secure::respond(stream, preamble, &shared.secret())).await?;
             drop(permit);
             let _busy = shared.bulk_guard();
             let library = crate::model::library::Library::new(&shared.config.data_dir);
@@ -72,7 +84,7 @@ pub(super) async fn dial_loop(shared: Agent) {
         let me = shared.id();
         let mut to_dial: Vec<(NodeId, Vec<SocketAddr>)> = Vec::new();
         {
-            let mut state = shared.state.lock().expect("state");
+            let mut state = shared.state.locked();
             let members: Vec<(NodeId, Vec<SocketAddr>)> =
                 state.membership.members.values().filter(|m| m.id != me).map(|m| (m.id, m.control.clone())).collect();
             let discovered: Vec<(NodeId, Vec<SocketAddr>)> =
@@ -97,28 +109,28 @@ pub(super) async fn dial_loop(shared: Agent) {
         }
         // --peer addresses are the user's explicit routes: members are dialed by their other addresses
         // only once each of them has been tried.
-        let statics_tried = shared.config.peers.iter().all(|p| shared.static_tried.lock().expect("tried").contains(p));
+        let statics_tried = shared.config.peers.iter().all(|p| shared.static_tried.locked().contains(p));
         for (id, candidates) in to_dial {
-            if statics_tried || !*shared.static_peers.lock().expect("static") {
+            if statics_tried || !*shared.static_peers.locked() {
                 tokio::spawn(dial_member(shared.clone(), id, candidates));
-            } else if let Some(p) = shared.state.lock().expect("state").peers.get_mut(&id) {
+            } else if let Some(p) = shared.state.locked().peers.get_mut(&id) {
                 p.dialing = false;
             }
         }
-        if *shared.static_peers.lock().expect("static") {
+        if *shared.static_peers.locked() {
             for address in &shared.config.peers {
                 let Ok(addr) = resolve(address, shared.config.control_port()).await else {
-                    shared.static_tried.lock().expect("tried").insert(address.clone());
+                    shared.static_tried.locked().insert(address.clone());
                     continue;
                 };
                 let connected = {
-                    let state = shared.state.lock().expect("state");
+                    let state = shared.state.locked();
                     state
                         .static_routes
                         .iter()
                         .any(|(id, a)| *a == addr && state.peers.get(id).is_some_and(|p| p.connection.is_some()))
                 };
-                if connected || !shared.dialing_static.lock().expect("dialing").insert(addr) {
+                if connected || !shared.dialing_static.locked().insert(addr) {
                     continue;
                 }
                 tokio::spawn(dial_static(shared.clone(), addr, address.clone()));
@@ -137,13 +149,13 @@ pub(super) async fn dial_member(shared: Agent, id: NodeId, candidates: Vec<Socke
             }
             Err(e) => {
                 tracing::debug!("dialing {} at {addr}: {e}", id.short());
-                if let Some(p) = shared.state.lock().expect("state").peers.get_mut(&id) {
+                if let Some(p) = shared.state.locked().peers.get_mut(&id) {
                     p.errors += 1;
                 }
             }
         }
     }
-    if let Some(p) = shared.state.lock().expect("state").peers.get_mut(&id) {
+    if let Some(p) = shared.state.locked().peers.get_mut(&id) {
         p.dialing = false;
     }
 }
@@ -152,16 +164,16 @@ pub(super) async fn dial_static(shared: Agent, addr: SocketAddr, address: String
     let secret = shared.secret();
     match secure::connect(addr, ConnectionKind::Member, &secret).await {
         Ok((reader, writer)) => {
-            shared.static_tried.lock().expect("tried").insert(address);
+            shared.static_tried.locked().insert(address);
             connection::run(shared.clone(), reader, writer, connection::Origin::DialedPeerOption(addr)).await
         }
         Err(e) => {
-            shared.static_tried.lock().expect("tried").insert(address);
+            shared.static_tried.locked().insert(address);
             tracing::debug!("dialing --peer {addr}: {e}")
         }
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    shared.dialing_static.lock().expect("dialing").remove(&addr);
+    shared.dialing_static.locked().remove(&addr);
 }
 
 /// Moves peers through alive → suspect → down as silence grows, and expires the join code.
@@ -171,8 +183,9 @@ pub(super) async fn health_loop(shared: Agent) {
         tick.tick().await;
         let mut code_expired = false;
         let mut went_down = Vec::new();
+        let mut expired = Vec::new();
         {
-            let mut guard = shared.state.lock().expect("state");
+            let mut guard = shared.state.locked();
             let state = &mut *guard;
             let members: BTreeSet<NodeId> = state.membership.members.keys().copied().collect();
             state.peers.retain(|id, _| members.contains(id));
@@ -181,6 +194,10 @@ pub(super) async fn health_loop(shared: Agent) {
                 let status = health::status_after(silence, peer.last_heard.is_some());
                 if status == PeerStatus::Down && peer.status != PeerStatus::Down {
                     went_down.push(*id);
+                }
+                if status == PeerStatus::Down && peer.connection.is_none() && silence >= shared.config.forget_down_after
+                {
+                    expired.push(*id);
                 }
                 shared.set_status(peer, *id, status);
             }
@@ -195,6 +212,14 @@ pub(super) async fn health_loop(shared: Agent) {
         for peer in went_down {
             crate::instances::on_peer_down(&shared, peer);
         }
+        for peer in expired {
+            tracing::info!(
+                "forgetting member {}: down for more than {:?} (it rejoins by reconnecting)",
+                peer.short(),
+                shared.config.forget_down_after
+            );
+            shared.forget(peer);
+        }
     }
 }
 
@@ -205,13 +230,13 @@ pub(super) async fn telemetry_loop(shared: Agent) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        for pid in std::mem::take(&mut *shared.tracked.lock().expect("tracked")) {
+        for pid in std::mem::take(&mut *shared.tracked.locked()) {
             sampler.track_process(pid);
         }
         let mut telemetry = sampler.sample();
-        telemetry.rdma = shared.rdma.lock().expect("rdma").clone();
+        telemetry.rdma = shared.rdma.locked().clone();
         let links = {
-            let mut state = shared.state.lock().expect("state");
+            let mut state = shared.state.locked();
             state.telemetry = Some(telemetry.clone());
             state.choose_transports(telemetry.rdma.as_deref(), crate::util::now_ms());
             state.my_reports()
@@ -229,7 +254,7 @@ pub(super) async fn doctor_loop(shared: Agent) {
     loop {
         let captures = tokio::task::spawn_blocking(crate::rdma::Captures::live).await;
         if let Ok(captures) = captures {
-            *shared.rdma.lock().expect("rdma") = Some(Box::new(crate::rdma::doctor(&captures)));
+            *shared.rdma.locked() = Some(Box::new(crate::rdma::doctor(&captures)));
         }
         tokio::time::sleep(Duration::from_secs(60)).await;
     }

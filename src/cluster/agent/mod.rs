@@ -15,6 +15,7 @@ use crate::links::probe;
 use crate::net::secure;
 use crate::net::{ConnectionKind, NetError};
 use crate::node::{DataDir, NodeId, NodeIdentity, TelemetrySampler};
+use crate::util::LockExt;
 use std::collections::HashMap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{broadcast, oneshot, watch, Semaphore};
 
+mod budget;
 mod joining;
 mod loops;
 mod nearby;
@@ -68,7 +70,12 @@ pub struct AgentConfig {
     pub mdns: bool,
     /// Caps the memory this node offers to models (--memory-limit).
     pub memory_limit: Option<u64>,
+    /// A member down for this long is forgotten (it may join again by reconnecting with the secret).
+    pub forget_down_after: Duration,
 }
+
+/// How long a member may stay down before the others forget it.
+pub const FORGET_DOWN_AFTER: Duration = Duration::from_secs(600);
 
 impl AgentConfig {
     pub fn control_port(&self) -> u16 {
@@ -235,11 +242,11 @@ impl Shared {
     }
 
     pub fn cluster_id(&self) -> String {
-        self.state.lock().expect("state").cluster_id()
+        self.state.locked().cluster_id()
     }
 
     pub fn snapshot(&self) -> ClusterSnapshot {
-        self.state.lock().expect("state").snapshot()
+        self.state.locked().snapshot()
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<ClusterEvent> {
@@ -247,24 +254,34 @@ impl Shared {
     }
 
     pub fn registry(&self) -> std::sync::MutexGuard<'_, crate::instances::Registry> {
-        self.registry.lock().expect("registry")
+        self.registry.locked()
     }
 
     /// Sends `message` to `peer` on its control connection; false when there is none.
     pub fn send_to(&self, peer: NodeId, message: ControlMessage) -> bool {
-        let state = self.state.lock().expect("state");
+        let state = self.state.locked();
         state.peers.get(&peer).and_then(|p| p.connection.as_ref()).is_some_and(|c| c.tx.send(message).is_ok())
+    }
+
+    /// Whether `ip` is an address a known member listens on or was last connected from (its
+    /// connections get handshake slots of their own).
+    pub(super) fn is_member_address(&self, ip: IpAddr) -> bool {
+        let state = self.state.locked();
+        let seen = state.peers.values().filter_map(|p| p.remote_addr.map(|a| a.ip()));
+        let me = state.me;
+        let records = state.membership.members.values().filter(|m| m.id != me);
+        budget::member_addresses(records, seen).contains(&ip)
     }
 
     /// The IP this node reaches `peer` at.
     pub fn peer_ip(&self, peer: NodeId) -> Option<IpAddr> {
-        let state = self.state.lock().expect("state");
+        let state = self.state.locked();
         state.peers.get(&peer).and_then(|p| p.connection.as_ref()).map(|c| c.peer_control.ip())
     }
 
     /// The address `peer`'s agent listens at (for connections of other kinds than control).
     pub fn peer_control(&self, peer: NodeId) -> Option<SocketAddr> {
-        let state = self.state.lock().expect("state");
+        let state = self.state.locked();
         state.peers.get(&peer).and_then(|p| p.connection.as_ref()).map(|c| c.peer_control)
     }
 
@@ -274,7 +291,7 @@ impl Shared {
 
     /// Records a request finished through this node's API (its rates go to the event stream).
     pub fn record_request(&self, model: &str, report: &crate::worker::GenerationReport) {
-        self.finished.lock().expect("finished").record();
+        self.finished.locked().record();
         self.emit(ClusterEvent::RequestFinished { model: model.to_string(), report: report.clone() });
     }
 
@@ -292,20 +309,20 @@ impl Shared {
                     .map(|s| (i.id.clone(), s.tokens.saturating_sub(s.generated_tokens), s.generated_tokens))
             })
             .collect();
-        let mut rates = self.counters.lock().expect("counters").rates(&counters);
-        rates.requests_per_minute = self.finished.lock().expect("finished").per_minute();
-        *self.latest_rates.lock().expect("latest rates") = rates.clone();
+        let mut rates = self.counters.locked().rates(&counters);
+        rates.requests_per_minute = self.finished.locked().per_minute();
+        *self.latest_rates.locked() = rates.clone();
         rates
     }
 
     /// The cluster-wide rates as last sampled (at most a second old).
     pub fn rates(&self) -> crate::metrics::ClusterRates {
-        self.latest_rates.lock().expect("latest rates").clone()
+        self.latest_rates.locked().clone()
     }
 
     /// Counts process `pid` (a worker) in this node's shoal memory.
     pub fn track_process(&self, pid: u32) {
-        self.tracked.lock().expect("tracked").push(pid);
+        self.tracked.locked().push(pid);
     }
 
     pub fn emit(&self, event: ClusterEvent) {
@@ -330,19 +347,19 @@ impl Shared {
     }
 
     pub(super) fn save(&self) {
-        let membership = self.state.lock().expect("state").membership.clone();
+        let membership = self.state.locked().membership.clone();
         if let Err(e) = membership.save(&self.config.data_dir) {
             tracing::error!("{e:#}");
         }
     }
 
     pub(super) fn is_departed(&self, id: NodeId) -> bool {
-        self.departed.lock().expect("departed").contains(&id)
+        self.departed.locked().contains(&id)
     }
 
     /// Sends `message` on every live control connection.
     pub fn broadcast(&self, message: ControlMessage) {
-        let state = self.state.lock().expect("state");
+        let state = self.state.locked();
         for peer in state.peers.values() {
             if let Some(c) = &peer.connection {
                 let _ = c.tx.send(message.clone());
@@ -359,7 +376,7 @@ impl Shared {
             api_port: self.config.api_port,
             control_port: self.config.control_port(),
         };
-        if let Some(d) = self.discovery.lock().expect("discovery").as_mut() {
+        if let Some(d) = self.discovery.locked().as_mut() {
             if let Err(e) = d.advertise(&ad) {
                 tracing::warn!("{e}");
             }
@@ -374,7 +391,7 @@ impl Shared {
             let _round = shared.measuring_round.lock().await;
             let me = shared.id();
             let up: Vec<NodeId> = {
-                let state = shared.state.lock().expect("state");
+                let state = shared.state.locked();
                 let mut up: Vec<NodeId> =
                     state.peers.iter().filter(|(_, p)| p.connection.is_some()).map(|(id, _)| *id).collect();
                 up.push(me);
@@ -396,9 +413,9 @@ impl Shared {
     async fn ask_measurement(&self, from: NodeId, to: NodeId) -> Option<u64> {
         let request = self.next_connection_id();
         let (tx, rx) = oneshot::channel();
-        self.pending_measurements.lock().expect("pending").insert(request, tx);
+        self.pending_measurements.locked().insert(request, tx);
         let sent = {
-            let state = self.state.lock().expect("state");
+            let state = self.state.locked();
             state
                 .peers
                 .get(&from)
@@ -410,13 +427,13 @@ impl Shared {
         } else {
             None
         };
-        self.pending_measurements.lock().expect("pending").remove(&request);
+        self.pending_measurements.locked().remove(&request);
         answer
     }
 
     /// A member answered a measurement request.
     pub(super) fn measured(&self, request: u64, bps: Option<u64>) {
-        if let Some(tx) = self.pending_measurements.lock().expect("pending").remove(&request) {
+        if let Some(tx) = self.pending_measurements.locked().remove(&request) {
             let _ = tx.send(bps);
         }
     }
@@ -434,9 +451,9 @@ impl Shared {
 
     /// A peer proved it holds the secret: make sure it is a member (and tell the others if it is new).
     pub(super) fn admit(&self, record: MemberRecord) {
-        self.departed.lock().expect("departed").remove(&record.id);
+        self.departed.locked().remove(&record.id);
         let (new, changed) = {
-            let mut state = self.state.lock().expect("state");
+            let mut state = self.state.locked();
             let new = !state.membership.members.contains_key(&record.id);
             let changed = state.membership.upsert(record.clone());
             state.peers.entry(record.id).or_default();
@@ -456,10 +473,21 @@ impl Shared {
     pub(super) fn learn_members(&self, members: Vec<MemberRecord>) {
         let mut added = Vec::new();
         {
-            let mut state = self.state.lock().expect("state");
+            let mut state = self.state.locked();
             for m in members {
                 if m.id == state.me || state.membership.members.contains_key(&m.id) || self.is_departed(m.id) {
                     continue;
+                }
+                if let Err(why) = m.check() {
+                    tracing::warn!("ignoring a gossiped member {}: {why}", m.id.short());
+                    continue;
+                }
+                if state.membership.members.len() >= super::membership::MAX_MEMBERS {
+                    tracing::warn!(
+                        "ignoring gossiped members: this node knows {} already",
+                        super::membership::MAX_MEMBERS
+                    );
+                    break;
                 }
                 state.membership.members.insert(m.id, m.clone());
                 state.peers.entry(m.id).or_default();
@@ -477,9 +505,9 @@ impl Shared {
 
     /// A member said it is leaving for good.
     pub(super) fn forget(&self, id: NodeId) {
-        self.departed.lock().expect("departed").insert(id);
+        self.departed.locked().insert(id);
         {
-            let mut state = self.state.lock().expect("state");
+            let mut state = self.state.locked();
             state.membership.members.remove(&id);
             state.peers.remove(&id);
             state.static_routes.remove(&id);
@@ -489,8 +517,7 @@ impl Shared {
     }
 
     pub(super) fn gossip(&self) {
-        let members: Vec<MemberRecord> =
-            self.state.lock().expect("state").membership.members.values().cloned().collect();
+        let members: Vec<MemberRecord> = self.state.locked().membership.members.values().cloned().collect();
         self.broadcast(ControlMessage::Members { members });
     }
 
@@ -502,7 +529,7 @@ impl Shared {
     }
 
     fn secret(&self) -> [u8; 32] {
-        *self.state.lock().expect("state").membership.secret.bytes()
+        *self.state.locked().membership.secret.bytes()
     }
 }
 
@@ -518,7 +545,7 @@ pub(super) fn spawn_measurement(shared: Agent, peer: NodeId, delay: Duration) {
 pub(super) async fn measure_to(shared: &Agent, peer: NodeId) -> Option<u64> {
     let _permit = shared.measuring.acquire().await.ok()?;
     let target = {
-        let mut state = shared.state.lock().expect("state");
+        let mut state = shared.state.locked();
         let p = state.peers.get_mut(&peer)?;
         let target = p.connection.as_ref()?.peer_control;
         p.measuring = true;
@@ -528,7 +555,7 @@ pub(super) async fn measure_to(shared: &Agent, peer: NodeId) -> Option<u64> {
         let _busy = shared.bulk_guard();
         probe::measure_outgoing(target, &shared.secret()).await
     };
-    let mut state = shared.state.lock().expect("state");
+    let mut state = shared.state.locked();
     let p = state.peers.get_mut(&peer)?;
     p.measuring = false;
     match result {

@@ -7,7 +7,7 @@ pub(super) static BROWSING: std::sync::atomic::AtomicBool = std::sync::atomic::A
 
 /// Follows mDNS on a thread of its own (the daemon's channel is blocking).
 pub(super) fn start_browsing(shared: &Agent) {
-    let receiver = match shared.discovery.lock().expect("discovery").as_ref().map(|d| d.browse()) {
+    let receiver = match shared.discovery.locked().as_ref().map(|d| d.browse()) {
         Some(Ok(r)) => r,
         Some(Err(e)) => {
             tracing::warn!("{e}");
@@ -21,12 +21,12 @@ pub(super) fn start_browsing(shared: &Agent) {
     let shared = shared.clone();
     std::thread::spawn(move || {
         while let Ok(event) = receiver.recv() {
-            let interpreted = shared.discovery.lock().expect("discovery").as_mut().and_then(|d| d.interpret(event));
+            let interpreted = shared.discovery.locked().as_mut().and_then(|d| d.interpret(event));
             match interpreted {
                 Some(DiscoveryEvent::Found(node)) => on_discovered(&shared, node),
                 Some(DiscoveryEvent::Lost(id)) => {
                     let changed = {
-                        let mut state = shared.state.lock().expect("state");
+                        let mut state = shared.state.locked();
                         state.discovered.remove(&id);
                         state.nearby.remove(&id).is_some()
                     };
@@ -46,7 +46,7 @@ pub(super) fn on_discovered(shared: &Agent, node: DiscoveredNode) {
         return;
     }
     let nearby_changed = {
-        let mut state = shared.state.lock().expect("state");
+        let mut state = shared.state.locked();
         if node.cluster_id == state.cluster_id() {
             state.nearby.remove(&node.id);
             state.discovered.insert(node.id, node);

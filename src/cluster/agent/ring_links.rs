@@ -7,17 +7,18 @@
 use super::Shared;
 use crate::node::NodeId;
 use crate::transport::ring::{RdmaRoute, RingTransport};
+use crate::util::LockExt;
 
 impl Shared {
     /// The RDMA route for a ring link from this node to `peer`, when the link selection chose RDMA.
     pub fn ring_route(&self, peer: NodeId) -> Option<RdmaRoute> {
-        let state = self.state.lock().expect("state");
+        let state = self.state.locked();
         state.peers.get(&peer).and_then(|p| p.ring_route.clone())
     }
 
     /// A local stage of `instance` reports the transport of its link to `peer`.
     pub fn ring_link_changed(&self, peer: NodeId, instance: &str, transport: RingTransport) {
-        let mut state = self.state.lock().expect("state");
+        let mut state = self.state.locked();
         let Some(link) = state.peers.get_mut(&peer) else { return };
         match transport {
             RingTransport::Rdma { device } => {
@@ -35,7 +36,7 @@ impl Shared {
 
     /// `instance` stopped here: its links' fallbacks no longer pin their badges.
     pub fn forget_ring_links(&self, instance: &str) {
-        let mut state = self.state.lock().expect("state");
+        let mut state = self.state.locked();
         for peer in state.peers.values_mut() {
             peer.ring_fallbacks.remove(instance);
         }

@@ -2,12 +2,15 @@
  * HTTP calls to the node that serves this page (same origin, relative URLs). A node that listens beyond
  * loopback requires `Authorization: Bearer TOKEN` on every action: the first 401 asks the user for the
  * token once (kept in localStorage); without one the dashboard stays read-only until the user offers a
- * token again. Reads never need the token.
+ * token again. Reads never need the token. Every action carries `X-Shoal-Client` (and a JSON body when it
+ * has one): the node refuses actions without either, which a cross-site form post cannot send.
  */
 import { get, writable, type Readable } from 'svelte/store';
 import type { ApiErrorBody } from './types';
 
 const TOKEN_KEY = 'shoal.apiToken';
+/** Sent with every action: a header other sites cannot make a browser send to the node. */
+export const CLIENT_HEADER = 'X-Shoal-Client';
 
 /** A failed call, with the node's own message when it sent one. */
 export class ApiError extends Error {
@@ -112,7 +115,7 @@ export class ApiClient {
   }
 
   private init(method: string, body: unknown, signal?: AbortSignal): RequestInit {
-    const headers: Record<string, string> = { Accept: 'application/json' };
+    const headers: Record<string, string> = { Accept: 'application/json', [CLIENT_HEADER]: 'dashboard' };
     if (body !== undefined) headers['Content-Type'] = 'application/json';
     if (this.token !== null) headers['Authorization'] = `Bearer ${this.token}`;
     return {

@@ -1,0 +1,203 @@
+//! The API's HTTP server loop: HTTP/1.1 over TCP with the limits `axum::serve` lacks, so that idle or
+//! slow clients cannot pile up until the node runs out of file descriptors: a cap on open connections
+//! (connections beyond it are closed at once), a deadline for a request's headers (which also closes
+//! keep-alive connections that stay idle), and an idle timeout on every connection (nothing read or
+//! written either way while no request is being handled: a long answer that is not streamed keeps its
+//! connection; event streams send a keep-alive comment every 15 s, so they stay open too).
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::time::{Instant, Sleep};
+
+/// Most API connections open at once.
+pub const MAX_CONNECTIONS: usize = 256;
+/// How long a client has to send a request's headers, counted from when the connection waits for
+/// them (so an idle keep-alive connection closes after this long too).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection on which nothing moves in either direction for this long is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Largest request head (request line and headers).
+const MAX_HEAD: usize = 64 * 1024;
+
+/// Serves `app` on `listener` until the listener fails.
+pub async fn run(listener: TcpListener, app: Router) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let (stream, from) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors, typically: back off instead of spinning.
+                tracing::warn!("the API cannot accept a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            tracing::debug!("closed an API connection from {from}: {MAX_CONNECTIONS} are open already");
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        // Requests being handled on this connection (the idle timeout waits while there are any).
+        let busy = Arc::new(AtomicUsize::new(0));
+        let router = TowerToHyperService::new(app.clone());
+        let handling = busy.clone();
+        let service = hyper::service::service_fn(move |request| {
+            let guard = Busy::new(&handling);
+            let call = hyper::service::Service::call(&router, request);
+            async move {
+                let _guard = guard;
+                call.await
+            }
+        });
+        tokio::spawn(async move {
+            let io = TokioIo::new(IdleTimeout::new(stream, IDLE_TIMEOUT, busy));
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .max_buf_size(MAX_HEAD)
+                .serve_connection(io, service)
+                .with_upgrades();
+            if let Err(e) = connection.await {
+                tracing::debug!("an API connection from {from} ended: {e}");
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// Counts a request as being handled while alive.
+struct Busy(Arc<AtomicUsize>);
+
+impl Busy {
+    fn new(count: &Arc<AtomicUsize>) -> Busy {
+        count.fetch_add(1, Ordering::Relaxed);
+        Busy(count.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A stream that fails with `TimedOut` once nothing was read or written for `limit` while no request
+/// was being handled (`busy`).
+struct IdleTimeout {
+    inner: TcpStream,
+    limit: Duration,
+    deadline: Pin<Box<Sleep>>,
+    busy: Arc<AtomicUsize>,
+}
+
+impl IdleTimeout {
+    fn new(inner: TcpStream, limit: Duration, busy: Arc<AtomicUsize>) -> IdleTimeout {
+        IdleTimeout { inner, limit, deadline: Box::pin(tokio::time::sleep(limit)), busy }
+    }
+
+    fn progressed(&mut self) {
+        let next = Instant::now() + self.limit;
+        self.deadline.as_mut().reset(next);
+    }
+
+    /// After the inner stream said Pending: whether the connection has been idle too long.
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.busy.load(Ordering::Relaxed) > 0 {
+            // A request is being handled: its answer may take long before its first byte.
+            self.progressed();
+            return false;
+        }
+        self.deadline.as_mut().poll(cx).is_ready()
+    }
+}
+
+fn timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "the connection was idle for too long")
+}
+
+impl AsyncRead for IdleTimeout {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                this.progressed();
+                Poll::Ready(result)
+            }
+            Poll::Pending if this.expired(cx) => Poll::Ready(Err(timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncWrite for IdleTimeout {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_write(cx, buf) {
+            Poll::Ready(result) => {
+                this.progressed();
+                Poll::Ready(result)
+            }
+            Poll::Pending if this.expired(cx) => Poll::Ready(Err(timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_write_vectored(cx, bufs) {
+            Poll::Ready(result) => {
+                this.progressed();
+                Poll::Ready(result)
+            }
+            Poll::Pending if this.expired(cx) => Poll::Ready(Err(timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// Raises this process's open-file limit to its hard limit (macOS starts programs with 256), so the
+/// API's and the cluster's connections and the model files fit. Returns the new soft limit.
+pub fn raise_open_file_limit() -> Option<u64> {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    // macOS refuses more than OPEN_MAX (10240) for an unlimited hard limit.
+    let cap = if cfg!(target_os = "macos") { 10240 } else { 1 << 20 };
+    let target = limit.maximum.unwrap_or(cap).min(cap);
+    if limit.current.is_some_and(|current| current >= target) {
+        return limit.current;
+    }
+    match setrlimit(Resource::Nofile, Rlimit { current: Some(target), maximum: limit.maximum }) {
+        Ok(()) => Some(target),
+        Err(e) => {
+            tracing::warn!("cannot raise the open-file limit to {target}: {e}");
+            limit.current
+        }
+    }
+}
