@@ -42,8 +42,9 @@ fn options() -> StageOptions {
 }
 
 fn check_logits_match_llama_cpp(model: &RandomModel) {
+    let cases = recorded(model); // writes the model first
     let file = Model::open(&model.path()).unwrap();
-    oracle::check_logits(&file, model.architecture, &recorded(model));
+    oracle::check_logits(&file, model.architecture, &cases);
 }
 
 fn greedy(file: &Model, splits: &[usize], prompt: &[u32], n: usize) -> Vec<u32> {

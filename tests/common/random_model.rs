@@ -176,7 +176,10 @@ impl RandomModel {
         let path = self.path();
         let bytes = self.bytes();
         if std::fs::read(&path).ok().as_deref() != Some(&bytes[..]) {
-            let part = path.with_extension("part");
+            // Tests run in parallel threads and processes: each writes its own file, then renames it.
+            static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let part = path.with_extension(format!("{}-{n}.part", std::process::id()));
             std::fs::write(&part, &bytes).unwrap();
             std::fs::rename(&part, &path).unwrap();
         }
