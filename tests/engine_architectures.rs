@@ -21,8 +21,7 @@ fn fixture_dir() -> PathBuf {
 fn recorded(model: &RandomModel) -> Vec<oracle::Recorded> {
     let dir = fixture_dir();
     let want = std::fs::read_to_string(dir.join(format!("{}.sha256", model.name()))).unwrap();
-    let bytes = std::fs::read(model.write()).unwrap();
-    let have = sha256_hex(&bytes);
+    let have = shoal::model::pull::sha256_of(&model.write()).unwrap();
     assert_eq!(
         have,
         want.trim(),
@@ -30,11 +29,6 @@ fn recorded(model: &RandomModel) -> Vec<oracle::Recorded> {
         model.architecture
     );
     oracle::read(&dir.join(format!("{}.jsonl", model.name())))
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn options() -> StageOptions {

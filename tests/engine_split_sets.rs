@@ -75,14 +75,7 @@ fn rewrite_part(path: &Path, extra: Option<Tensor>, count: Option<i32>) {
         };
         writer = writer.meta(key, Meta::Value(value));
     }
-    for t in file.tensors() {
-        writer.tensors.push(Tensor {
-            name: t.name.clone(),
-            shape: t.shape.clone(),
-            type_id: t.dtype.id(),
-            data: bytes[t.offset as usize..(t.offset + t.bytes) as usize].to_vec(),
-        });
-    }
+    writer.tensors = split_gguf::tensors_of(&file, &bytes);
     writer.tensors.extend(extra);
     drop(file);
     std::fs::write(path, writer.bytes()).unwrap();
@@ -101,13 +94,13 @@ fn broken_sets_are_refused_saying_what_is_wrong() {
     assert!(error.contains("part 3 of 3 is missing") && error.contains("model-00003-of-00003.gguf"), "{error}");
 
     let (_dir, paths) = set_of(&source, 3);
-    let duplicate = GgufFile::open(&paths[1]).unwrap().tensors()[0].clone();
-    let data = std::fs::read(&paths[1]).unwrap()[duplicate.offset as usize..][..duplicate.bytes as usize].to_vec();
-    let tensor =
-        Tensor { name: duplicate.name.clone(), shape: duplicate.shape.clone(), type_id: duplicate.dtype.id(), data };
-    rewrite_part(&paths[2], Some(tensor), None);
+    let second = GgufFile::open(&paths[1]).unwrap();
+    let duplicate = split_gguf::tensors_of(&second, &std::fs::read(&paths[1]).unwrap()).remove(0);
+    drop(second);
+    let name = duplicate.name.clone();
+    rewrite_part(&paths[2], Some(duplicate), None);
     let error = open_error(&paths[0]);
-    assert!(error.contains(&format!("tensor {} is in part 2 and again in part 3", duplicate.name)), "{error}");
+    assert!(error.contains(&format!("tensor {name} is in part 2 and again in part 3")), "{error}");
 
     let (_dir, paths) = set_of(&source, 3);
     rewrite_part(&paths[0], None, Some(7));

@@ -307,8 +307,10 @@ impl Stage {
             let visible = start + i + 1;
             self.mask[i * attended..i * attended + visible].fill(f16::ZERO);
         }
-        // Sliding-window layers: a position also does not see those `window` or more before it.
-        if let Some(window) = self.config.sliding_window.as_ref().map(|w| w.size) {
+        // Sliding-window layers: a position also does not see those `window` or more before it. Only
+        // when this stage's graph has such layers (it then has the input).
+        let slides = self.graph.as_ref().is_some_and(|(_, graph)| graph.has_input(input::MASK_SLIDING));
+        if let (true, Some(window)) = (slides, self.config.sliding_window.as_ref().map(|w| w.size)) {
             self.mask_sliding.clone_from(&self.mask);
             for i in 0..tokens {
                 let hidden = (start + i + 1).saturating_sub(window);

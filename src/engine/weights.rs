@@ -4,7 +4,7 @@
 use super::EngineError;
 use crate::ggml::{MappedTensor, SetTensorRef, TensorSet};
 use crate::model::layout::{OUTPUT, OUTPUT_NORM, ROPE_FREQS, TOKEN_EMBEDDING};
-use crate::model::{Model, TensorInfo};
+use crate::model::Model;
 use std::ops::Range;
 
 /// One layer's tensors, by their short names (`attn_q.weight` for `blk.N.attn_q.weight`), as its
@@ -42,11 +42,6 @@ pub struct StageWeights {
 }
 
 impl StageWeights {
-    /// The tensors a stage running `layers` needs, in file order ([`Model::stage_tensors`]).
-    pub fn tensors_for(model: &Model, layers: Range<usize>) -> Vec<&TensorInfo> {
-        model.stage_tensors(layers)
-    }
-
     /// Maps the tensors of `layers` (already validated by [`Model::open`]).
     pub fn map(model: &Model, layers: Range<usize>) -> Result<StageWeights, EngineError> {
         let by_part = model.stage_tensors_by_part(layers.clone());

@@ -160,7 +160,7 @@ impl ModelConfig {
         let architecture = Architecture::from_gguf_name(&arch_name).ok_or_else(|| {
             ModelError::UnsupportedArchitecture { path: file.path().into(), architecture: arch_name.clone() }
         })?;
-        let p = |key: &str| format!("{arch_name}.{key}");
+        let p = |key: &str| keys.arch_key(key);
         let layers = keys.count(&p("block_count"))?;
         let embedding = keys.count(&p("embedding_length"))?;
         let feed_forward = keys.count(&p("feed_forward_length"))?;

@@ -19,8 +19,8 @@ pub fn part_path(prefix: &Path, index: u64, count: u64) -> PathBuf {
 
 /// `path` without its `-0000N-of-0000M.gguf` ending, when it has the one `index`/`count` give it.
 fn prefix_of(path: &Path, index: u64, count: u64) -> Option<PathBuf> {
-    let text = path.to_str()?;
-    text.strip_suffix(&format!("-{index:05}-of-{count:05}.gguf")).map(PathBuf::from)
+    let (base, named_index, named_count) = super::library::split_part(path)?;
+    (u64::from(named_index) == index && u64::from(named_count) == count).then(|| path.with_file_name(base))
 }
 
 fn split_key(file: &GgufFile, key: &str) -> Option<u64> {

@@ -49,6 +49,7 @@ fn write_value(out: &mut Vec<u8>, v: &shoal::model::Value, tagged: bool) {
     out.extend_from_slice(&bytes);
 }
 
+#[derive(Clone)]
 pub struct Tensor {
     pub name: String,
     pub shape: Vec<u64>,

@@ -19,7 +19,7 @@ pub struct RandomModel {
     pub experts: usize,
     pub experts_used: usize,
     pub expert_feed_forward: usize,
-    /// GLM: dense layers first, a shared expert, next-token-prediction layers at the end, biases on
+    /// GLM: dense layers first (every layer is dense without experts), a shared expert, next-token-prediction layers at the end, biases on
     /// Q/K/V, RoPE on part of each head, sigmoid routing with a selection bias.
     pub leading_dense: usize,
     pub shared_experts: usize,
@@ -89,7 +89,7 @@ pub fn gemma3() -> RandomModel {
         experts: 0,
         experts_used: 0,
         expert_feed_forward: 0,
-        leading_dense: 7,
+        leading_dense: 0,
         shared_experts: 0,
         nextn_layers: 0,
         rope_dims: 32,
@@ -269,7 +269,7 @@ impl RandomModel {
                     &w.around_one(e, 0.1),
                 );
             }
-            if l < self.leading_dense {
+            if self.experts == 0 || l < self.leading_dense {
                 let down = 1.0 / (ff as f32).sqrt() * 1.7;
                 g = g
                     .f16_values(&n("ffn_gate.weight"), &[e, ff], &w.uniform(e * ff, proj))

@@ -6,12 +6,24 @@ use super::gguf_writer::{GgufWriter, Meta, Tensor};
 use shoal::model::{GgufFile, Value};
 use std::path::{Path, PathBuf};
 
+/// The tensors of `file` (whose bytes are `bytes`) as the writer takes them.
+pub fn tensors_of(file: &GgufFile, bytes: &[u8]) -> Vec<Tensor> {
+    file.tensors()
+        .iter()
+        .map(|t| Tensor {
+            name: t.name.clone(),
+            shape: t.shape.clone(),
+            type_id: t.dtype.id(),
+            data: bytes[t.offset as usize..(t.offset + t.bytes) as usize].to_vec(),
+        })
+        .collect()
+}
+
 /// Writes the parts of `source` into `dir` with the name prefix `prefix`; returns every part's path.
 pub fn split(source: &Path, dir: &Path, prefix: &str, parts: usize) -> Vec<PathBuf> {
     let file = GgufFile::open(source).unwrap();
-    let tensors = file.tensors();
+    let tensors = tensors_of(&file, &std::fs::read(source).unwrap());
     let per_part = tensors.len().div_ceil(parts);
-    let bytes = std::fs::read(source).unwrap();
     let mut paths = Vec::new();
     for (i, chunk) in tensors.chunks(per_part).enumerate() {
         let mut writer = GgufWriter::default()
@@ -23,14 +35,7 @@ pub fn split(source: &Path, dir: &Path, prefix: &str, parts: usize) -> Vec<PathB
                 writer = writer.meta(key, Meta::Value(value.clone()));
             }
         }
-        for t in chunk {
-            writer.tensors.push(Tensor {
-                name: t.name.clone(),
-                shape: t.shape.clone(),
-                type_id: t.dtype.id(),
-                data: bytes[t.offset as usize..(t.offset + t.bytes) as usize].to_vec(),
-            });
-        }
+        writer.tensors.extend(chunk.iter().cloned());
         let path = dir.join(format!("{prefix}-{:05}-of-{parts:05}.gguf", i + 1));
         std::fs::write(&path, writer.bytes()).unwrap();
         paths.push(path);

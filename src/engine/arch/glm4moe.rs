@@ -5,7 +5,6 @@
 //! scores; `exp_probs_b` biases which experts are chosen, not their weights) plus a shared expert.
 //! The next-token-prediction layers at the end of the file are skipped.
 
-use super::qwen3moe::expert_counts;
 use super::ArchSpec;
 use crate::engine::blocks::{self, StepContext};
 use crate::engine::weights::LayerWeights;
@@ -31,7 +30,8 @@ impl ArchSpec for Glm4Moe {
                 keys.arch_invalid("rope.dimension_sections", "asks for multimodal RoPE, which shoal does not run")
             );
         }
-        let (experts, experts_used, expert_feed_forward) = expert_counts(keys, config)?;
+        let (experts, experts_used) = super::expert_counts(keys)?;
+        let expert_feed_forward = keys.arch_count("expert_feed_forward_length")?;
         let gating = match keys.arch_optional_count("expert_gating_func")? {
             None | Some(2) => Gating::Sigmoid,
             Some(1) => Gating::Softmax,

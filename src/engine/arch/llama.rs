@@ -26,14 +26,10 @@ pub static QWEN3: Dense = Dense { rope_mode: 2, head_norms_required: true, exper
 
 impl ArchSpec for Dense {
     fn hyper_parameters(&self, keys: &Keys<'_>, config: &mut ModelConfig) -> Result<(), ModelError> {
-        let experts = keys.arch_optional_count("expert_count")?.unwrap_or(0);
-        if !self.experts_allowed || experts == 0 {
+        if !self.experts_allowed || keys.arch_optional_count("expert_count")?.is_none() {
             return Ok(());
         }
-        let used = keys.arch_count("expert_used_count")?;
-        if used > experts {
-            return Err(keys.arch_invalid("expert_used_count", &format!("is {used}, more than the {experts} experts")));
-        }
+        let (experts, used) = super::expert_counts(keys)?;
         config.moe = Some(MoeParams {
             experts,
             experts_used: used,

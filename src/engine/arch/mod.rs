@@ -57,6 +57,17 @@ pub trait ArchSpec: Sync {
     ) -> Tensor<'g>;
 }
 
+/// The expert counts every mixture-of-experts architecture reads: experts per layer and experts used
+/// per token (at least one, at most all).
+fn expert_counts(keys: &Keys<'_>) -> Result<(usize, usize), ModelError> {
+    let experts = keys.arch_count("expert_count")?;
+    let used = keys.arch_count("expert_used_count")?;
+    if used > experts {
+        return Err(keys.arch_invalid("expert_used_count", &format!("is {used}, more than the {experts} experts")));
+    }
+    Ok((experts, used))
+}
+
 /// The declaration of `architecture`.
 pub fn spec(architecture: Architecture) -> &'static dyn ArchSpec {
     match architecture {

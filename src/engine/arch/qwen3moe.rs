@@ -15,21 +15,12 @@ pub struct Qwen3Moe;
 
 pub static QWEN3MOE: Qwen3Moe = Qwen3Moe;
 
-/// Reads the expert counts every MoE architecture has, and the expert width (llama.cpp's fallback when
-/// a file lacks it: the dense width divided by the experts used).
-pub(super) fn expert_counts(keys: &Keys<'_>, config: &ModelConfig) -> Result<(usize, usize, usize), ModelError> {
-    let experts = keys.arch_count("expert_count")?;
-    let used = keys.arch_count("expert_used_count")?;
-    if used > experts {
-        return Err(keys.arch_invalid("expert_used_count", &format!("is {used}, more than the {experts} experts")));
-    }
-    let width = keys.arch_optional_count("expert_feed_forward_length")?.unwrap_or(config.feed_forward / used);
-    Ok((experts, used, width))
-}
-
 impl ArchSpec for Qwen3Moe {
     fn hyper_parameters(&self, keys: &Keys<'_>, config: &mut ModelConfig) -> Result<(), ModelError> {
-        let (experts, experts_used, expert_feed_forward) = expert_counts(keys, config)?;
+        let width = keys.arch_optional_count("expert_feed_forward_length")?;
+        // llama.cpp's fallback when a file lacks the expert width: the dense width over the experts used.
+        let (experts, experts_used) = super::expert_counts(keys)?;
+        let expert_feed_forward = width.unwrap_or(config.feed_forward / experts_used);
         let scale = keys.arch_optional_float("expert_weights_scale")?.unwrap_or(0.0) as f32;
         config.moe = Some(MoeParams {
             experts,
