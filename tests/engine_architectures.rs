@@ -1,5 +1,5 @@
 //! The architectures without a small real model here, against llama.cpp: random-weight GGUFs of
-//! qwen3moe, glm4moe and gemma3 (written by tests/common/random_model.rs, the same bytes on every run)
+//! qwen3moe, glm4moe, gemma3, Mixtral and deepseek2 (both attention forms; written by tests/common/random_model.rs, the same bytes on every run)
 //! must give llama.cpp's logits at every position of a few prompts (tests/fixtures/oracle/random/,
 //! recorded by scripts/record-oracle-random), its greedy tokens on a CPU with the recording machine's
 //! kernels, the same tokens split as unsplit, and stages that map exactly their layers' bytes, experts
@@ -160,11 +160,61 @@ fn mixtral_gives_llama_cpp_logits_and_greedy_tokens_split_or_not() {
     check_greedy_matches_llama_cpp_split_or_not(&model, &[&[2]]);
 }
 
+#[test]
+fn deepseek2_latent_attention_gives_llama_cpp_logits_at_every_position() {
+    check_logits_match_llama_cpp(&random_model::deepseek2());
+}
+
+#[test]
+fn deepseek2_with_the_combined_kv_b_gives_llama_cpp_logits_at_every_position() {
+    check_logits_match_llama_cpp(&random_model::deepseek2_legacy());
+}
+
+/// Split points right after the dense layer and among the sparse ones.
+#[test]
+fn deepseek2_greedy_tokens_are_llama_cpp_and_equal_split_or_not() {
+    check_greedy_matches_llama_cpp_split_or_not(&random_model::deepseek2(), &[&[1], &[2], &[1, 3]]);
+    check_greedy_matches_llama_cpp_split_or_not(&random_model::deepseek2_legacy(), &[&[1], &[2, 3]]);
+}
+
+/// The split latent form caches, per position and layer, only the latent and the rotary part (F16);
+/// the combined form caches full keys and values of every head. Placement counts the same bytes.
+#[test]
+fn a_deepseek2_stage_caches_the_latent_and_maps_exactly_its_layers_bytes() {
+    let options = options();
+    let positions = (options.context.div_ceil(256) * 256 * options.sequences) as u64;
+    for model in [random_model::deepseek2(), random_model::deepseek2_legacy()] {
+        let mla = model.mla.unwrap();
+        let per_position = if mla.absorbed {
+            2 * (mla.kv_lora_rank + model.rope_dims) as u64
+        } else {
+            2 * (model.heads * (mla.nope + model.rope_dims) + model.heads * mla.value_head) as u64
+        };
+        let file = Model::open(&model.write()).unwrap();
+        assert_eq!(file.config().layers, model.layers, "the next-token-prediction layer is skipped");
+        let needs = shoal::placement::ModelNeeds::of(&file, options.context, options.sequences, options.batch);
+        for range in [0..1, 1..4] {
+            let stage = Stage::load(&file, range.clone(), options.clone()).unwrap();
+            let want = range.len() as u64 * per_position * positions;
+            assert_eq!(stage.memory().kv_cache, want, "{} layers {range:?}", model.name());
+            assert_eq!(needs.stage(range.clone()).kv_cache, want, "{} layers {range:?}", model.name());
+        }
+        check_stage_bytes(&model, &[0..1, 1..2, 1..4, 0..4]);
+    }
+}
+
 /// Writes the random models for scripts/record-oracle (which runs this ignored test).
 #[test]
 #[ignore]
 fn write_the_random_models() {
-    for model in [random_model::qwen3moe(), random_model::glm4moe(), random_model::gemma3(), random_model::mixtral()] {
+    for model in [
+        random_model::qwen3moe(),
+        random_model::glm4moe(),
+        random_model::gemma3(),
+        random_model::mixtral(),
+        random_model::deepseek2(),
+        random_model::deepseek2_legacy(),
+    ] {
         println!("random model: {}", model.write().display());
     }
 }
@@ -178,7 +228,7 @@ fn write_the_benchmark_model() {
 
 #[test]
 fn placement_budgets_at_least_the_compute_buffer_a_moe_stage_reserves() {
-    for model in [random_model::qwen3moe(), random_model::glm4moe()] {
+    for model in [random_model::qwen3moe(), random_model::glm4moe(), random_model::deepseek2()] {
         check_compute_budget(&model);
     }
 }

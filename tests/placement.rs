@@ -29,9 +29,9 @@ fn stage_needs_are_the_files_bytes_plus_cache_and_buffers() {
     let layout = model.layout();
     let middle = n.stage(10..20);
     assert_eq!(middle.weights, layout.layers[10..20].iter().sum::<u64>());
-    assert_eq!(middle.kv_cache, 10 * n.kv_per_layer);
-    // K and V, F16, 3 heads of 64, 256 positions.
-    assert_eq!(n.kv_per_layer, 2 * 2 * 192 * 256);
+    // K and V, F16, 3 heads of 64, 256 positions, in each of the 10 layers.
+    assert_eq!(middle.kv_cache, 10 * 2 * 2 * 192 * 256);
+    assert_eq!(n.kv_per_layer, vec![2 * 2 * 192 * 256; 30]);
     // The tied output head makes the last stage hold the embedding matrix too.
     assert_eq!(
         n.stage(20..30).weights,

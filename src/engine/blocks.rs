@@ -6,7 +6,7 @@
 use super::kv_cache::KvCache;
 use super::weights::LayerWeights;
 use crate::ggml::{DType, GraphBuilder, RopeParams, SetTensorRef, Tensor};
-use crate::model::{Gating, ModelConfig, MoeParams};
+use crate::model::{ExpertGroups, Gating, ModelConfig, MoeParams};
 use std::ops::Range;
 
 /// Graph inputs, set before every compute.
@@ -156,10 +156,10 @@ pub fn attention<'g>(
         n_ctx_orig: c.rope.original_context as i32,
         freq_base: params.freq_base,
         freq_scale: params.freq_scale,
-        ext_factor: 0.0,
-        attn_factor: 1.0,
-        beta_fast: 32.0,
-        beta_slow: 1.0,
+        ext_factor: c.rope.ext_factor,
+        attn_factor: c.rope.attn_factor,
+        beta_fast: c.rope.beta_fast,
+        beta_slow: c.rope.beta_slow,
     };
     let q = g.rope(q, step.positions, step.rope_factors, &rope);
     let k = g.rope(k, step.positions, step.rope_factors, &rope);
@@ -168,11 +168,11 @@ pub fn attention<'g>(
         None => q,
     };
 
-    let width = c.kv_width() as i64;
+    let width = (c.kv_heads * c.head_dim) as i64;
     let k_rows = g.view(k, &[width, t], &[k.strides()[2]], 0);
     let v_rows = g.view(v, &[width, t], &[v.strides()[2]], 0);
-    step.cache.store(g, local, k_rows, v_rows, step.cache_rows);
-    let (k_all, v_all) = step.cache.view(g, local, step.shape.seq, step.shape.attended, c.head_dim);
+    step.cache.store(g, local, k_rows, Some(v_rows), step.cache_rows);
+    let (k_all, v_all) = step.cache.view(g, local, step.shape.seq, step.shape.attended, c.head_dim, c.head_dim);
 
     let q = g.permute(q, [0, 2, 1, 3]);
     let k_all = g.permute(k_all, [0, 2, 1, 3]);
@@ -231,6 +231,10 @@ pub fn moe_feed_forward<'g>(g: &'g GraphBuilder, w: &LayerWeights, p: &MoeParams
         Some(bias) => g.add(probs, g.stored(bias)),
         None => probs,
     };
+    let selection = match p.groups {
+        Some(groups) => only_best_groups(g, selection, groups, tokens),
+        None => selection,
+    };
     let selected = g.argsort_top_k(selection, n_used); // I32 [used, tokens]
     let mut weights = g.get_rows(g.reshape_3d(probs, 1, n_expert, tokens), selected); // [1, used, tokens]
     if p.normalize {
@@ -267,6 +271,42 @@ pub fn moe_feed_forward<'g>(g: &'g GraphBuilder, w: &LayerWeights, p: &MoeParams
         g.expand(out);
     }
     out
+}
+
+/// The feed-forward of a model whose first layers are dense and the others routed to experts, with
+/// shared experts every token also goes through (GLM-4.5, DeepSeek V3).
+pub fn sparse_or_dense_feed_forward<'g>(
+    g: &'g GraphBuilder,
+    w: &LayerWeights,
+    moe: &MoeParams,
+    layer: usize,
+    x: Tensor<'g>,
+) -> Tensor<'g> {
+    if !moe.is_sparse(layer) {
+        return feed_forward(g, w, "", x);
+    }
+    let routed = moe_feed_forward(g, w, moe, x);
+    if moe.shared_experts > 0 {
+        g.add(routed, feed_forward(g, w, "_shexp", x))
+    } else {
+        routed
+    }
+}
+
+/// Group-limited routing: the scores `selection` ([experts, tokens]) of experts outside each token's
+/// `groups.used` best groups become -∞, a group scoring the sum of its two best experts' scores.
+fn only_best_groups<'g>(g: &'g GraphBuilder, selection: Tensor<'g>, groups: ExpertGroups, tokens: i64) -> Tensor<'g> {
+    let [n_expert, ..] = selection.shape();
+    let (count, used) = (groups.count as i64, groups.used as i64);
+    let per_group = n_expert / count;
+    let by_group = g.reshape_3d(selection, per_group, count, tokens); // [per_group, groups, tokens]
+    let best_two = g.argsort_top_k(by_group, 2); // I32 [2, groups, tokens]
+    let best_two = g.get_rows(g.reshape_4d(by_group, [1, per_group, count, tokens]), best_two); // [1, 2, groups, tokens]
+    let group_scores = g.sum_rows(g.reshape_3d(best_two, 2, count, tokens)); // [1, groups, tokens]
+    let best_groups = g.argsort_top_k(g.reshape_2d(group_scores, count, tokens), used); // I32 [used, tokens]
+    let kept = g.get_rows(by_group, best_groups); // [per_group, used, tokens]
+    let masked = g.set_rows(g.fill(by_group, f32::NEG_INFINITY), kept, best_groups);
+    g.reshape_2d(masked, n_expert, tokens)
 }
 
 /// The input of the first layer: token embeddings on the first stage, hidden states elsewhere.

@@ -18,9 +18,9 @@ pub(super) struct StageParts<'a> {
 }
 
 /// Graph tensors per layer: about 40 for a dense layer, a mixture-of-experts layer adds one view and
-/// one sum per chosen expert.
+/// one sum per chosen expert (and a dozen for group-limited routing), latent attention about 30.
 fn tensors_per_layer(config: &ModelConfig) -> usize {
-    64 + config.moe.map_or(0, |m| 2 * m.experts_used + 32)
+    64 + config.moe.map_or(0, |m| 2 * m.experts_used + 48) + config.latent_attention.map_or(0, |_| 32)
 }
 
 pub(super) fn build(parts: &StageParts<'_>, shape: GraphShape) -> Graph {

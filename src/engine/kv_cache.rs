@@ -1,8 +1,10 @@
 //! A stage's key/value cache: for each of its layers, the keys and values of every position of every
-//! sequence it serves, in F16 as llama.cpp keeps them.
+//! sequence it serves, in F16 as llama.cpp keeps them, each layer as wide as its architecture declares
+//! (for DeepSeek's latent attention, one compressed latent per position that serves as keys and values).
 
 use super::EngineError;
 use crate::ggml::{DType, GraphBuilder, SetTensor, SetTensorRef, Tensor, TensorSet};
+use crate::model::CacheRow;
 
 /// Positions in the cache are counted in blocks of this many, so a decode graph keeps the same shape
 /// (and can be reused) for that many tokens. llama.cpp pads the same way.
@@ -10,35 +12,38 @@ pub const CACHE_BLOCK: usize = 256;
 
 pub struct KvCache {
     set: TensorSet,
+    /// Each layer's keys and, unless they live in the keys, its values.
     keys: Vec<SetTensorRef>,
-    values: Vec<SetTensorRef>,
+    values: Vec<Option<SetTensorRef>>,
+    /// What each layer holds per position.
+    rows: Vec<CacheRow>,
     /// Positions per sequence (a multiple of [`CACHE_BLOCK`]).
     context: usize,
     sequences: usize,
-    /// Row width: kv_heads × head_dim.
-    width: usize,
     /// Filled positions of each sequence.
     lengths: Vec<usize>,
 }
 
 impl KvCache {
-    /// A zeroed cache for `layers` layers of rows `width` wide, `context` positions (rounded up to a
-    /// whole block) for each of `sequences` sequences.
-    pub fn new(layers: usize, width: usize, context: usize, sequences: usize) -> Result<KvCache, EngineError> {
+    /// A zeroed cache for layers holding `rows` per position (one entry per layer), `context` positions
+    /// (rounded up to a whole block) for each of `sequences` sequences.
+    pub fn new(rows: &[CacheRow], context: usize, sequences: usize) -> Result<KvCache, EngineError> {
         let context = context.max(1).div_ceil(CACHE_BLOCK) * CACHE_BLOCK;
         let sequences = sequences.max(1);
-        let shape = [width as u64, (context * sequences) as u64];
-        let names: Vec<(String, String)> =
-            (0..layers).map(|l| (format!("cache_k_{l}"), format!("cache_v_{l}"))).collect();
-        let specs: Vec<SetTensor<'_>> = names
-            .iter()
-            .flat_map(|(k, v)| [k, v])
-            .map(|name| SetTensor { name, dtype: DType::F16, shape: &shape })
-            .collect();
-        let set = TensorSet::allocate(&specs).map_err(|e| EngineError::OutOfMemory(format!("KV cache: {e}")))?;
-        let keys = names.iter().map(|(k, _)| set.get(k).expect("allocated")).collect();
-        let values = names.iter().map(|(_, v)| set.get(v).expect("allocated")).collect();
-        Ok(KvCache { set, keys, values, context, sequences, width, lengths: vec![0; sequences] })
+        let positions = (context * sequences) as u64;
+        let mut specs: Vec<(String, [u64; 2])> = Vec::new();
+        for (l, row) in rows.iter().enumerate() {
+            specs.push((format!("cache_k_{l}"), [row.key_width as u64, positions]));
+            if !row.values_in_keys {
+                specs.push((format!("cache_v_{l}"), [row.value_width as u64, positions]));
+            }
+        }
+        let tensors: Vec<SetTensor<'_>> =
+            specs.iter().map(|(name, shape)| SetTensor { name, dtype: DType::F16, shape }).collect();
+        let set = TensorSet::allocate(&tensors).map_err(|e| EngineError::OutOfMemory(format!("KV cache: {e}")))?;
+        let keys = (0..rows.len()).map(|l| set.get(&format!("cache_k_{l}")).expect("allocated")).collect();
+        let values = (0..rows.len()).map(|l| set.get(&format!("cache_v_{l}"))).collect();
+        Ok(KvCache { set, keys, values, rows: rows.to_vec(), context, sequences, lengths: vec![0; sequences] })
     }
 
     /// Bytes of the cache.
@@ -81,31 +86,61 @@ impl KvCache {
         (seq * self.context + pos) as i64
     }
 
-    /// Adds to the graph the writes of this step's keys and values ([width, tokens]) of `layer` into
-    /// rows `rows` (I64 [tokens]).
-    pub(super) fn store<'g>(&self, g: &'g GraphBuilder, layer: usize, k: Tensor<'g>, v: Tensor<'g>, rows: Tensor<'g>) {
-        let k_cache = g.stored(&self.keys[layer]);
-        let v_cache = g.stored(&self.values[layer]);
-        g.expand(g.set_rows(k_cache, k, rows));
-        g.expand(g.set_rows(v_cache, v, rows));
+    /// Adds to the graph the writes of this step's keys ([key_width, tokens]) and values ([value_width,
+    /// tokens]; None when they live in the keys) of `layer` into rows `rows` (I64 [tokens]).
+    pub(super) fn store<'g>(
+        &self,
+        g: &'g GraphBuilder,
+        layer: usize,
+        k: Tensor<'g>,
+        v: Option<Tensor<'g>>,
+        rows: Tensor<'g>,
+    ) {
+        g.expand(g.set_rows(g.stored(&self.keys[layer]), k, rows));
+        if let (Some(v_cache), Some(v)) = (&self.values[layer], v) {
+            g.expand(g.set_rows(g.stored(v_cache), v, rows));
+        }
     }
 
     /// Views of `layer`'s keys and values of `seq`, the first `attended` positions, shaped
-    /// [head_dim, kv_heads, attended].
+    /// [key_head, heads, attended] and [value_head, heads, attended]. Values that live in the keys are
+    /// the first `value_head` of each key row.
     pub(super) fn view<'g>(
         &self,
         g: &'g GraphBuilder,
         layer: usize,
         seq: usize,
         attended: usize,
-        head_dim: usize,
+        key_head: usize,
+        value_head: usize,
     ) -> (Tensor<'g>, Tensor<'g>) {
-        let row_bytes = self.width * 2;
-        let shape = [head_dim as i64, (self.width / head_dim) as i64, attended as i64];
-        let strides = [head_dim * 2, row_bytes];
-        let offset = seq * self.context * row_bytes;
-        let k = g.view(g.stored(&self.keys[layer]), &shape, &strides, offset);
-        let v = g.view(g.stored(&self.values[layer]), &shape, &strides, offset);
+        let row = self.rows[layer];
+        let key_row_bytes = row.key_width * 2;
+        let heads = (row.key_width / key_head) as i64;
+        let k_cache = g.stored(&self.keys[layer]);
+        let k = g.view(
+            k_cache,
+            &[key_head as i64, heads, attended as i64],
+            &[key_head * 2, key_row_bytes],
+            seq * self.context * key_row_bytes,
+        );
+        let v = match &self.values[layer] {
+            Some(v_cache) => {
+                let value_row_bytes = row.value_width * 2;
+                g.view(
+                    g.stored(v_cache),
+                    &[value_head as i64, (row.value_width / value_head) as i64, attended as i64],
+                    &[value_head * 2, value_row_bytes],
+                    seq * self.context * value_row_bytes,
+                )
+            }
+            None => g.view(
+                k_cache,
+                &[value_head as i64, heads, attended as i64],
+                &[key_head * 2, key_row_bytes],
+                seq * self.context * key_row_bytes,
+            ),
+        };
         (k, v)
     }
 }

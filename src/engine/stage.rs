@@ -94,7 +94,8 @@ impl Stage {
             batch: options.batch.clamp(1, options.context.max(1)),
         };
         let weights = StageWeights::map(model, layers.clone())?;
-        let cache = KvCache::new(layers.len(), config.kv_width(), options.context, options.sequences)?;
+        let rows: Vec<_> = layers.clone().map(|l| config.cache_row(l)).collect();
+        let cache = KvCache::new(&rows, options.context, options.sequences)?;
         let backend = CpuBackend::new(options.threads).map_err(EngineError::Backend)?;
         let mut stage = Stage {
             config,

@@ -29,7 +29,7 @@ impl Element for i64 {
 /// A tensor in a graph under construction. Only valid while its [`GraphBuilder`] is.
 #[derive(Clone, Copy)]
 pub struct Tensor<'g> {
-    raw: NonNull<sys::ggml_tensor>,
+    pub(super) raw: NonNull<sys::ggml_tensor>,
     _builder: PhantomData<&'g GraphBuilder>,
 }
 
@@ -175,13 +175,17 @@ impl GraphBuilder {
         }
     }
 
-    fn adopt(&self, raw: *mut sys::ggml_tensor) -> Tensor<'_> {
+    pub(super) fn ctx(&self) -> *mut sys::ggml_context {
+        self.parts.ctx.as_ptr()
+    }
+
+    pub(super) fn adopt(&self, raw: *mut sys::ggml_tensor) -> Tensor<'_> {
         let raw = NonNull::new(raw).expect("ggml op returned no tensor");
         Tensor { raw, _builder: PhantomData }
     }
 
     /// Guards ggml's context size: running out would abort the process.
-    fn reserve(&self, n: usize) {
+    pub(super) fn reserve(&self, n: usize) {
         let created = self.created.get() + n;
         self.created.set(created);
         assert!(created < self.capacity, "graph needs more than {} tensors; raise max_tensors", self.capacity);

@@ -17,6 +17,7 @@
 mod backend;
 mod dtype;
 mod graph;
+mod layout_ops;
 mod log;
 pub mod os;
 mod tensor_set;

@@ -25,10 +25,13 @@ pub enum Architecture {
     /// Gemma 3 (270M to 27B, text): sliding-window and global layers, norms before and after attention
     /// and feed-forward, GELU, scaled embeddings.
     Gemma3,
+    /// DeepSeek V2/V3, Kimi K2 (`deepseek2`): multi-head latent attention, leading dense layers, routed
+    /// experts (grouped, sigmoid or softmax) and shared experts.
+    Deepseek2,
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, gemma3";
+    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, gemma3, deepseek2 (DeepSeek V2/V3, Kimi K2)";
 
     pub fn from_gguf_name(name: &str) -> Option<Architecture> {
         match name {
@@ -38,6 +41,7 @@ impl Architecture {
             "qwen3moe" => Some(Architecture::Qwen3Moe),
             "glm4moe" => Some(Architecture::Glm4Moe),
             "gemma3" => Some(Architecture::Gemma3),
+            "deepseek2" => Some(Architecture::Deepseek2),
             _ => None,
         }
     }
@@ -51,6 +55,7 @@ impl Architecture {
             Architecture::Qwen3Moe => "qwen3moe",
             Architecture::Glm4Moe => "glm4moe",
             Architecture::Gemma3 => "gemma3",
+            Architecture::Deepseek2 => "deepseek2",
         }
     }
 
@@ -65,9 +70,76 @@ impl Architecture {
 pub struct RopeConfig {
     pub dimensions: u32,
     pub freq_base: f32,
-    /// 1 / the linear scaling factor.
+    /// 1 / the scaling factor (linear or YaRN).
     pub freq_scale: f32,
     pub original_context: u32,
+    /// YaRN: 1 when the model uses YaRN scaling, else 0 (ggml's `ext_factor`).
+    pub ext_factor: f32,
+    /// The magnitude correction ggml's RoPE multiplies by (`attn_factor`, as llama.cpp computes it).
+    pub attn_factor: f32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+}
+
+impl RopeConfig {
+    /// The YaRN magnitude scale for a context stretched `factor` times with the coefficient `mscale`
+    /// (DeepSeek's `yarn_get_mscale`).
+    pub fn yarn_mscale(factor: f32, mscale: f32) -> f32 {
+        if factor <= 1.0 {
+            1.0
+        } else {
+            0.1 * mscale * factor.ln() + 1.0
+        }
+    }
+
+    /// ggml's `attn_factor`, as llama.cpp sets it: under YaRN the ratio of the two magnitude scales
+    /// (`mscale` and `mscale_all_dims`: 1 and 0 unless the model says otherwise) with the scale ggml's
+    /// RoPE applies by itself cancelled; times the file's own `rope.scaling.attn_factor`.
+    pub fn yarn_attn_factor(&self, mscale: f32, mscale_all_dims: f32, file_factor: f32) -> f32 {
+        if self.ext_factor == 0.0 {
+            return file_factor;
+        }
+        let factor = 1.0 / self.freq_scale;
+        let ratio = Self::yarn_mscale(factor, mscale) / Self::yarn_mscale(factor, mscale_all_dims);
+        ratio / (1.0 + 0.1 * factor.ln()) * file_factor
+    }
+}
+
+/// What one layer's KV cache holds per position: F16 keys `key_width` wide and values `value_width` wide,
+/// or, with `values_in_keys`, no values of their own: they are the first `value_width` of each key row
+/// (DeepSeek's latent attention caches one compressed latent that serves as both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct CacheRow {
+    pub key_width: usize,
+    pub value_width: usize,
+    pub values_in_keys: bool,
+}
+
+impl CacheRow {
+    /// Bytes one position takes in this layer's cache.
+    pub fn bytes_per_position(&self) -> u64 {
+        let values = if self.values_in_keys { 0 } else { self.value_width };
+        2 * (self.key_width + values) as u64
+    }
+}
+
+/// Multi-head latent attention (DeepSeek V2/V3, Kimi K2): queries through an optional low-rank
+/// bottleneck, keys and values compressed into one latent of `kv_lora_rank` values per position plus a
+/// shared rotary part.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct LatentAttention {
+    /// Rank of the query bottleneck (`attn_q_a` → `attn_q_b`); 0: one plain `attn_q`.
+    pub q_lora_rank: usize,
+    pub kv_lora_rank: usize,
+    /// Per head, the query/key width (the part without RoPE plus the rotary part) and the value width.
+    pub key_head: usize,
+    pub value_head: usize,
+    /// The split `attn_k_b`/`attn_v_b` form: attention runs over the cached latent itself (the cache
+    /// holds `kv_lora_rank` + rotary values per position for all heads). Otherwise the older combined
+    /// `attn_kv_b` expands full keys and values per head, and the cache holds those.
+    pub absorbed: bool,
+    /// YaRN's `mscale_all_dim` (`rope.scaling.yarn_log_multiplier` / 0.1), which also scales attention.
+    pub yarn_log_multiplier: f32,
 }
 
 /// Hyper-parameters of a llama-family model.
@@ -80,6 +152,8 @@ pub struct ModelConfig {
     pub heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
+    /// Width of one head's values (the key width unless the architecture allows otherwise).
+    pub value_dim: usize,
     pub rms_epsilon: f32,
     /// Attention logit scale; 1/√head_dim unless the model sets one.
     pub attention_scale: f32,
@@ -94,6 +168,8 @@ pub struct ModelConfig {
     pub embedding_scale: Option<f32>,
     /// Logits are squashed to ±this by tanh (Gemma 2).
     pub logit_softcap: Option<f32>,
+    /// Multi-head latent attention (DeepSeek), for the architectures that have it.
+    pub latent_attention: Option<LatentAttention>,
     /// Layers the file holds after the model's own (GLM's next-token-prediction layers): neither
     /// loaded nor counted.
     pub skipped_layers: usize,
@@ -144,6 +220,17 @@ pub struct MoeParams {
     pub shared_experts: usize,
     /// The first layers have a dense feed-forward instead (GLM-4.5, DeepSeek V3).
     pub leading_dense_layers: usize,
+    /// Group-limited routing (DeepSeek V3): experts come in groups, and a token's experts are chosen
+    /// only from its best groups.
+    pub groups: Option<ExpertGroups>,
+}
+
+/// Experts split into `count` equal groups; each token picks its `used` best groups (a group's score is
+/// the sum of its two best experts' scores), then its experts among those.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ExpertGroups {
+    pub count: usize,
+    pub used: usize,
 }
 
 impl MoeParams {
@@ -171,13 +258,12 @@ impl ModelConfig {
             None if embedding % heads == 0 => embedding / heads,
             None => return Err(keys.invalid(&p("attention.head_count"), "does not divide the embedding length")),
         };
-        if let Some(v) = keys.optional_count(&p("attention.value_length"))? {
-            if v != head_dim {
-                return Err(keys.invalid(
-                    &p("attention.value_length"),
-                    "differs from the key length, which this engine does not support",
-                ));
-            }
+        let value_dim = keys.optional_count(&p("attention.value_length"))?.unwrap_or(head_dim);
+        if value_dim != head_dim && !architecture.spec().values_may_differ() {
+            return Err(keys.invalid(
+                &p("attention.value_length"),
+                "differs from the key length, which this engine does not support",
+            ));
         }
         if heads % kv_heads != 0 {
             return Err(keys.invalid(&p("attention.head_count_kv"), "does not divide the number of attention heads"));
@@ -197,16 +283,18 @@ impl ModelConfig {
             Some(v) => v.as_str().ok_or_else(|| keys.wrong_type(&p("rope.scaling.type"), "string", v))?.to_string(),
         };
         let factor = keys.optional_float(&p("rope.scaling.factor"))?.unwrap_or(1.0);
-        let freq_scale = match scaling.as_str() {
-            "none" => 1.0,
-            "linear" if factor > 0.0 => (1.0 / factor) as f32,
+        let (freq_scale, ext_factor) = match scaling.as_str() {
+            "none" => (1.0, 0.0),
+            "linear" if factor > 0.0 => ((1.0 / factor) as f32, 0.0),
+            "yarn" if factor > 0.0 => ((1.0 / factor) as f32, 1.0),
             other => {
                 return Err(keys.invalid(
                     &p("rope.scaling.type"),
-                    &format!("is {other:?}; only none and linear scaling are supported"),
+                    &format!("is {other:?} with factor {factor}; only none, linear and yarn scaling are supported"),
                 ))
             }
         };
+        let file_attn_factor = keys.optional_float(&p("rope.scaling.attn_factor"))?.unwrap_or(1.0) as f32;
         let original_context =
             keys.optional_count(&p("rope.scaling.original_context_length"))?.unwrap_or(training_context);
         let attention_scale = match keys.optional_float(&p("attention.scale"))? {
@@ -233,6 +321,7 @@ impl ModelConfig {
             heads,
             kv_heads,
             head_dim,
+            value_dim,
             rms_epsilon,
             attention_scale,
             rope: RopeConfig {
@@ -240,6 +329,10 @@ impl ModelConfig {
                 freq_base,
                 freq_scale,
                 original_context: original_context as u32,
+                ext_factor,
+                attn_factor: 1.0,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
             },
             training_context,
             vocabulary,
@@ -247,15 +340,26 @@ impl ModelConfig {
             sliding_window: None,
             embedding_scale: None,
             logit_softcap: None,
+            latent_attention: None,
             skipped_layers: 0,
         };
+        config.rope.attn_factor = config.rope.yarn_attn_factor(1.0, 0.0, file_attn_factor);
         architecture.spec().hyper_parameters(&keys, &mut config)?;
         Ok(config)
     }
 
-    /// Width of the K (and V) rows of one layer: kv_heads × head_dim.
-    pub fn kv_width(&self) -> usize {
-        self.kv_heads * self.head_dim
+    /// What layer `layer` caches per position, as its architecture declares.
+    pub fn cache_row(&self, layer: usize) -> CacheRow {
+        self.architecture.spec().cache_row(self, layer)
+    }
+
+    /// Keys and values of every head, one row each per position: the usual cache.
+    pub fn standard_cache_row(&self) -> CacheRow {
+        CacheRow {
+            key_width: self.kv_heads * self.head_dim,
+            value_width: self.kv_heads * self.value_dim,
+            values_in_keys: false,
+        }
     }
 }
 
@@ -279,6 +383,17 @@ impl Keys<'_> {
 
     pub fn arch_optional_count(&self, key: &str) -> Result<Option<usize>, ModelError> {
         self.optional_count(&self.arch_key(key))
+    }
+
+    /// An optional count of the architecture's own that may be 0 (`attention.q_lora_rank`).
+    pub fn arch_optional_size(&self, key: &str) -> Result<Option<usize>, ModelError> {
+        let key = self.arch_key(key);
+        let Some(v) = self.file.get(&key) else { return Ok(None) };
+        match v.as_u64() {
+            Some(n) if n <= (1 << 31) => Ok(Some(n as usize)),
+            Some(n) => Err(self.invalid(&key, &format!("is {n}"))),
+            None => Err(self.wrong_type(&key, "integer", v)),
+        }
     }
 
     pub fn arch_optional_float(&self, key: &str) -> Result<Option<f64>, ModelError> {

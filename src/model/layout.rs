@@ -36,7 +36,8 @@ pub fn layer_tensors(config: &ModelConfig, layer: usize) -> Vec<ExpectedTensor> 
 /// The standard self-attention tensors of a layer: Q, K and V with optional biases, the output
 /// projection, and the per-head Q/K norms (`head_norms`: required, optional or absent).
 pub fn attention_tensors(config: &ModelConfig, layer: usize, head_norms: Option<bool>) -> Vec<ExpectedTensor> {
-    let (e, q, kv, hd) = (config.embedding, config.heads * config.head_dim, config.kv_width(), config.head_dim);
+    let (e, q, hd) = (config.embedding, config.heads * config.head_dim, config.head_dim);
+    let kv = config.kv_heads * config.head_dim;
     let t = |part: &str, shape: &[usize], required: bool| ExpectedTensor::layer(layer, part, shape, required);
     let mut list = vec![
         t("attn_norm.weight", &[e], true),

@@ -14,7 +14,9 @@ pub mod split;
 mod tokenizer;
 
 pub use chat_template::{ChatMessage, ChatTemplate};
-pub use config::{Architecture, Gating, ModelConfig, MoeParams, RopeConfig, SlidingWindow};
+pub use config::{
+    Architecture, CacheRow, ExpertGroups, Gating, LatentAttention, ModelConfig, MoeParams, RopeConfig, SlidingWindow,
+};
 pub use gguf::{GgufFile, GgufHeader, TensorInfo, Value};
 pub use layout::ModelLayout;
 pub use tokenizer::{TextStream, Tokenizer};

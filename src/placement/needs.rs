@@ -26,8 +26,9 @@ impl StageBytes {
 pub struct ModelNeeds {
     pub name: String,
     pub layout: ModelLayout,
-    /// KV-cache bytes per layer for the whole context of every sequence.
-    pub kv_per_layer: u64,
+    /// KV-cache bytes of each layer for the whole context of every sequence (layers differ: DeepSeek's
+    /// latent attention caches far less than full keys and values).
+    pub kv_per_layer: Vec<u64>,
     /// Compute-buffer bytes of a stage (its largest step).
     pub compute: u64,
     /// Extra compute bytes on the last stage (the logits).
@@ -46,8 +47,9 @@ impl ModelNeeds {
         let c = model.config();
         let context = context.max(1).div_ceil(CACHE_BLOCK) * CACHE_BLOCK;
         let batch = batch.clamp(1, context) as u64;
-        // K and V, F16, kv_width values per position.
-        let kv_per_layer = 2 * 2 * c.kv_width() as u64 * context as u64 * sequences.max(1) as u64;
+        // Each layer's F16 cache row (keys and values, or DeepSeek's latent) per position.
+        let positions = context as u64 * sequences.max(1) as u64;
+        let kv_per_layer = (0..c.layers).map(|l| c.cache_row(l).bytes_per_position() * positions).collect();
         // Measured on ggml's CPU back end: about 4 activations of the widest projection per token,
         // plus the F16 attention mask, plus slack (an upper bound of what `Stage::load` reserves).
         // A mixture-of-experts layer holds each token's chosen experts' activations side by side, and
@@ -77,7 +79,7 @@ impl ModelNeeds {
         let last = layers.end == self.layers();
         StageBytes {
             weights: self.layout.stage_bytes(layers.clone()),
-            kv_cache: self.kv_per_layer * layers.len() as u64,
+            kv_cache: self.kv_per_layer[layers.clone()].iter().sum(),
             compute: self.compute + if last { self.compute_last_extra } else { 0 },
         }
     }

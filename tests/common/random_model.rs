@@ -27,7 +27,26 @@ pub struct RandomModel {
     pub rope_dims: usize,
     /// Gemma 3: the sliding window of five layers in six (0: none).
     pub sliding_window: usize,
+    /// DeepSeek's latent attention (then `head_dim` is the cached key width).
+    pub mla: Option<RandomMla>,
     pub seed: u64,
+}
+
+/// A `deepseek2` model's own shape: its attention, YaRN, and how its experts are routed.
+#[derive(Clone, Copy, Debug)]
+pub struct RandomMla {
+    /// 0: a plain `attn_q`.
+    pub q_lora_rank: usize,
+    pub kv_lora_rank: usize,
+    /// Per head: the query/key part without RoPE, and the value width.
+    pub nope: usize,
+    pub value_head: usize,
+    /// The split `attn_k_b`/`attn_v_b` form (else one `attn_kv_b`).
+    pub absorbed: bool,
+    /// YaRN scaling by 4 from 1024 positions, with DeepSeek V3's `yarn_log_multiplier`.
+    pub yarn: bool,
+    /// Sigmoid routing with a selection bias, in groups (count, used), as V3; else V2's softmax.
+    pub sigmoid_groups: Option<(usize, usize)>,
 }
 
 /// Qwen3-MoE in miniature: 4 layers, 16 experts of which 4 are used per token.
@@ -48,6 +67,7 @@ pub fn qwen3moe() -> RandomModel {
         nextn_layers: 0,
         rope_dims: 16,
         sliding_window: 0,
+        mla: None,
         seed: 0x5eed_0001,
     }
 }
@@ -71,6 +91,7 @@ pub fn glm4moe() -> RandomModel {
         nextn_layers: 1,
         rope_dims: 8,
         sliding_window: 0,
+        mla: None,
         seed: 0x5eed_0002,
     }
 }
@@ -94,6 +115,7 @@ pub fn gemma3() -> RandomModel {
         nextn_layers: 0,
         rope_dims: 32,
         sliding_window: 5,
+        mla: None,
         seed: 0x5eed_0003,
     }
 }
@@ -110,6 +132,56 @@ pub fn mixtral() -> RandomModel {
         rope_dims: 16,
         seed: 0x5eed_0005,
         ..qwen3moe()
+    }
+}
+
+/// DeepSeek V3 in miniature: 4 layers (the first dense) and one next-token-prediction layer; a query
+/// bottleneck, the split latent form (the cache holds 32 + 8 values per position), YaRN; 16 experts in
+/// 4 groups of which 2 are searched, 4 used, sigmoid routing with a selection bias, one shared expert.
+pub fn deepseek2() -> RandomModel {
+    RandomModel {
+        architecture: "deepseek2",
+        layers: 4,
+        kv_heads: 1,
+        head_dim: 40,
+        feed_forward: 96,
+        leading_dense: 1,
+        shared_experts: 1,
+        nextn_layers: 1,
+        rope_dims: 8,
+        mla: Some(RandomMla {
+            q_lora_rank: 32,
+            kv_lora_rank: 32,
+            nope: 16,
+            value_head: 16,
+            absorbed: true,
+            yarn: true,
+            sigmoid_groups: Some((4, 2)),
+        }),
+        seed: 0x5eed_0006,
+        ..qwen3moe()
+    }
+}
+
+/// DeepSeek V2-Lite in miniature: no query bottleneck, the older combined `attn_kv_b` (full keys and
+/// values cached per head), softmax routing without groups, two shared experts.
+pub fn deepseek2_legacy() -> RandomModel {
+    RandomModel {
+        kv_heads: 4,
+        head_dim: 24,
+        shared_experts: 2,
+        nextn_layers: 0,
+        mla: Some(RandomMla {
+            q_lora_rank: 0,
+            kv_lora_rank: 32,
+            nope: 16,
+            value_head: 16,
+            absorbed: false,
+            yarn: false,
+            sigmoid_groups: None,
+        }),
+        seed: 0x5eed_0007,
+        ..deepseek2()
     }
 }
 
@@ -166,6 +238,7 @@ impl RandomModel {
     pub fn name(&self) -> String {
         match (self.architecture, self.experts) {
             ("llama", n) if n > 0 => "mixtral".into(),
+            ("deepseek2", _) if self.mla.is_some_and(|m| !m.absorbed) => "deepseek2-legacy".into(),
             (arch, _) if self.embedding > 64 => format!("{arch}-bench"),
             (arch, _) => arch.into(),
         }
@@ -202,12 +275,15 @@ impl RandomModel {
             .meta(&k("attention.head_count"), Meta::U32(self.heads as u32))
             .meta(&k("attention.head_count_kv"), Meta::U32(self.kv_heads as u32))
             .meta(&k("attention.key_length"), Meta::U32(self.head_dim as u32))
-            .meta(&k("attention.value_length"), Meta::U32(self.head_dim as u32))
+            .meta(&k("attention.value_length"), Meta::U32(self.value_length() as u32))
             .meta(&k("attention.layer_norm_rms_epsilon"), Meta::F32(1e-6))
             .meta(&k("rope.freq_base"), Meta::F32(1_000_000.0))
             .meta(&k("rope.dimension_count"), Meta::U32(self.rope_dims as u32));
         let glm = arch == "glm4moe";
         let gemma = arch == "gemma3";
+        if let Some(mla) = self.mla {
+            g = mla_metadata(g, self, &mla);
+        }
         if gemma {
             g = g
                 .meta(&k("attention.sliding_window"), Meta::U32(self.sliding_window as u32))
@@ -240,19 +316,23 @@ impl RandomModel {
         let (n_exp, f, ff) = (self.experts as u64, self.expert_feed_forward as u64, self.feed_forward as u64);
         for l in 0..self.layers + self.nextn_layers {
             let n = |part: &str| format!("blk.{l}.{part}");
-            g = g
-                .f32_values(&n("attn_norm.weight"), &[e], &w.around_one(e, 0.1))
-                .f16_values(&n("attn_q.weight"), &[e, q], &w.uniform(e * q, proj))
-                .f16_values(&n("attn_k.weight"), &[e, kv], &w.uniform(e * kv, proj))
-                .f16_values(&n("attn_v.weight"), &[e, kv], &w.uniform(e * kv, proj))
-                .f16_values(&n("attn_output.weight"), &[q, e], &w.uniform(q * e, proj));
+            if let Some(mla) = self.mla {
+                g = mla_attention(g, self, &mla, l, &mut w);
+            } else {
+                g = g
+                    .f32_values(&n("attn_norm.weight"), &[e], &w.around_one(e, 0.1))
+                    .f16_values(&n("attn_q.weight"), &[e, q], &w.uniform(e * q, proj))
+                    .f16_values(&n("attn_k.weight"), &[e, kv], &w.uniform(e * kv, proj))
+                    .f16_values(&n("attn_v.weight"), &[e, kv], &w.uniform(e * kv, proj))
+                    .f16_values(&n("attn_output.weight"), &[q, e], &w.uniform(q * e, proj));
+            }
             if glm {
                 g = g
                     .f32_values(&n("attn_q.bias"), &[q], &w.uniform(q, 0.5))
                     .f32_values(&n("attn_k.bias"), &[kv], &w.uniform(kv, 0.5))
                     .f32_values(&n("attn_v.bias"), &[kv], &w.uniform(kv, 0.5))
                     .f32_values(&n("post_attention_norm.weight"), &[e], &w.around_one(e, 0.1));
-            } else {
+            } else if self.mla.is_none() {
                 if arch != "llama" {
                     g = g.f32_values(&n("attn_q_norm.weight"), &[hd], &w.around_one(hd, 0.1)).f32_values(
                         &n("attn_k_norm.weight"),
@@ -283,10 +363,12 @@ impl RandomModel {
                 .f16_values(&n("ffn_gate_exps.weight"), &[e, f, n_exp], &w.uniform(e * f * n_exp, proj))
                 .f16_values(&n("ffn_up_exps.weight"), &[e, f, n_exp], &w.uniform(e * f * n_exp, proj))
                 .f16_values(&n("ffn_down_exps.weight"), &[f, e, n_exp], &w.uniform(f * e * n_exp, down));
-            if glm {
+            if glm || self.mla.is_some() {
                 let sf = f * self.shared_experts as u64;
+                if glm || self.mla.is_some_and(|m| m.sigmoid_groups.is_some()) {
+                    g = g.f32_values(&n("exp_probs_b.bias"), &[n_exp], &w.uniform(n_exp, 0.3));
+                }
                 g = g
-                    .f32_values(&n("exp_probs_b.bias"), &[n_exp], &w.uniform(n_exp, 0.3))
                     .f16_values(&n("ffn_gate_shexp.weight"), &[e, sf], &w.uniform(e * sf, proj))
                     .f16_values(&n("ffn_up_shexp.weight"), &[e, sf], &w.uniform(e * sf, proj))
                     .f16_values(&n("ffn_down_shexp.weight"), &[sf, e], &w.uniform(sf * e, down));
@@ -302,6 +384,82 @@ impl RandomModel {
         }
         g.bytes()
     }
+}
+
+impl RandomModel {
+    fn value_length(&self) -> usize {
+        match self.mla {
+            Some(m) if m.absorbed => m.kv_lora_rank,
+            Some(m) => m.value_head,
+            None => self.head_dim,
+        }
+    }
+}
+
+/// A `deepseek2` model's own metadata.
+fn mla_metadata(mut g: GgufWriter, model: &RandomModel, mla: &RandomMla) -> GgufWriter {
+    let k = |key: &str| format!("deepseek2.{key}");
+    g = g
+        .meta(&k("attention.q_lora_rank"), Meta::U32(mla.q_lora_rank as u32))
+        .meta(&k("attention.kv_lora_rank"), Meta::U32(mla.kv_lora_rank as u32))
+        .meta(&k("leading_dense_block_count"), Meta::U32(model.leading_dense as u32))
+        .meta(&k("expert_shared_count"), Meta::U32(model.shared_experts as u32))
+        .meta(&k("nextn_predict_layers"), Meta::U32(model.nextn_layers as u32));
+    if mla.absorbed {
+        g = g
+            .meta(&k("attention.key_length_mla"), Meta::U32((mla.nope + model.rope_dims) as u32))
+            .meta(&k("attention.value_length_mla"), Meta::U32(mla.value_head as u32));
+    }
+    if mla.yarn {
+        g = g
+            .meta(&k("rope.scaling.type"), Meta::Str("yarn".into()))
+            .meta(&k("rope.scaling.factor"), Meta::F32(4.0))
+            .meta(&k("rope.scaling.original_context_length"), Meta::U32(1024))
+            .meta(&k("rope.scaling.yarn_log_multiplier"), Meta::F32(0.1));
+    }
+    match mla.sigmoid_groups {
+        Some((count, used)) => g
+            .meta(&k("expert_gating_func"), Meta::U32(2))
+            .meta(&k("expert_group_count"), Meta::U32(count as u32))
+            .meta(&k("expert_group_used_count"), Meta::U32(used as u32))
+            .meta(&k("expert_weights_scale"), Meta::F32(2.5))
+            .meta(&k("expert_weights_norm"), Meta::Value(shoal::model::Value::Bool(true))),
+        None => g.meta(&k("expert_weights_scale"), Meta::F32(1.0)),
+    }
+}
+
+/// Layer `l`'s latent attention tensors and its feed-forward norm.
+fn mla_attention(mut g: GgufWriter, model: &RandomModel, mla: &RandomMla, l: usize, w: &mut Weights) -> GgufWriter {
+    let n = |part: &str| format!("blk.{l}.{part}");
+    let (e, heads, rope) = (model.embedding as u64, model.heads as u64, model.rope_dims as u64);
+    let (rank, nope, value) = (mla.kv_lora_rank as u64, mla.nope as u64, mla.value_head as u64);
+    let key_head = nope + rope;
+    let proj = |fan_in: u64| 1.0 / (fan_in as f32).sqrt() * 1.7;
+    g = g.f32_values(&n("attn_norm.weight"), &[e], &w.around_one(e, 0.1));
+    if mla.q_lora_rank > 0 {
+        let r = mla.q_lora_rank as u64;
+        g = g
+            .f16_values(&n("attn_q_a.weight"), &[e, r], &w.uniform(e * r, proj(e)))
+            .f32_values(&n("attn_q_a_norm.weight"), &[r], &w.around_one(r, 0.1))
+            .f16_values(&n("attn_q_b.weight"), &[r, heads * key_head], &w.uniform(r * heads * key_head, proj(r)));
+    } else {
+        g = g.f16_values(&n("attn_q.weight"), &[e, heads * key_head], &w.uniform(e * heads * key_head, proj(e)));
+    }
+    g = g.f16_values(&n("attn_kv_a_mqa.weight"), &[e, rank + rope], &w.uniform(e * (rank + rope), proj(e))).f32_values(
+        &n("attn_kv_a_norm.weight"),
+        &[rank],
+        &w.around_one(rank, 0.1),
+    );
+    if mla.absorbed {
+        g = g
+            .f16_values(&n("attn_k_b.weight"), &[nope, rank, heads], &w.uniform(nope * rank * heads, proj(nope)))
+            .f16_values(&n("attn_v_b.weight"), &[rank, value, heads], &w.uniform(rank * value * heads, proj(rank)));
+    } else {
+        let width = heads * (nope + value);
+        g = g.f16_values(&n("attn_kv_b.weight"), &[rank, width], &w.uniform(rank * width, proj(rank)));
+    }
+    g.f16_values(&n("attn_output.weight"), &[heads * value, e], &w.uniform(heads * value * e, proj(heads * value)))
+        .f32_values(&n("ffn_norm.weight"), &[e], &w.around_one(e, 0.1))
 }
 
 /// Copies every `tokenizer.*` key of `source` into `g`.

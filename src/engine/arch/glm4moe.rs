@@ -19,12 +19,7 @@ pub static GLM4MOE: Glm4Moe = Glm4Moe;
 
 impl ArchSpec for Glm4Moe {
     fn hyper_parameters(&self, keys: &Keys<'_>, config: &mut ModelConfig) -> Result<(), ModelError> {
-        let skipped = keys.arch_optional_count("nextn_predict_layers")?.unwrap_or(0);
-        if skipped >= config.layers {
-            return Err(keys.arch_invalid("nextn_predict_layers", "leaves no layers for the model itself"));
-        }
-        config.layers -= skipped;
-        config.skipped_layers = skipped;
+        super::skip_next_token_layers(keys, config)?;
         if keys.arch_sections_in_use("rope.dimension_sections") {
             return Err(
                 keys.arch_invalid("rope.dimension_sections", "asks for multimodal RoPE, which shoal does not run")
@@ -49,6 +44,7 @@ impl ArchSpec for Glm4Moe {
             scale: keys.arch_optional_float("expert_weights_scale")?.unwrap_or(0.0) as f32,
             shared_experts: keys.arch_optional_count("expert_shared_count")?.unwrap_or(0),
             leading_dense_layers: leading_dense_layers.min(config.layers),
+            groups: super::expert_groups(keys, experts)?,
         });
         Ok(())
     }
@@ -90,16 +86,6 @@ impl ArchSpec for Glm4Moe {
         let moe = c.moe.as_ref().expect("glm4moe reads its expert parameters when the model opens");
         let ffn_in = blocks::attention_block(g, step, layer, w, x);
         let h = blocks::norm(g, ffn_in, w.req("post_attention_norm.weight"), c.rms_epsilon);
-        let out = if moe.is_sparse(layer) {
-            let routed = blocks::moe_feed_forward(g, w, moe, h);
-            if moe.shared_experts > 0 {
-                g.add(routed, blocks::feed_forward(g, w, "_shexp", h))
-            } else {
-                routed
-            }
-        } else {
-            blocks::feed_forward(g, w, "", h)
-        };
-        g.add(out, ffn_in)
+        g.add(blocks::sparse_or_dense_feed_forward(g, w, moe, layer, h), ffn_in)
     }
 }

@@ -39,6 +39,7 @@ impl ArchSpec for Dense {
             scale: keys.arch_optional_float("expert_weights_scale")?.unwrap_or(0.0) as f32,
             shared_experts: 0,
             leading_dense_layers: 0,
+            groups: super::expert_groups(keys, experts)?,
         });
         Ok(())
     }

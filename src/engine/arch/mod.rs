@@ -5,6 +5,7 @@
 //! graphs share (norm, attention over the KV cache, dense and mixture-of-experts feed-forward) are in
 //! [`super::blocks`].
 
+mod deepseek2;
 mod gemma3;
 mod glm4moe;
 mod llama;
@@ -15,13 +16,23 @@ use super::weights::LayerWeights;
 use crate::ggml::{GraphBuilder, Tensor};
 use crate::model::config::Keys;
 use crate::model::layout::{self, ExpectedTensor};
-use crate::model::{Architecture, ModelConfig, ModelError};
+use crate::model::{Architecture, CacheRow, ExpertGroups, ModelConfig, ModelError};
 
 /// What an architecture declares.
 pub trait ArchSpec: Sync {
     /// Reads the architecture's own metadata keys into `config`, whose common keys are already read.
     fn hyper_parameters(&self, _keys: &Keys<'_>, _config: &mut ModelConfig) -> Result<(), ModelError> {
         Ok(())
+    }
+
+    /// Whether a head's values may be narrower or wider than its keys (`attention.value_length`).
+    fn values_may_differ(&self) -> bool {
+        false
+    }
+
+    /// What layer `layer` caches per position.
+    fn cache_row(&self, config: &ModelConfig, _layer: usize) -> CacheRow {
+        config.standard_cache_row()
     }
 
     /// Whether RoPE may turn only the first `rope.dimension_count` values of each head (GLM).
@@ -68,6 +79,39 @@ fn expert_counts(keys: &Keys<'_>) -> Result<(usize, usize), ModelError> {
     Ok((experts, used))
 }
 
+/// Drops the next-token-prediction layers a file may carry after the model's own
+/// (`nextn_predict_layers`, GLM-4.5 and DeepSeek V3): they are neither loaded nor counted.
+fn skip_next_token_layers(keys: &Keys<'_>, config: &mut ModelConfig) -> Result<(), ModelError> {
+    let skipped = keys.arch_optional_size("nextn_predict_layers")?.unwrap_or(0);
+    if skipped >= config.layers {
+        return Err(keys.arch_invalid("nextn_predict_layers", "leaves no layers for the model itself"));
+    }
+    config.layers -= skipped;
+    config.skipped_layers = skipped;
+    Ok(())
+}
+
+/// Group-limited routing, when the file asks for it (`expert_group_count` above 1): the groups must
+/// divide the experts, hold at least the two experts a group is scored by, and `expert_group_used_count`
+/// of them must be able to supply the experts each token uses.
+fn expert_groups(keys: &Keys<'_>, experts: usize) -> Result<Option<ExpertGroups>, ModelError> {
+    let count = keys.arch_optional_size("expert_group_count")?.unwrap_or(0);
+    if count <= 1 {
+        return Ok(None);
+    }
+    let used = keys.arch_optional_size("expert_group_used_count")?.unwrap_or(0);
+    if experts % count != 0 || experts / count < 2 {
+        return Err(keys.arch_invalid(
+            "expert_group_count",
+            &format!("is {count}, which does not split the {experts} experts into groups of two or more"),
+        ));
+    }
+    if used == 0 || used > count {
+        return Err(keys.arch_invalid("expert_group_used_count", &format!("is {used}, for {count} groups")));
+    }
+    Ok(Some(ExpertGroups { count, used }))
+}
+
 /// The declaration of `architecture`.
 pub fn spec(architecture: Architecture) -> &'static dyn ArchSpec {
     match architecture {
@@ -77,5 +121,6 @@ pub fn spec(architecture: Architecture) -> &'static dyn ArchSpec {
         Architecture::Qwen3Moe => &qwen3moe::QWEN3MOE,
         Architecture::Glm4Moe => &glm4moe::GLM4MOE,
         Architecture::Gemma3 => &gemma3::GEMMA3,
+        Architecture::Deepseek2 => &deepseek2::DEEPSEEK2,
     }
 }

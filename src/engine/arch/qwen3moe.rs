@@ -31,6 +31,7 @@ impl ArchSpec for Qwen3Moe {
             scale,
             shared_experts: 0,
             leading_dense_layers: 0,
+            groups: super::expert_groups(keys, experts)?,
         });
         Ok(())
     }
