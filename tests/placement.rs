@@ -48,6 +48,8 @@ fn one_node_with_room_takes_the_whole_model() {
     assert_eq!(plan.stages[0].node_name, "big");
     assert_eq!(plan.stages[0].layers, 0..30);
     assert_eq!(plan.ring_us, 0);
+    // SmolLM2: 30 layers of K and V, 3 KV heads of 64, F16, for 1024 positions.
+    assert_eq!(plan.kv_cache_per_1k_tokens, 30 * 2 * 192 * 2 * 1024);
 }
 
 #[test]

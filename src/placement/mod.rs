@@ -56,6 +56,9 @@ pub struct Plan {
     pub vocabulary: usize,
     pub stages: Vec<StagePlan>,
     pub total_bytes: u64,
+    /// KV-cache bytes 1024 tokens of one request take across all stages (what a longer context costs).
+    #[serde(default)]
+    pub kv_cache_per_1k_tokens: u64,
     /// Expected time a token spends crossing the ring's links (half the RTT plus the hidden state's
     /// transfer per hop, and the sampled token's way back).
     pub ring_us: u64,
@@ -189,6 +192,7 @@ impl Ring<'_> {
             context: self.needs.context,
             vocabulary: self.needs.vocabulary,
             total_bytes: stages.iter().map(|s| s.bytes.total()).sum(),
+            kv_cache_per_1k_tokens: 1024 * self.needs.kv_per_position,
             expected_decode_tokens_per_second: steps.map(|s| 1e6 / (s + ring_us).max(1) as f64),
             ring_us,
             stages,

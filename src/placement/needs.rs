@@ -29,6 +29,8 @@ pub struct ModelNeeds {
     /// KV-cache bytes of each layer for the whole context of every sequence (layers differ: DeepSeek's
     /// latent attention caches far less than full keys and values).
     pub kv_per_layer: Vec<u64>,
+    /// KV-cache bytes of one position of one sequence in every layer.
+    pub kv_per_position: u64,
     /// Compute-buffer bytes of a stage (its largest step).
     pub compute: u64,
     /// Extra compute bytes on the last stage (the logits).
@@ -49,6 +51,7 @@ impl ModelNeeds {
         let batch = batch.clamp(1, context) as u64;
         // Each layer's F16 cache row (keys and values, or DeepSeek's latent) per position.
         let positions = context as u64 * sequences.max(1) as u64;
+        let kv_per_position: u64 = (0..c.layers).map(|l| c.cache_row(l).bytes_per_position()).sum();
         let kv_per_layer = (0..c.layers).map(|l| c.cache_row(l).bytes_per_position() * positions).collect();
         // Measured on ggml's CPU back end: about 4 activations of the widest projection per token,
         // plus the F16 attention mask, plus slack (an upper bound of what `Stage::load` reserves).
@@ -61,6 +64,7 @@ impl ModelNeeds {
             name: model.name(),
             layout: model.layout().clone(),
             kv_per_layer,
+            kv_per_position,
             compute,
             compute_last_extra: 4 * c.vocabulary as u64,
             hidden_bytes_per_token: 4 * c.embedding as u64,

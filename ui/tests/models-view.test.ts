@@ -121,6 +121,7 @@ describe('the library', () => {
     expect((screen.getByTestId('model-path') as HTMLInputElement).value).toBe(path);
     await screen.findByTestId('placement-preview');
     expect(screen.getAllByTestId('preview-stage')).toHaveLength(plan.stages.length);
+    expect(screen.getByTestId('preview-kv-per-1k').textContent).toBe('23.6 MB');
     const fetches = screen.getAllByTestId('preview-fetch').map((cell) => cell.textContent?.trim());
     expect(fetches[0]).toBe('—');
     expect(fetches[1]).toBe('24.0 MB from alpha');

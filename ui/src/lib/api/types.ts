@@ -224,6 +224,8 @@ export interface Plan {
   vocabulary: number;
   stages: StagePlan[];
   total_bytes: number;
+  /** KV-cache bytes 1024 tokens of one request take across all stages. */
+  kv_cache_per_1k_tokens: number;
   ring_us: number;
   expected_decode_tokens_per_second: number | null;
 }
