@@ -1,5 +1,5 @@
 //! The architectures without a small real model here, against llama.cpp: random-weight GGUFs of
-//! qwen3moe, glm4moe, gemma3, Mixtral and deepseek2 (both attention forms; written by tests/common/random_model.rs, the same bytes on every run)
+//! qwen3moe, glm4moe, gemma3, Mixtral, deepseek2 (both attention forms) and gpt-oss (written by tests/common/random_model.rs, the same bytes on every run)
 //! must give llama.cpp's logits at every position of a few prompts (tests/fixtures/oracle/random/,
 //! recorded by scripts/record-oracle-random), its greedy tokens on a CPU with the recording machine's
 //! kernels, the same tokens split as unsplit, and stages that map exactly their layers' bytes, experts
@@ -203,6 +203,24 @@ fn a_deepseek2_stage_caches_the_latent_and_maps_exactly_its_layers_bytes() {
     }
 }
 
+/// Attention sinks, a sliding window shorter than the prompts, MXFP4 experts with biases, YaRN.
+#[test]
+fn gpt_oss_gives_llama_cpp_logits_at_every_position_across_its_sliding_window() {
+    let model = random_model::gpt_oss();
+    let longest = recorded(&model).iter().map(|c| c.prompt_ids.len()).max().unwrap();
+    assert!(longest > model.sliding_window, "a prompt must cross the sliding window");
+    let file = Model::open(&model.write()).unwrap();
+    let expert_type = file.file().tensors().iter().find(|t| t.name == "blk.0.ffn_up_exps.weight").unwrap().dtype;
+    assert_eq!(expert_type.name().to_lowercase(), "mxfp4");
+    check_logits_match_llama_cpp(&model);
+}
+
+/// Split points after a sliding layer and after a global one.
+#[test]
+fn gpt_oss_greedy_tokens_are_llama_cpp_and_equal_split_or_not() {
+    check_greedy_matches_llama_cpp_split_or_not(&random_model::gpt_oss(), &[&[1], &[2], &[1, 3]]);
+}
+
 /// Writes the random models for scripts/record-oracle (which runs this ignored test).
 #[test]
 #[ignore]
@@ -214,6 +232,7 @@ fn write_the_random_models() {
         random_model::mixtral(),
         random_model::deepseek2(),
         random_model::deepseek2_legacy(),
+        random_model::gpt_oss(),
     ] {
         println!("random model: {}", model.write().display());
     }

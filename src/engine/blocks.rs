@@ -6,7 +6,7 @@
 use super::kv_cache::KvCache;
 use super::weights::LayerWeights;
 use crate::ggml::{DType, GraphBuilder, RopeParams, SetTensorRef, Tensor};
-use crate::model::{ExpertGroups, Gating, ModelConfig, MoeParams};
+use crate::model::{ExpertActivation, ExpertGroups, Gating, ModelConfig, MoeParams};
 use std::ops::Range;
 
 /// Graph inputs, set before every compute.
@@ -179,7 +179,10 @@ pub fn attention<'g>(
     let v_all = g.permute(v_all, [0, 2, 1, 3]);
     let mask = if params.sliding { step.mask_sliding } else { step.mask };
     let mask = mask.expect("the stage's graph has the mask of each of its layers' kinds");
-    let attended = g.flash_attention(q, k_all, v_all, mask, params.kq_scale);
+    let mut attended = g.flash_attention(q, k_all, v_all, mask, params.kq_scale);
+    if let Some(sinks) = w.get("attn_sinks.weight") {
+        attended = g.attention_sinks(attended, g.stored(sinks));
+    }
     let merged = g.reshape_2d(attended, hd * c.heads as i64, t);
     linear(g, w.req("attn_output.weight"), w.get("attn_output.bias"), merged)
 }
@@ -222,10 +225,11 @@ pub fn gated_feed_forward<'g>(
 pub fn moe_feed_forward<'g>(g: &'g GraphBuilder, w: &LayerWeights, p: &MoeParams, x: Tensor<'g>) -> Tensor<'g> {
     let [n_embd, tokens, ..] = x.shape();
     let (n_expert, n_used) = (p.experts as i64, p.experts_used as i64);
-    let logits = g.mul_mat(g.stored(w.req("ffn_gate_inp.weight")), x); // [experts, tokens]
+    let logits = linear(g, w.req("ffn_gate_inp.weight"), w.get("ffn_gate_inp.bias"), x); // [experts, tokens]
     let probs = match p.gating {
         Gating::Softmax => g.soft_max(logits),
         Gating::Sigmoid => g.sigmoid(logits),
+        Gating::SoftmaxWeight => logits,
     };
     let selection = match w.get("exp_probs_b.bias") {
         Some(bias) => g.add(probs, g.stored(bias)),
@@ -237,6 +241,9 @@ pub fn moe_feed_forward<'g>(g: &'g GraphBuilder, w: &LayerWeights, p: &MoeParams
     };
     let selected = g.argsort_top_k(selection, n_used); // I32 [used, tokens]
     let mut weights = g.get_rows(g.reshape_3d(probs, 1, n_expert, tokens), selected); // [1, used, tokens]
+    if p.gating == Gating::SoftmaxWeight {
+        weights = g.reshape_3d(g.soft_max(g.reshape_2d(weights, n_used, tokens)), 1, n_used, tokens);
+    }
     if p.normalize {
         let flat = g.reshape_2d(weights, n_used, tokens);
         // llama.cpp clamps the sum to F16's smallest normal number against a division by zero.
@@ -249,10 +256,21 @@ pub fn moe_feed_forward<'g>(g: &'g GraphBuilder, w: &LayerWeights, p: &MoeParams
     g.expand(weights);
 
     let x = g.reshape_3d(x, n_embd, 1, tokens);
-    let up = g.mul_mat_id(g.stored(w.req("ffn_up_exps.weight")), x, selected); // [ff, used, tokens]
-    let gate = g.mul_mat_id(g.stored(w.req("ffn_gate_exps.weight")), x, selected);
-    let h = g.swiglu(gate, up);
-    let experts = g.mul_mat_id(g.stored(w.req("ffn_down_exps.weight")), h, selected); // [embd, used, tokens]
+    // Each chosen expert's rows, plus its own bias when the experts have them (gpt-oss).
+    let expert = |name: &str, input: Tensor<'g>| {
+        let y = g.mul_mat_id(g.stored(w.req(&format!("{name}.weight"))), input, selected);
+        match w.get(&format!("{name}.bias")) {
+            Some(bias) => g.add_id(y, g.stored(bias), selected),
+            None => y,
+        }
+    };
+    let up = expert("ffn_up_exps", x); // [ff, used, tokens]
+    let gate = expert("ffn_gate_exps", x);
+    let h = match p.activation {
+        ExpertActivation::Silu => g.swiglu(gate, up),
+        ExpertActivation::SwigluOai => g.swiglu_oai(gate, up, 1.702, 7.0),
+    };
+    let experts = expert("ffn_down_exps", h); // [embd, used, tokens]
     let experts = g.mul(experts, weights);
     g.expand(experts);
 

@@ -19,6 +19,7 @@ mod dtype;
 mod graph;
 mod layout_ops;
 mod log;
+mod model_ops;
 pub mod os;
 mod tensor_set;
 mod vocab;

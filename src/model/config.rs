@@ -28,10 +28,14 @@ pub enum Architecture {
     /// DeepSeek V2/V3, Kimi K2 (`deepseek2`): multi-head latent attention, leading dense layers, routed
     /// experts (grouped, sigmoid or softmax) and shared experts.
     Deepseek2,
+    /// OpenAI's gpt-oss 20B and 120B (`gpt-oss`): attention sinks, alternating sliding-window layers,
+    /// biased experts with a clamped SwiGLU, usually in MXFP4.
+    #[serde(rename = "gpt-oss")]
+    GptOss,
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, gemma3, deepseek2 (DeepSeek V2/V3, Kimi K2)";
+    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, gemma3, deepseek2 (DeepSeek V2/V3, Kimi K2), gpt-oss";
 
     pub fn from_gguf_name(name: &str) -> Option<Architecture> {
         match name {
@@ -42,6 +46,7 @@ impl Architecture {
             "glm4moe" => Some(Architecture::Glm4Moe),
             "gemma3" => Some(Architecture::Gemma3),
             "deepseek2" => Some(Architecture::Deepseek2),
+            "gpt-oss" => Some(Architecture::GptOss),
             _ => None,
         }
     }
@@ -56,6 +61,7 @@ impl Architecture {
             Architecture::Glm4Moe => "glm4moe",
             Architecture::Gemma3 => "gemma3",
             Architecture::Deepseek2 => "deepseek2",
+            Architecture::GptOss => "gpt-oss",
         }
     }
 
@@ -197,8 +203,23 @@ impl ModelConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Gating {
+    /// Softmax over all experts; the chosen experts keep their share.
     Softmax,
+    /// A sigmoid per expert.
     Sigmoid,
+    /// The raw logits choose; a softmax over the chosen experts' logits weighs them (gpt-oss).
+    #[serde(rename = "softmax_weight")]
+    SoftmaxWeight,
+}
+
+/// The activation of the experts' gated feed-forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpertActivation {
+    /// SwiGLU.
+    Silu,
+    /// gpt-oss's clamped SwiGLU (α 1.702, limit 7).
+    SwigluOai,
 }
 
 /// A mixture-of-experts feed-forward's hyper-parameters (llama.cpp's `build_moe_ffn` arguments).
@@ -211,6 +232,7 @@ pub struct MoeParams {
     /// Inner width of one expert.
     pub expert_feed_forward: usize,
     pub gating: Gating,
+    pub activation: ExpertActivation,
     /// Divide the chosen experts' weights by their sum.
     pub normalize: bool,
     /// Multiply the weights by this (0 or 1: unscaled).

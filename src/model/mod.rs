@@ -15,7 +15,8 @@ mod tokenizer;
 
 pub use chat_template::{ChatMessage, ChatTemplate};
 pub use config::{
-    Architecture, CacheRow, ExpertGroups, Gating, LatentAttention, ModelConfig, MoeParams, RopeConfig, SlidingWindow,
+    Architecture, CacheRow, ExpertActivation, ExpertGroups, Gating, LatentAttention, ModelConfig, MoeParams,
+    RopeConfig, SlidingWindow,
 };
 pub use gguf::{GgufFile, GgufHeader, TensorInfo, Value};
 pub use layout::ModelLayout;

@@ -185,6 +185,19 @@ pub fn deepseek2_legacy() -> RandomModel {
     }
 }
 
+/// gpt-oss in miniature: 4 layers alternating a 4-position sliding window and the whole context, 8
+/// MXFP4 experts of which 2 are used, attention sinks, YaRN.
+pub fn gpt_oss() -> RandomModel {
+    RandomModel {
+        architecture: "gpt-oss",
+        experts: 8,
+        experts_used: 2,
+        sliding_window: 4,
+        seed: 0x5eed_0008,
+        ..qwen3moe()
+    }
+}
+
 /// A Qwen3-MoE large enough to measure (about 330 MB): 6 layers of 64 experts, 8 used per token,
 /// 512 wide. Not used by the tests; `benches/compare-llama-bench --suite` writes and measures it.
 pub fn qwen3moe_bench() -> RandomModel {
@@ -280,6 +293,14 @@ impl RandomModel {
             .meta(&k("rope.freq_base"), Meta::F32(1_000_000.0))
             .meta(&k("rope.dimension_count"), Meta::U32(self.rope_dims as u32));
         let glm = arch == "glm4moe";
+        let gpt = arch == "gpt-oss";
+        if gpt {
+            g = g
+                .meta(&k("attention.sliding_window"), Meta::U32(self.sliding_window as u32))
+                .meta(&k("rope.scaling.type"), Meta::Str("yarn".into()))
+                .meta(&k("rope.scaling.factor"), Meta::F32(4.0))
+                .meta(&k("rope.scaling.original_context_length"), Meta::U32(1024));
+        }
         let gemma = arch == "gemma3";
         if let Some(mla) = self.mla {
             g = mla_metadata(g, self, &mla);
@@ -312,6 +333,10 @@ impl RandomModel {
         // Embeddings of unit scale make the tied output head's logits spread widely: clear winners.
         g = g.f16_values("token_embd.weight", &[e, vocab], &w.uniform(e * vocab, 1.7));
         g = g.f32_values("output_norm.weight", &[e], &w.around_one(e, 0.1));
+        if gpt {
+            // gpt-oss has an output head of its own.
+            g = g.f16_values("output.weight", &[e, vocab], &w.uniform(e * vocab, 1.7));
+        }
         let proj = 1.0 / (self.embedding as f32).sqrt() * 1.7;
         let (n_exp, f, ff) = (self.experts as u64, self.expert_feed_forward as u64, self.feed_forward as u64);
         for l in 0..self.layers + self.nextn_layers {
@@ -332,6 +357,16 @@ impl RandomModel {
                     .f32_values(&n("attn_k.bias"), &[kv], &w.uniform(kv, 0.5))
                     .f32_values(&n("attn_v.bias"), &[kv], &w.uniform(kv, 0.5))
                     .f32_values(&n("post_attention_norm.weight"), &[e], &w.around_one(e, 0.1));
+            } else if gpt {
+                g = g
+                    .f32_values(&n("attn_q.bias"), &[q], &w.uniform(q, 0.5))
+                    .f32_values(&n("attn_k.bias"), &[kv], &w.uniform(kv, 0.5))
+                    .f32_values(&n("attn_v.bias"), &[kv], &w.uniform(kv, 0.5))
+                    .f32_values(&n("attn_output.bias"), &[e], &w.uniform(e, 0.5))
+                    .f32_values(&n("attn_sinks.weight"), &[self.heads as u64], &w.uniform(self.heads as u64, 2.0))
+                    .f32_values(&n("post_attention_norm.weight"), &[e], &w.around_one(e, 0.1));
+                g = gpt_oss_experts(g, self, l, &mut w, proj);
+                continue;
             } else if self.mla.is_none() {
                 if arch != "llama" {
                     g = g.f32_values(&n("attn_q_norm.weight"), &[hd], &w.around_one(hd, 0.1)).f32_values(
@@ -460,6 +495,36 @@ fn mla_attention(mut g: GgufWriter, model: &RandomModel, mla: &RandomMla, l: usi
     }
     g.f16_values(&n("attn_output.weight"), &[heads * value, e], &w.uniform(heads * value * e, proj(heads * value)))
         .f32_values(&n("ffn_norm.weight"), &[e], &w.around_one(e, 0.1))
+}
+
+/// gpt-oss's experts: the router with its bias, and MXFP4 expert weights with F32 biases. MXFP4 packs
+/// 32 values in 17 bytes: a power-of-two scale (E8M0) and 16 bytes of 4-bit values; any bytes are valid,
+/// so the blocks are drawn directly, with scales that keep the products near unit size.
+fn gpt_oss_experts(mut g: GgufWriter, model: &RandomModel, l: usize, w: &mut Weights, proj: f32) -> GgufWriter {
+    const MXFP4: u32 = 39;
+    let n = |part: &str| format!("blk.{l}.{part}");
+    let (e, f, n_exp) = (model.embedding as u64, model.expert_feed_forward as u64, model.experts as u64);
+    let mut mxfp4 = |name: &str, shape: [u64; 3]| {
+        let blocks = shape.iter().product::<u64>() / 32;
+        let mut data = Vec::with_capacity(blocks as usize * 17);
+        for _ in 0..blocks {
+            data.push(121 + (w.next() % 3) as u8);
+            data.extend((0..16).map(|_| w.next() as u8));
+        }
+        super::gguf_writer::Tensor { name: n(name), shape: shape.to_vec(), type_id: MXFP4, data }
+    };
+    let gate = mxfp4("ffn_gate_exps.weight", [e, f, n_exp]);
+    let up = mxfp4("ffn_up_exps.weight", [e, f, n_exp]);
+    let down = mxfp4("ffn_down_exps.weight", [f, e, n_exp]);
+    g = g.f16_values(&n("ffn_gate_inp.weight"), &[e, n_exp], &w.uniform(e * n_exp, proj * 2.0)).f32_values(
+        &n("ffn_gate_inp.bias"),
+        &[n_exp],
+        &w.uniform(n_exp, 0.5),
+    );
+    g.tensors.extend([gate, up, down]);
+    g.f32_values(&n("ffn_gate_exps.bias"), &[f, n_exp], &w.uniform(f * n_exp, 0.5))
+        .f32_values(&n("ffn_up_exps.bias"), &[f, n_exp], &w.uniform(f * n_exp, 0.5))
+        .f32_values(&n("ffn_down_exps.bias"), &[e, n_exp], &w.uniform(e * n_exp, 0.5))
 }
 
 /// Copies every `tokenizer.*` key of `source` into `g`.

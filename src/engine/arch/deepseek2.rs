@@ -16,7 +16,7 @@ use crate::engine::weights::LayerWeights;
 use crate::ggml::{GraphBuilder, RopeParams, Tensor};
 use crate::model::config::Keys;
 use crate::model::layout::{self, ExpectedTensor};
-use crate::model::{CacheRow, Gating, LatentAttention, ModelConfig, ModelError, MoeParams};
+use crate::model::{CacheRow, ExpertActivation, Gating, LatentAttention, ModelConfig, ModelError, MoeParams};
 
 pub struct Deepseek2;
 
@@ -99,6 +99,7 @@ fn experts(keys: &Keys<'_>, config: &ModelConfig) -> Result<MoeParams, ModelErro
         experts_used,
         expert_feed_forward: keys.arch_count("expert_feed_forward_length")?,
         gating,
+        activation: ExpertActivation::Silu,
         normalize: keys.arch_optional_bool("expert_weights_norm")?.unwrap_or(false),
         scale: keys.arch_optional_float("expert_weights_scale")?.unwrap_or(0.0) as f32,
         shared_experts: keys.arch_count("expert_shared_count")?,

@@ -10,7 +10,7 @@ use crate::engine::weights::LayerWeights;
 use crate::ggml::{GraphBuilder, Tensor};
 use crate::model::config::Keys;
 use crate::model::layout::{self, ExpectedTensor};
-use crate::model::{ModelConfig, ModelError, SlidingWindow};
+use crate::model::{ModelConfig, ModelError};
 
 pub struct Gemma3;
 
@@ -30,24 +30,7 @@ const DEFAULT_PATTERN: usize = 6;
 
 impl ArchSpec for Gemma3 {
     fn hyper_parameters(&self, keys: &Keys<'_>, config: &mut ModelConfig) -> Result<(), ModelError> {
-        if let Some(size) = keys.arch_optional_count("attention.sliding_window")? {
-            let layers = match keys.arch_bools("attention.sliding_window_pattern") {
-                Some(flags) if flags.len() >= config.layers => flags[..config.layers].to_vec(),
-                Some(_) => {
-                    return Err(keys.arch_invalid("attention.sliding_window_pattern", "has fewer entries than layers"))
-                }
-                None => {
-                    let n = keys.arch_optional_count("attention.sliding_window_pattern")?.unwrap_or(DEFAULT_PATTERN);
-                    (0..config.layers).map(|l| l % n < n - 1).collect()
-                }
-            };
-            config.sliding_window = Some(SlidingWindow {
-                size,
-                layers,
-                freq_base: keys.arch_optional_float("rope.freq_base_swa")?.unwrap_or(10_000.0) as f32,
-                freq_scale: 1.0,
-            });
-        }
+        config.sliding_window = super::sliding_window(keys, config, DEFAULT_PATTERN, 10_000.0)?;
         config.embedding_scale = Some((config.embedding as f32).sqrt());
         config.logit_softcap =
             keys.arch_optional_float("final_logit_softcapping")?.filter(|&c| c != 0.0).map(|c| c as f32);

@@ -11,7 +11,7 @@ use crate::engine::weights::LayerWeights;
 use crate::ggml::{GraphBuilder, Tensor};
 use crate::model::config::Keys;
 use crate::model::layout::{self, ExpectedTensor};
-use crate::model::{Gating, ModelConfig, ModelError, MoeParams};
+use crate::model::{ExpertActivation, Gating, ModelConfig, ModelError, MoeParams};
 
 pub struct Glm4Moe;
 
@@ -40,6 +40,7 @@ impl ArchSpec for Glm4Moe {
             experts_used,
             expert_feed_forward,
             gating,
+            activation: ExpertActivation::Silu,
             normalize: keys.arch_optional_bool("expert_weights_norm")?.unwrap_or(false),
             scale: keys.arch_optional_float("expert_weights_scale")?.unwrap_or(0.0) as f32,
             shared_experts: keys.arch_optional_count("expert_shared_count")?.unwrap_or(0),

@@ -10,7 +10,7 @@ use crate::engine::weights::LayerWeights;
 use crate::ggml::{GraphBuilder, Tensor};
 use crate::model::config::Keys;
 use crate::model::layout::{self, ExpectedTensor};
-use crate::model::{Gating, ModelConfig, ModelError, MoeParams};
+use crate::model::{ExpertActivation, Gating, ModelConfig, ModelError, MoeParams};
 
 pub struct Dense {
     rope_mode: i32,
@@ -35,6 +35,7 @@ impl ArchSpec for Dense {
             experts_used: used,
             expert_feed_forward: config.feed_forward,
             gating: Gating::Softmax,
+            activation: ExpertActivation::Silu,
             normalize: true,
             scale: keys.arch_optional_float("expert_weights_scale")?.unwrap_or(0.0) as f32,
             shared_experts: 0,

@@ -8,6 +8,7 @@
 mod deepseek2;
 mod gemma3;
 mod glm4moe;
+mod gpt_oss;
 mod llama;
 mod qwen3moe;
 
@@ -16,7 +17,7 @@ use super::weights::LayerWeights;
 use crate::ggml::{GraphBuilder, Tensor};
 use crate::model::config::Keys;
 use crate::model::layout::{self, ExpectedTensor};
-use crate::model::{Architecture, CacheRow, ExpertGroups, ModelConfig, ModelError};
+use crate::model::{Architecture, CacheRow, ExpertGroups, ModelConfig, ModelError, SlidingWindow};
 
 /// What an architecture declares.
 pub trait ArchSpec: Sync {
@@ -79,6 +80,32 @@ fn expert_counts(keys: &Keys<'_>) -> Result<(usize, usize), ModelError> {
     Ok((experts, used))
 }
 
+/// The sliding window of the file's `attention.sliding_window` positions, when it has one: which layers
+/// slide (`attention.sliding_window_pattern`, as flags per layer or as "all but every nth", else
+/// `default_pattern`), and their RoPE (`rope.freq_base_swa`, else `default_freq_base`).
+fn sliding_window(
+    keys: &Keys<'_>,
+    config: &ModelConfig,
+    default_pattern: usize,
+    default_freq_base: f32,
+) -> Result<Option<SlidingWindow>, ModelError> {
+    let Some(size) = keys.arch_optional_count("attention.sliding_window")? else { return Ok(None) };
+    let layers = match keys.arch_bools("attention.sliding_window_pattern") {
+        Some(flags) if flags.len() >= config.layers => flags[..config.layers].to_vec(),
+        Some(_) => return Err(keys.arch_invalid("attention.sliding_window_pattern", "has fewer entries than layers")),
+        None => {
+            let n = keys.arch_optional_count("attention.sliding_window_pattern")?.unwrap_or(default_pattern);
+            (0..config.layers).map(|l| l % n < n - 1).collect()
+        }
+    };
+    Ok(Some(SlidingWindow {
+        size,
+        layers,
+        freq_base: keys.arch_optional_float("rope.freq_base_swa")?.map_or(default_freq_base, |b| b as f32),
+        freq_scale: 1.0,
+    }))
+}
+
 /// Drops the next-token-prediction layers a file may carry after the model's own
 /// (`nextn_predict_layers`, GLM-4.5 and DeepSeek V3): they are neither loaded nor counted.
 fn skip_next_token_layers(keys: &Keys<'_>, config: &mut ModelConfig) -> Result<(), ModelError> {
@@ -122,5 +149,6 @@ pub fn spec(architecture: Architecture) -> &'static dyn ArchSpec {
         Architecture::Glm4Moe => &glm4moe::GLM4MOE,
         Architecture::Gemma3 => &gemma3::GEMMA3,
         Architecture::Deepseek2 => &deepseek2::DEEPSEEK2,
+        Architecture::GptOss => &gpt_oss::GPT_OSS,
     }
 }

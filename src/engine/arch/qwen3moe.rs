@@ -9,7 +9,7 @@ use crate::engine::weights::LayerWeights;
 use crate::ggml::{GraphBuilder, Tensor};
 use crate::model::config::Keys;
 use crate::model::layout::{self, ExpectedTensor};
-use crate::model::{Gating, ModelConfig, ModelError, MoeParams};
+use crate::model::{ExpertActivation, Gating, ModelConfig, ModelError, MoeParams};
 
 pub struct Qwen3Moe;
 
@@ -27,6 +27,7 @@ impl ArchSpec for Qwen3Moe {
             experts_used,
             expert_feed_forward,
             gating: Gating::Softmax,
+            activation: ExpertActivation::Silu,
             normalize: true,
             scale,
             shared_experts: 0,
