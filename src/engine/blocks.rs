@@ -15,6 +15,8 @@ pub(super) mod input {
     pub const HIDDEN: &str = "hidden";
     pub const POSITIONS: &str = "positions";
     pub const CACHE_ROWS: &str = "cache_rows";
+    /// The rows of the sliding layers' rings.
+    pub const CACHE_ROWS_SLIDING: &str = "cache_rows_sliding";
     pub const MASK: &str = "mask";
     /// The mask of sliding-window layers.
     pub const MASK_SLIDING: &str = "mask_sliding";
@@ -27,6 +29,8 @@ pub(super) struct GraphShape {
     pub tokens: usize,
     /// Cache rows attended (a whole number of cache blocks).
     pub attended: usize,
+    /// Ring rows the sliding layers attend (0 without such layers).
+    pub attended_sliding: usize,
     pub seq: usize,
 }
 
@@ -39,7 +43,10 @@ pub struct StepContext<'a, 'g> {
     pub(super) shape: GraphShape,
     pub(super) rope_mode: i32,
     pub(super) positions: Tensor<'g>,
-    pub(super) cache_rows: Tensor<'g>,
+    /// Where the step's positions go in the cache, when a layer of the stage sees the whole context.
+    pub(super) cache_rows: Option<Tensor<'g>>,
+    /// Where the step's positions go in the sliding layers' rings, when a layer of the stage slides.
+    pub(super) cache_rows_sliding: Option<Tensor<'g>>,
     /// The causal mask, when a layer of the stage attends to the whole context.
     pub(super) mask: Option<Tensor<'g>>,
     /// The sliding-window mask, when a layer of the stage slides.
@@ -171,8 +178,14 @@ pub fn attention<'g>(
     let width = (c.kv_heads * c.head_dim) as i64;
     let k_rows = g.view(k, &[width, t], &[k.strides()[2]], 0);
     let v_rows = g.view(v, &[width, t], &[v.strides()[2]], 0);
-    step.cache.store(g, local, k_rows, Some(v_rows), step.cache_rows);
-    let (k_all, v_all) = step.cache.view(g, local, step.shape.seq, step.shape.attended, c.head_dim, c.head_dim);
+    let (rows, attended) = if params.sliding {
+        let rows = step.cache_rows_sliding.expect("a stage with sliding layers has their cache rows");
+        (rows, step.shape.attended_sliding)
+    } else {
+        (step.cache_rows.expect("a stage with global layers has their cache rows"), step.shape.attended)
+    };
+    step.cache.store(g, local, k_rows, Some(v_rows), rows);
+    let (k_all, v_all) = step.cache.view(g, local, step.shape.seq, attended, c.head_dim, c.head_dim);
 
     let q = g.permute(q, [0, 2, 1, 3]);
     let k_all = g.permute(k_all, [0, 2, 1, 3]);

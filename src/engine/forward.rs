@@ -48,10 +48,12 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: GraphShape) -> Te
         shape,
         rope_mode: spec.rope_mode(),
         positions: g.input(input::POSITIONS, DType::I32, &[t]),
-        cache_rows: g.input(input::CACHE_ROWS, DType::I64, &[t]),
+        // Each only where a layer writes it: an input no node reads gets no memory.
+        cache_rows: sees_all.then(|| g.input(input::CACHE_ROWS, DType::I64, &[t])),
+        cache_rows_sliding: slides.then(|| g.input(input::CACHE_ROWS_SLIDING, DType::I64, &[t])),
         // Each mask only where a layer reads it: an input no node reads gets no memory.
         mask: sees_all.then(|| g.input(input::MASK, DType::F16, &[shape.attended as i64, t])),
-        mask_sliding: slides.then(|| g.input(input::MASK_SLIDING, DType::F16, &[shape.attended as i64, t])),
+        mask_sliding: slides.then(|| g.input(input::MASK_SLIDING, DType::F16, &[shape.attended_sliding as i64, t])),
         rope_factors: p.weights.rope_factors.as_ref().map(|f| g.stored(f)),
         // Only the last token's logits are needed, so the model's last layer drops the other rows early.
         last_row: (is_last && t > 1).then(|| g.input(input::LAST_ROW, DType::I32, &[1])),

@@ -1,14 +1,27 @@
 //! A stage's key/value cache: for each of its layers, the keys and values of every position of every
 //! sequence it serves, in F16 as llama.cpp keeps them, each layer as wide as its architecture declares
 //! (for DeepSeek's latent attention, one compressed latent per position that serves as keys and values).
+//! A sliding-window layer keeps only a ring of the last positions it can still see.
 
 use super::EngineError;
 use crate::ggml::{DType, GraphBuilder, SetTensor, SetTensorRef, Tensor, TensorSet};
 use crate::model::CacheRow;
+use half::f16;
 
 /// Positions in the cache are counted in blocks of this many, so a decode graph keeps the same shape
 /// (and can be reused) for that many tokens. llama.cpp pads the same way.
 pub const CACHE_BLOCK: usize = 256;
+
+/// Positions a layer caching `row` holds per sequence: the whole `context` (whole blocks), or for a
+/// sliding-window layer a ring of the last positions — its window plus a step's tokens less one (what
+/// the step's first token still sees), in whole blocks, never more than the context.
+pub fn positions_held(row: &CacheRow, context: usize, batch: usize) -> usize {
+    let context = context.max(1).div_ceil(CACHE_BLOCK) * CACHE_BLOCK;
+    match row.window {
+        Some(window) => ((window + batch.max(1) - 1).div_ceil(CACHE_BLOCK) * CACHE_BLOCK).min(context),
+        None => context,
+    }
+}
 
 pub struct KvCache {
     set: TensorSet,
@@ -17,22 +30,29 @@ pub struct KvCache {
     values: Vec<Option<SetTensorRef>>,
     /// What each layer holds per position.
     rows: Vec<CacheRow>,
+    /// The sliding window and the ring of positions the stage's sliding layers keep (position `p` in
+    /// row `p % ring`), when it has such layers.
+    sliding: Option<(usize, usize)>,
     /// Positions per sequence (a multiple of [`CACHE_BLOCK`]).
     context: usize,
     sequences: usize,
     /// Filled positions of each sequence.
     lengths: Vec<usize>,
+    /// One past the highest position written to each sequence since it last started at 0: what a ring
+    /// may hold that a rewind then made stale.
+    high_water: Vec<usize>,
 }
 
 impl KvCache {
     /// A zeroed cache for layers holding `rows` per position (one entry per layer), `context` positions
-    /// (rounded up to a whole block) for each of `sequences` sequences.
-    pub fn new(rows: &[CacheRow], context: usize, sequences: usize) -> Result<KvCache, EngineError> {
+    /// (rounded up to a whole block) for each of `sequences` sequences, written in steps of at most
+    /// `batch` tokens.
+    pub fn new(rows: &[CacheRow], context: usize, sequences: usize, batch: usize) -> Result<KvCache, EngineError> {
         let context = context.max(1).div_ceil(CACHE_BLOCK) * CACHE_BLOCK;
         let sequences = sequences.max(1);
-        let positions = (context * sequences) as u64;
         let mut specs: Vec<(String, [u64; 2])> = Vec::new();
         for (l, row) in rows.iter().enumerate() {
+            let positions = (positions_held(row, context, batch) * sequences) as u64;
             specs.push((format!("cache_k_{l}"), [row.key_width as u64, positions]));
             if !row.values_in_keys {
                 specs.push((format!("cache_v_{l}"), [row.value_width as u64, positions]));
@@ -43,7 +63,18 @@ impl KvCache {
         let set = TensorSet::allocate(&tensors).map_err(|e| EngineError::OutOfMemory(format!("KV cache: {e}")))?;
         let keys = (0..rows.len()).map(|l| set.get(&format!("cache_k_{l}")).expect("allocated")).collect();
         let values = (0..rows.len()).map(|l| set.get(&format!("cache_v_{l}"))).collect();
-        Ok(KvCache { set, keys, values, rows: rows.to_vec(), context, sequences, lengths: vec![0; sequences] })
+        let sliding = rows.iter().find_map(|row| row.window.map(|w| (w, positions_held(row, context, batch))));
+        Ok(KvCache {
+            set,
+            keys,
+            values,
+            rows: rows.to_vec(),
+            sliding,
+            context,
+            sequences,
+            lengths: vec![0; sequences],
+            high_water: vec![0; sequences],
+        })
     }
 
     /// Bytes of the cache.
@@ -72,8 +103,25 @@ impl KvCache {
         self.lengths[seq] = self.lengths[seq].min(len);
     }
 
-    pub(super) fn set_len(&mut self, seq: usize, len: usize) {
-        self.lengths[seq] = len;
+    /// Records that positions `start..end` of `seq` were written.
+    pub(super) fn wrote(&mut self, seq: usize, start: usize, end: usize) {
+        self.lengths[seq] = end;
+        self.high_water[seq] = if start == 0 { end } else { self.high_water[seq].max(end) };
+    }
+
+    /// Whether a step may (re)write `seq` from `start`: a sliding layer's ring must still hold the
+    /// positions the step's first token sees, which later positions written since overwrite.
+    pub(super) fn check_resume(&self, seq: usize, start: usize) -> Result<(), String> {
+        let Some((window, ring)) = self.sliding else { return Ok(()) };
+        let needed_from = start.saturating_sub(window - 1);
+        let held_from = self.high_water[seq].saturating_sub(ring);
+        if start > 0 && needed_from < held_from {
+            return Err(format!(
+                "cannot go back to position {start}: this stage's sliding-window layers keep only the last {ring} \
+                 positions, and position {needed_from} is gone; start the sequence again from 0"
+            ));
+        }
+        Ok(())
     }
 
     /// Cache rows a graph for `seq` attends over when its last position is `end - 1`: whole blocks.
@@ -81,9 +129,42 @@ impl KvCache {
         end.div_ceil(CACHE_BLOCK).max(1).min(self.context / CACHE_BLOCK) * CACHE_BLOCK
     }
 
+    /// Ring rows a sliding layer attends over when the step's last position is `end - 1`: the whole ring
+    /// once it has filled, before that only the blocks written (0 when the stage has no sliding layer).
+    pub fn attended_sliding(&self, end: usize) -> usize {
+        self.sliding.map_or(0, |(_, ring)| self.attended(end).min(ring))
+    }
+
     /// Global cache row of position `pos` of `seq`.
     pub fn row(&self, seq: usize, pos: usize) -> i64 {
         (seq * self.context + pos) as i64
+    }
+
+    /// Global row of position `pos` of `seq` in the sliding layers' rings.
+    pub fn sliding_row(&self, seq: usize, pos: usize) -> i64 {
+        let ring = self.sliding.map_or(self.context, |(_, ring)| ring);
+        (seq * ring + pos % ring) as i64
+    }
+
+    /// The mask of the sliding layers for a step writing positions `start..start + tokens`: row `i` says
+    /// which of the first `attended` ring rows token `i` sees (0) or not (-∞). After the step's writes,
+    /// ring row `r` holds the one position of `end - ring..end` that is `r` modulo the ring; a token
+    /// sees it when it is not in the future and less than the window behind.
+    pub(super) fn fill_sliding_mask(&self, mask: &mut Vec<f16>, start: usize, tokens: usize, attended: usize) {
+        let Some((window, ring)) = self.sliding else { return };
+        let (ring, end) = (ring as i64, (start + tokens) as i64);
+        let base = end - ring;
+        mask.clear();
+        mask.resize(attended * tokens, f16::NEG_INFINITY);
+        for i in 0..tokens {
+            let q = (start + i) as i64;
+            for r in 0..attended {
+                let p = base + (r as i64 - base).rem_euclid(ring);
+                if p >= 0 && p <= q && q - p < window as i64 {
+                    mask[i * attended + r] = f16::ZERO;
+                }
+            }
+        }
     }
 
     /// Adds to the graph the writes of this step's keys ([key_width, tokens]) and values ([value_width,
@@ -102,9 +183,9 @@ impl KvCache {
         }
     }
 
-    /// Views of `layer`'s keys and values of `seq`, the first `attended` positions, shaped
-    /// [key_head, heads, attended] and [value_head, heads, attended]. Values that live in the keys are
-    /// the first `value_head` of each key row.
+    /// Views of `layer`'s keys and values of `seq`, the first `attended` positions (of a sliding layer:
+    /// of its ring), shaped [key_head, heads, attended] and [value_head, heads, attended]. Values that
+    /// live in the keys are the first `value_head` of each key row.
     pub(super) fn view<'g>(
         &self,
         g: &'g GraphBuilder,
@@ -114,6 +195,10 @@ impl KvCache {
         key_head: usize,
         value_head: usize,
     ) -> (Tensor<'g>, Tensor<'g>) {
+        let held = match (self.rows[layer].window, self.sliding) {
+            (Some(_), Some((_, ring))) => ring,
+            _ => self.context,
+        };
         let row = self.rows[layer];
         let key_row_bytes = row.key_width * 2;
         let heads = (row.key_width / key_head) as i64;
@@ -122,7 +207,7 @@ impl KvCache {
             k_cache,
             &[key_head as i64, heads, attended as i64],
             &[key_head * 2, key_row_bytes],
-            seq * self.context * key_row_bytes,
+            seq * held * key_row_bytes,
         );
         let v = match &self.values[layer] {
             Some(v_cache) => {
@@ -131,16 +216,77 @@ impl KvCache {
                     g.stored(v_cache),
                     &[value_head as i64, (row.value_width / value_head) as i64, attended as i64],
                     &[value_head * 2, value_row_bytes],
-                    seq * self.context * value_row_bytes,
+                    seq * held * value_row_bytes,
                 )
             }
             None => g.view(
                 k_cache,
                 &[value_head as i64, heads, attended as i64],
                 &[key_head * 2, key_row_bytes],
-                seq * self.context * key_row_bytes,
+                seq * held * key_row_bytes,
             ),
         };
         (k, v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sliding_cache(window: usize, batch: usize) -> KvCache {
+        let row = CacheRow { key_width: 2, value_width: 2, values_in_keys: false, window: Some(window) };
+        let full = CacheRow { window: None, ..row };
+        KvCache::new(&[row, full], 2048, 1, batch).unwrap()
+    }
+
+    /// Over a long sequence taken in steps of every size up to the batch, each token sees through the
+    /// mask exactly the ring rows that hold the positions of its window, which are where those
+    /// positions were written.
+    #[test]
+    fn each_token_sees_exactly_its_window_in_the_ring() {
+        for (window, batch) in [(5, 4), (4, 1), (128, 32), (300, 7)] {
+            let mut cache = sliding_cache(window, batch);
+            let ring = positions_held(&cache.rows[0], 2048, batch);
+            assert!(ring < 2048 && ring >= window + batch - 1);
+            // Where each position was last written, as the stage writes them.
+            let mut written: Vec<Option<usize>> = vec![None; ring];
+            let (mut start, mut step, mut mask) = (0, 1, Vec::new());
+            while start + step <= 2000 {
+                for p in start..start + step {
+                    written[cache.sliding_row(0, p) as usize] = Some(p);
+                }
+                let attended = cache.attended_sliding(start + step);
+                cache.fill_sliding_mask(&mut mask, start, step, attended);
+                for i in 0..step {
+                    let q = start + i;
+                    let seen: Vec<usize> = (0..attended)
+                        .filter(|&r| mask[i * attended + r] == f16::ZERO)
+                        .map(|r| written[r].expect("a visible row was written"))
+                        .collect();
+                    let mut seen = seen;
+                    seen.sort();
+                    let want: Vec<usize> = (q.saturating_sub(window - 1)..=q).collect();
+                    assert_eq!(seen, want, "window {window}, token at {q}");
+                }
+                cache.wrote(0, start, start + step);
+                start += step;
+                step = step % batch + 1;
+            }
+        }
+    }
+
+    #[test]
+    fn going_back_is_refused_once_the_ring_lost_the_positions_needed() {
+        let mut cache = sliding_cache(5, 4);
+        for start in (0..600).step_by(4) {
+            cache.wrote(0, start, start + 4);
+        }
+        // The ring of 256 holds positions 344..600: position 400 needs 396..399, position 340 needs 336.
+        assert!(cache.check_resume(0, 400).is_ok());
+        assert!(cache.check_resume(0, 340).unwrap_err().contains("start the sequence again from 0"));
+        assert!(cache.check_resume(0, 0).is_ok());
+        cache.wrote(0, 0, 4);
+        assert!(cache.check_resume(0, 4).is_ok());
     }
 }

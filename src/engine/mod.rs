@@ -18,7 +18,7 @@ mod weights;
 
 pub use generate::{generate, rate, FinishReason, GenerateRequest, GenerationStats, TokenStream};
 pub use hidden::{HiddenStates, WireFormat};
-pub use kv_cache::CACHE_BLOCK;
+pub use kv_cache::{positions_held as kv_cache_positions, CACHE_BLOCK};
 pub use pipeline::{split_ranges, LocalPipeline};
 pub use sampler::{argmax, Sampler, SamplingParams};
 pub use stage::{default_threads, Stage, StageInput, StageMemory, StageOptions};

@@ -74,6 +74,7 @@ pub struct Stage {
     output: Vec<f32>,
     positions: Vec<i32>,
     rows: Vec<i64>,
+    rows_sliding: Vec<i64>,
     mask: Vec<f16>,
     mask_sliding: Vec<f16>,
     token_ids: Vec<i32>,
@@ -95,7 +96,7 @@ impl Stage {
         };
         let weights = StageWeights::map(model, layers.clone())?;
         let rows: Vec<_> = layers.clone().map(|l| config.cache_row(l)).collect();
-        let cache = KvCache::new(&rows, options.context, options.sequences)?;
+        let cache = KvCache::new(&rows, options.context, options.sequences, options.batch)?;
         let backend = CpuBackend::new(options.threads).map_err(EngineError::Backend)?;
         let mut stage = Stage {
             config,
@@ -109,11 +110,17 @@ impl Stage {
             output: Vec::new(),
             positions: Vec::new(),
             rows: Vec::new(),
+            rows_sliding: Vec::new(),
             mask: Vec::new(),
             mask_sliding: Vec::new(),
             token_ids: Vec::new(),
         };
-        let worst = GraphShape { tokens: stage.options.batch, attended: stage.cache.context(), seq: 0 };
+        let worst = GraphShape {
+            tokens: stage.options.batch,
+            attended: stage.cache.context(),
+            attended_sliding: stage.cache.attended_sliding(stage.cache.context()),
+            seq: 0,
+        };
         let graph = stage.build(worst);
         if let Some(node) = stage.backend.unsupported_node(&graph) {
             return Err(EngineError::Unsupported(format!("the CPU back end cannot compute {node}")));
@@ -201,14 +208,19 @@ impl Stage {
         let tokens = input.tokens();
         self.check_step(seq, start, &input)?;
         let end = start + tokens;
-        let shape = GraphShape { tokens, attended: self.cache.attended(end), seq };
+        let shape = GraphShape {
+            tokens,
+            attended: self.cache.attended(end),
+            attended_sliding: self.cache.attended_sliding(end),
+            seq,
+        };
         if self.graph.as_ref().map(|(s, _)| *s) != Some(shape) {
             // Free the old graph first: it holds the compute buffer's place.
             self.graph = None;
             let graph = self.build(shape);
             self.graph = Some((shape, graph));
         }
-        self.fill_inputs(seq, start, tokens, shape.attended, &input);
+        self.fill_inputs(seq, start, tokens, shape, &input);
         let is_last = self.is_last();
         let (_, graph) = self.graph.as_ref().expect("built above");
         let backend = &mut self.backend;
@@ -218,7 +230,12 @@ impl Stage {
             StageInput::Hidden { values, .. } => backend.set_input(graph, input::HIDDEN, values),
         }
         backend.set_input(graph, input::POSITIONS, &self.positions);
-        backend.set_input(graph, input::CACHE_ROWS, &self.rows);
+        if graph.has_input(input::CACHE_ROWS) {
+            backend.set_input(graph, input::CACHE_ROWS, &self.rows);
+        }
+        if graph.has_input(input::CACHE_ROWS_SLIDING) {
+            backend.set_input(graph, input::CACHE_ROWS_SLIDING, &self.rows_sliding);
+        }
         if graph.has_input(input::MASK) {
             backend.set_input(graph, input::MASK, &self.mask);
         }
@@ -230,7 +247,7 @@ impl Stage {
         }
         backend.compute(graph).map_err(EngineError::Backend)?;
         backend.read_output(graph, &mut self.output);
-        self.cache.set_len(seq, end);
+        self.cache.wrote(seq, start, end);
         if let Some(bad) = self.output.iter().position(|v| !v.is_finite()) {
             return Err(EngineError::NonFinite { layers: self.layers.clone(), index: bad });
         }
@@ -257,6 +274,7 @@ impl Stage {
                 self.cache.len(seq)
             )));
         }
+        self.cache.check_resume(seq, start).map_err(EngineError::BadInput)?;
         if start + tokens > self.cache.context() {
             return Err(EngineError::ContextFull { needed: start + tokens, context: self.cache.context() });
         }
@@ -292,7 +310,7 @@ impl Stage {
         Ok(())
     }
 
-    fn fill_inputs(&mut self, seq: usize, start: usize, tokens: usize, attended: usize, input: &StageInput<'_>) {
+    fn fill_inputs(&mut self, seq: usize, start: usize, tokens: usize, shape: GraphShape, input: &StageInput<'_>) {
         if let StageInput::Tokens(ids) = input {
             self.token_ids.clear();
             self.token_ids.extend(ids.iter().map(|&id| id as i32));
@@ -302,21 +320,19 @@ impl Stage {
         self.rows.clear();
         self.rows.extend((start..start + tokens).map(|p| self.cache.row(seq, p)));
         // Causal mask: token i (at position start + i) sees cache positions 0..=start + i.
+        let attended = shape.attended;
         self.mask.clear();
         self.mask.resize(attended * tokens, f16::NEG_INFINITY);
         for i in 0..tokens {
             let visible = start + i + 1;
             self.mask[i * attended..i * attended + visible].fill(f16::ZERO);
         }
-        // Sliding-window layers: a position also does not see those `window` or more before it. Only
-        // when this stage's graph has such layers (it then has the input).
-        let slides = self.graph.as_ref().is_some_and(|(_, graph)| graph.has_input(input::MASK_SLIDING));
-        if let (true, Some(window)) = (slides, self.config.sliding_window.as_ref().map(|w| w.size)) {
-            self.mask_sliding.clone_from(&self.mask);
-            for i in 0..tokens {
-                let hidden = (start + i + 1).saturating_sub(window);
-                self.mask_sliding[i * attended..i * attended + hidden].fill(f16::NEG_INFINITY);
-            }
+        // Sliding-window layers keep a ring of recent positions; only when this stage's graph has such
+        // layers (it then has their inputs).
+        if self.graph.as_ref().is_some_and(|(_, graph)| graph.has_input(input::MASK_SLIDING)) {
+            self.rows_sliding.clear();
+            self.rows_sliding.extend((start..start + tokens).map(|p| self.cache.sliding_row(seq, p)));
+            self.cache.fill_sliding_mask(&mut self.mask_sliding, start, tokens, shape.attended_sliding);
         }
     }
 }

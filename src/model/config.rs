@@ -113,12 +113,14 @@ impl RopeConfig {
 
 /// What one layer's KV cache holds per position: F16 keys `key_width` wide and values `value_width` wide,
 /// or, with `values_in_keys`, no values of their own: they are the first `value_width` of each key row
-/// (DeepSeek's latent attention caches one compressed latent that serves as both).
+/// (DeepSeek's latent attention caches one compressed latent that serves as both). A sliding-window
+/// layer (`window`) needs only its window's positions, not the whole context.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct CacheRow {
     pub key_width: usize,
     pub value_width: usize,
     pub values_in_keys: bool,
+    pub window: Option<usize>,
 }
 
 impl CacheRow {
@@ -370,9 +372,10 @@ impl ModelConfig {
         Ok(config)
     }
 
-    /// What layer `layer` caches per position, as its architecture declares.
+    /// What layer `layer` caches per position, as its architecture declares, and its sliding window.
     pub fn cache_row(&self, layer: usize) -> CacheRow {
-        self.architecture.spec().cache_row(self, layer)
+        let window = self.sliding_window.as_ref().filter(|_| self.is_sliding(layer)).map(|w| w.size);
+        CacheRow { window, ..self.architecture.spec().cache_row(self, layer) }
     }
 
     /// Keys and values of every head, one row each per position: the usual cache.
@@ -381,6 +384,7 @@ impl ModelConfig {
             key_width: self.kv_heads * self.head_dim,
             value_width: self.kv_heads * self.value_dim,
             values_in_keys: false,
+            window: None,
         }
     }
 }

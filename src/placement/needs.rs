@@ -29,7 +29,7 @@ pub struct ModelNeeds {
     /// KV-cache bytes of each layer for the whole context of every sequence (layers differ: DeepSeek's
     /// latent attention caches far less than full keys and values).
     pub kv_per_layer: Vec<u64>,
-    /// KV-cache bytes of one position of one sequence in every layer.
+    /// KV-cache bytes one more position of one sequence takes (in the layers that see the whole context).
     pub kv_per_position: u64,
     /// Compute-buffer bytes of a stage (its largest step).
     pub compute: u64,
@@ -47,12 +47,22 @@ impl ModelNeeds {
     /// prompts in steps of `batch` tokens.
     pub fn of(model: &Model, context: usize, sequences: usize, batch: usize) -> ModelNeeds {
         let c = model.config();
+        // The step size a stage uses (its batch, at most the context asked for).
+        let stage_batch = batch.clamp(1, context.max(1));
         let context = context.max(1).div_ceil(CACHE_BLOCK) * CACHE_BLOCK;
         let batch = batch.clamp(1, context) as u64;
-        // Each layer's F16 cache row (keys and values, or DeepSeek's latent) per position.
-        let positions = context as u64 * sequences.max(1) as u64;
-        let kv_per_position: u64 = (0..c.layers).map(|l| c.cache_row(l).bytes_per_position()).sum();
-        let kv_per_layer = (0..c.layers).map(|l| c.cache_row(l).bytes_per_position() * positions).collect();
+        // Each layer's F16 cache row (keys and values, or DeepSeek's latent) per position it holds: the
+        // context, or for a sliding-window layer a ring of its window's positions.
+        let kv_per_layer = (0..c.layers)
+            .map(|l| {
+                let row = c.cache_row(l);
+                let held = crate::engine::kv_cache_positions(&row, context, stage_batch);
+                row.bytes_per_position() * held as u64 * sequences.max(1) as u64
+            })
+            .collect();
+        // What each further position costs: the layers that see the whole context.
+        let kv_per_position: u64 =
+            (0..c.layers).map(|l| c.cache_row(l)).filter(|r| r.window.is_none()).map(|r| r.bytes_per_position()).sum();
         // Measured on ggml's CPU back end: about 4 activations of the widest projection per token,
         // plus the F16 attention mask, plus slack (an upper bound of what `Stage::load` reserves).
         // A mixture-of-experts layer holds each token's chosen experts' activations side by side, and

@@ -148,6 +148,7 @@ impl ArchSpec for Deepseek2 {
                 key_width: mla.kv_lora_rank + config.rope.dimensions as usize,
                 value_width: mla.kv_lora_rank,
                 values_in_keys: true,
+                window: None,
             },
             _ => config.standard_cache_row(),
         }
@@ -287,7 +288,8 @@ fn attention<'g>(
 
     let [k_width, k_heads, ..] = k.shape();
     let k_rows = g.view(k, &[k_width * k_heads, t], &[k.strides()[2]], 0);
-    step.cache.store(g, local, k_rows, v_rows, step.cache_rows);
+    let rows = step.cache_rows.expect("a deepseek2 stage's graph has its cache rows");
+    step.cache.store(g, local, k_rows, v_rows, rows);
     let (k_all, v_all) = step.cache.view(g, local, step.shape.seq, step.shape.attended, k_width as usize, value_head);
     let mask = step.mask.expect("a deepseek2 stage's graph has the causal mask");
     let q = g.permute(q, [0, 2, 1, 3]);
