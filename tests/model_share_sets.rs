@@ -1,12 +1,13 @@
 //! Split GGUF sets move like single files. A 3-node launch of a set that one node holds (each node sees
 //! only its own disk): the other two fetch, of each part, its header and the tensors their stage reads
 //! from it — counted here from the parts' own GGUF headers, tensor by name — and the instance
-//! generates what the single file does; "Copy here" then brings every part. `pull --layers` of a set
-//! from a loopback hub fetches each part's share, and a pull without `--layers` completes every part.
+//! generates what the single file does; "Copy here" then brings every part. With no member holding the
+//! set whole, each part's share comes from a loopback hub. `pull --layers` of a set from the hub
+//! fetches each part's share, and a pull without `--layers` completes every part.
 
 mod common;
 
-use common::cluster::TestCluster;
+use common::cluster::{Network, TestCluster};
 use common::hub::{start_hub_with, Faults, LoopbackHub, REPO};
 use common::split_gguf;
 use serde_json::{json, Value};
@@ -184,6 +185,43 @@ fn hub_with_set() -> (LoopbackHub, tempfile::TempDir, Vec<PathBuf>) {
         .map(|p| (p.file_name().unwrap().to_str().unwrap().to_string(), std::fs::read(p).unwrap()))
         .collect();
     (start_hub_with(hosted, Faults::default()), dir, parts)
+}
+
+/// No member holds the set whole (the owner pulled only its own layers of each part): the other node
+/// fetches each part's share from the hub, by range requests for its tensors only.
+#[test]
+fn with_no_member_holding_the_whole_set_each_parts_share_comes_from_the_hub() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let (hub, _dir, parts) = hub_with_set();
+    let hf_home = tempfile::tempdir().unwrap();
+    // The nodes this test starts inherit the hub's address (and an empty Hugging Face cache).
+    std::env::set_var("HF_ENDPOINT", &hub.endpoint);
+    std::env::set_var("HF_HOME", hf_home.path());
+    let mut c = TestCluster::with_network(2, Network::Loopback);
+    c.private_disks = true;
+    let first = parts[0].file_name().unwrap().to_str().unwrap();
+    let request = PullRequest::parse(&format!("{REPO}:{first}")).unwrap();
+    let owner_models = c.nodes[0].data_dir.join("models");
+    let model = shard::pull_shard(&Hub::new(&hub.endpoint, None), &owner_models, &request, 0..10, &mut |_| {}).unwrap();
+    c.form(&[]);
+    hub.clear();
+
+    let instance = launch(&c, &model, "node0:0-9,node1:10-29");
+    let fetch = &instance["stages"][1]["fetch"];
+    assert_eq!((fetch["done"].clone(), fetch["from_node"].clone()), (json!(true), Value::Null), "{instance:#}");
+    assert!(fetch["from"].as_str().unwrap().contains(REPO), "{fetch}");
+    let served: u64 = hub.served().iter().map(|s| s.bytes).sum();
+    assert_eq!(served, fetch["bytes_fetched"].as_u64().unwrap(), "the hub served exactly what node1 fetched");
+    let here = c.nodes[1].data_dir.join("models").join(REPO.replace('/', "--"));
+    for (part, share) in parts.iter().zip(shares(&parts, &(10..30))) {
+        assert_holds_share(&here.join(part.file_name().unwrap()), &share, &(10..30));
+    }
+    let name = c.get_json(1, "/v1/models")["data"][0]["id"].as_str().unwrap().to_string();
+    let prompt = &common::oracle_greedy()[0].prompt;
+    let body = json!({ "model": name, "prompt": prompt, "max_tokens": 24, "temperature": 0, "ignore_eos": true });
+    let (status, answer) = c.post_json(1, "/v1/completions", body);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["choices"][0]["text"], common::single_process(prompt, 24));
 }
 
 #[test]
