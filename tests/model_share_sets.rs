@@ -94,15 +94,6 @@ fn assert_holds_share(path: &Path, share: &PartShare, layers: &Range<usize>) {
     assert!(padding < 32 * (share.reads.len() as u64 + 1), "{}: {padding} bytes besides the share", path.display());
 }
 
-fn launch(c: &TestCluster, model: &Path, layers: &str) -> Value {
-    let args = ["run", model.to_str().unwrap(), "--context", "256", "--sequences", "2", "--threads", "1"];
-    let out = c.cli(0, &[&args[..], &["--layers", layers]].concat());
-    assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
-    let instances = c.get_json(0, "/api/instances");
-    let ready = instances.as_array().unwrap().iter().find(|i| i["state"] == "ready").cloned();
-    ready.unwrap_or_else(|| panic!("no ready instance: {instances:#}"))
-}
-
 #[test]
 fn a_three_node_launch_of_a_set_on_one_node_moves_each_node_only_its_share_of_each_part() {
     let _one_at_a_time = common::cluster::exclusive();
@@ -128,7 +119,7 @@ fn a_three_node_launch_of_a_set_on_one_node_moves_each_node_only_its_share_of_ea
         assert_eq!(preview["fetches"][i]["from"], "node0", "{preview}");
     }
 
-    let instance = launch(&c, &parts[0], layers);
+    let instance = c.launch_ready(&parts[0], layers);
     for (i, layers) in &stages {
         let fetch = &instance["stages"][i]["fetch"];
         assert_eq!((fetch["done"].clone(), fetch["from_node"].clone()), (json!(true), node0.clone()), "{instance:#}");
@@ -206,7 +197,7 @@ fn with_no_member_holding_the_whole_set_each_parts_share_comes_from_the_hub() {
     c.form(&[]);
     hub.clear();
 
-    let instance = launch(&c, &model, "node0:0-9,node1:10-29");
+    let instance = c.launch_ready(&model, "node0:0-9,node1:10-29");
     let fetch = &instance["stages"][1]["fetch"];
     assert_eq!((fetch["done"].clone(), fetch["from_node"].clone()), (json!(true), Value::Null), "{instance:#}");
     assert!(fetch["from"].as_str().unwrap().contains(REPO), "{fetch}");
