@@ -13,7 +13,7 @@ use shoal::model::pull::{Hub, PullRequest};
 use shoal::model::{shard, Model};
 use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 const REPO_DIR: &str = "HuggingFaceTB--SmolLM2-135M-Instruct-GGUF";
 const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
