@@ -1,15 +1,16 @@
 //! Split GGUF sets move like single files. A 3-node launch of a set that one node holds (each node sees
 //! only its own disk): the other two fetch, of each part, its header and the tensors their stage reads
 //! from it — counted here from the parts' own GGUF headers, tensor by name — and the instance
-//! generates what the single file does; "Copy here" then brings every part. With no member holding the
-//! set whole, each part's share comes from a loopback hub. `pull --layers` of a set from the hub
-//! fetches each part's share, and a pull without `--layers` completes every part.
+//! generates what the single file does (also for a mixture-of-experts set); "Copy here" then brings
+//! every part. With no member holding the set whole, each part's share comes from a loopback hub.
+//! `pull --layers` of a set from the hub fetches each part's share, and a pull without `--layers`
+//! completes every part.
 
 mod common;
 
 use common::cluster::{Network, TestCluster};
 use common::hub::{start_hub_with, Faults, LoopbackHub, REPO};
-use common::split_gguf;
+use common::{random_model, split_gguf};
 use serde_json::{json, Value};
 use shoal::model::library::Library;
 use shoal::model::pull::{self, Hub, PullRequest};
@@ -23,20 +24,22 @@ const PREFIX: &str = "SmolLM2-set";
 const PARTS: usize = 3;
 /// SmolLM2-135M's layers.
 const LAYERS: usize = 30;
+/// The random GLM-4.5-style model's layers (its next-token-prediction layer, `blk.5`, is never read).
+const GLM_LAYERS: usize = 5;
 /// The header is read in chunks growing from 1 MiB: at most this much of a part comes over past it.
 const HEADER_SLACK: u64 = 4 << 20;
 
 /// Whether a stage of `layers` reads the tensor `name`: its layers' blocks, the embedding on the first
 /// stage, the final norm and the output head on the last (the embedding when the file has no head of
-/// its own, tied to it), and RoPE factors on every stage.
-fn stage_reads(name: &str, layers: &Range<usize>, own_head: bool) -> bool {
+/// its own, tied to it), and RoPE factors on every stage; of a model of `model_layers` layers.
+fn stage_reads(name: &str, layers: &Range<usize>, model_layers: usize, own_head: bool) -> bool {
     if let Some(rest) = name.strip_prefix("blk.") {
         let layer: usize = rest.split('.').next().unwrap().parse().unwrap();
         return layers.contains(&layer);
     }
     match name {
-        "token_embd.weight" => layers.start == 0 || (layers.end == LAYERS && !own_head),
-        "output_norm.weight" | "output.weight" => layers.end == LAYERS,
+        "token_embd.weight" => layers.start == 0 || (layers.end == model_layers && !own_head),
+        "output_norm.weight" | "output.weight" => layers.end == model_layers,
         "rope_freqs.weight" => true,
         other => panic!("a tensor this test does not place: {other}"),
     }
@@ -56,7 +59,7 @@ impl PartShare {
     }
 }
 
-fn shares(parts: &[PathBuf], layers: &Range<usize>) -> Vec<PartShare> {
+fn shares(parts: &[PathBuf], layers: &Range<usize>, model_layers: usize) -> Vec<PartShare> {
     let files: Vec<GgufFile> = parts.iter().map(|p| GgufFile::open(p).unwrap()).collect();
     let own_head = files.iter().any(|f| f.tensors().iter().any(|t| t.name == "output.weight"));
     files
@@ -65,7 +68,7 @@ fn shares(parts: &[PathBuf], layers: &Range<usize>) -> Vec<PartShare> {
             let (mut reads, mut skips) = (Vec::new(), Vec::new());
             for t in file.tensors() {
                 let bytes = t.offset..t.offset + t.bytes;
-                if stage_reads(&t.name, layers, own_head) {
+                if stage_reads(&t.name, layers, model_layers, own_head) {
                     reads.push(bytes);
                 } else {
                     skips.push(bytes);
@@ -114,7 +117,7 @@ fn a_three_node_launch_of_a_set_on_one_node_moves_each_node_only_its_share_of_ea
     assert_eq!(status, 200, "{preview}");
     assert_eq!(preview["fetches"][0], Value::Null, "the owner holds the set: {preview}");
     for (i, layers) in &stages {
-        let share: u64 = shares(&parts, layers).iter().map(PartShare::bytes).sum();
+        let share: u64 = shares(&parts, layers, LAYERS).iter().map(PartShare::bytes).sum();
         assert_eq!(preview["fetches"][i]["bytes"], share, "every part's header and tensors: {preview}");
         assert_eq!(preview["fetches"][i]["from"], "node0", "{preview}");
     }
@@ -123,7 +126,7 @@ fn a_three_node_launch_of_a_set_on_one_node_moves_each_node_only_its_share_of_ea
     for (i, layers) in &stages {
         let fetch = &instance["stages"][i]["fetch"];
         assert_eq!((fetch["done"].clone(), fetch["from_node"].clone()), (json!(true), node0.clone()), "{instance:#}");
-        let shares = shares(&parts, layers);
+        let shares = shares(&parts, layers, LAYERS);
         let share: u64 = shares.iter().map(PartShare::bytes).sum();
         let fetched = fetch["bytes_fetched"].as_u64().unwrap();
         assert!(
@@ -167,6 +170,40 @@ fn a_three_node_launch_of_a_set_on_one_node_moves_each_node_only_its_share_of_ea
     }
 }
 
+/// The same with a mixture-of-experts set (GLM-4.5 style: leading dense layers, experts, a shared
+/// expert, a next-token-prediction layer no stage reads): each node fetches its layers' experts from
+/// whichever parts hold them, and the instance generates what the single file does.
+#[test]
+fn a_moe_set_on_one_node_moves_each_node_its_layers_experts() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let source = random_model::glm4moe().write();
+    let mut c = TestCluster::new(3);
+    c.private_disks = true;
+    let folder = c.nodes[0].data_dir.join("models");
+    std::fs::create_dir_all(&folder).unwrap();
+    let parts = split_gguf::split(&source, &folder, "glm-moe", PARTS);
+    c.form(&[]);
+    let instance = c.launch_ready(&parts[0], "node0:0-0,node1:1-2,node2:3-4");
+    for (i, layers) in [(1, 1..3), (2, 3..5)] {
+        let shares = shares(&parts, &layers, GLM_LAYERS);
+        let share: u64 = shares.iter().map(PartShare::bytes).sum();
+        let fetched = instance["stages"][i]["fetch"]["bytes_fetched"].as_u64().unwrap();
+        assert!(
+            (share..share + PARTS as u64 * HEADER_SLACK).contains(&fetched),
+            "node{i} fetched {fetched} bytes for a share of {share}"
+        );
+        for (part, share) in parts.iter().zip(&shares) {
+            assert_holds_share(&c.nodes[i].data_dir.join("models").join(part.file_name().unwrap()), share, &layers);
+        }
+    }
+    let name = c.get_json(2, "/v1/models")["data"][0]["id"].as_str().unwrap().to_string();
+    let prompt = "Mixture of experts";
+    let body = json!({ "model": name, "prompt": prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": true });
+    let (status, answer) = c.post_json(2, "/v1/completions", body);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["choices"][0]["text"], common::single_process_of(&source, prompt, 16));
+}
+
 /// A hub holding the set `PREFIX-0000N-of-00003.gguf` made from SmolLM2, and the parts it serves.
 fn hub_with_set() -> (LoopbackHub, tempfile::TempDir, Vec<PathBuf>) {
     let dir = tempfile::tempdir().unwrap();
@@ -204,7 +241,7 @@ fn with_no_member_holding_the_whole_set_each_parts_share_comes_from_the_hub() {
     let served: u64 = hub.served().iter().map(|s| s.bytes).sum();
     assert_eq!(served, fetch["bytes_fetched"].as_u64().unwrap(), "the hub served exactly what node1 fetched");
     let here = c.nodes[1].data_dir.join("models").join(REPO.replace('/', "--"));
-    for (part, share) in parts.iter().zip(shares(&parts, &(10..30))) {
+    for (part, share) in parts.iter().zip(shares(&parts, &(10..30), LAYERS)) {
         assert_holds_share(&here.join(part.file_name().unwrap()), &share, &(10..30));
     }
     let name = c.get_json(1, "/v1/models")["data"][0]["id"].as_str().unwrap().to_string();
@@ -227,7 +264,7 @@ fn pull_layers_of_a_set_fetches_each_parts_share_and_a_whole_pull_completes_them
     let path = shard::pull_shard(&hub_client, &library.models_dir(), &request, layers.clone(), &mut |_| {}).unwrap();
     assert_eq!(path.file_name().unwrap(), first, "the set opens from its first part");
 
-    let shares = shares(&parts, &layers);
+    let shares = shares(&parts, &layers, LAYERS);
     let mut present = 0;
     for (part, share) in parts.iter().zip(&shares) {
         let path = path.with_file_name(part.file_name().unwrap());
