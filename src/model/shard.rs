@@ -151,9 +151,10 @@ pub struct ShardSource {
 /// What a fetch did.
 #[derive(Clone, Debug)]
 pub struct Fetched {
-    /// Bytes that came over the network.
+    /// Bytes that came over the network (of every part of a split set).
     pub bytes_fetched: u64,
-    /// The shard's record afterwards; None when the whole file was already there.
+    /// The shard's record afterwards (of a split set, the first part's; each part has its own beside
+    /// it); None when the whole file was already there.
     pub record: Option<ShardRecord>,
 }
 
