@@ -2,7 +2,8 @@
 //! only its own disk): the other two fetch, of each part, its header and the tensors their stage reads
 //! from it — counted here from the parts' own GGUF headers, tensor by name — and the instance
 //! generates what the single file does (also for a mixture-of-experts set); "Copy here" then brings
-//! every part. With no member holding the set whole, each part's share comes from a loopback hub.
+//! every part (and onto a node without any, copies every part; a member lacking one is refused). With
+//! no member holding the set whole, each part's share comes from a loopback hub.
 //! `pull --layers` of a set from the hub fetches each part's share, and a pull without `--layers`
 //! completes every part.
 
@@ -202,6 +203,37 @@ fn a_moe_set_on_one_node_moves_each_node_its_layers_experts() {
     let (status, answer) = c.post_json(2, "/v1/completions", body);
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["choices"][0]["text"], common::single_process_of(&source, prompt, 16));
+}
+
+/// "Copy here" of a part of a set copies every part, byte for byte; a member lacking a part of the set
+/// is refused, naming the part.
+#[test]
+fn copy_here_of_a_part_copies_the_whole_set() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let mut c = TestCluster::new(2);
+    let folder = c.nodes[0].data_dir.join("models").join(REPO_DIR);
+    std::fs::create_dir_all(&folder).unwrap();
+    let parts = split_gguf::split(&common::model_path(), &folder, PREFIX, PARTS);
+    let (third, kept) = (parts[2].clone(), folder.join("kept"));
+    std::fs::rename(&third, &kept).unwrap();
+    c.form(&[]);
+    let first = parts[0].file_name().unwrap().to_str().unwrap();
+    let (status, refused) = c.post_json(1, "/api/models/copy", json!({ "from": "node0", "file": first }));
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("-00003-of-00003.gguf, part 3"), "{refused}");
+
+    std::fs::rename(&kept, &third).unwrap();
+    let (status, started) = c.post_json(1, "/api/models/copy", json!({ "from": "node0", "file": first }));
+    assert_eq!(status, 200, "{started}");
+    let here = c.nodes[1].data_dir.join("models").join(REPO_DIR);
+    assert_eq!(started["path"], json!(here.join(first)), "{started}");
+    let copied = |part: &PathBuf| here.join(part.file_name().unwrap());
+    c.wait_for(std::time::Duration::from_secs(60), "every part copied", || parts.iter().all(|p| copied(p).exists()));
+    for part in &parts {
+        assert!(std::fs::read(copied(part)).unwrap() == std::fs::read(part).unwrap(), "{} differs", part.display());
+    }
+    let (status, again) = c.post_json(1, "/api/models/copy", json!({ "from": "node0", "file": first }));
+    assert_eq!(status, 400, "the set is here already: {again}");
 }
 
 /// A hub holding the set `PREFIX-0000N-of-00003.gguf` made from SmolLM2, and the parts it serves.
