@@ -98,14 +98,19 @@ fn assert_holds_share(path: &Path, share: &PartShare, layers: &Range<usize>) {
     assert!(padding < 32 * (share.reads.len() as u64 + 1), "{}: {padding} bytes besides the share", path.display());
 }
 
+/// Splits SmolLM2 into a set in node0's models folder, as `shoal pull` leaves one; returns its parts.
+fn set_on_node0(c: &TestCluster) -> Vec<PathBuf> {
+    let folder = c.nodes[0].data_dir.join("models").join(REPO_DIR);
+    std::fs::create_dir_all(&folder).unwrap();
+    split_gguf::split(&common::model_path(), &folder, PREFIX, PARTS)
+}
+
 #[test]
 fn a_three_node_launch_of_a_set_on_one_node_moves_each_node_only_its_share_of_each_part() {
     let _one_at_a_time = common::cluster::exclusive();
     let mut c = TestCluster::new(3);
     c.private_disks = true;
-    let folder = c.nodes[0].data_dir.join("models").join(REPO_DIR);
-    std::fs::create_dir_all(&folder).unwrap();
-    let parts = split_gguf::split(&common::model_path(), &folder, PREFIX, PARTS);
+    let parts = set_on_node0(&c);
     c.form(&[]);
     let node0 =
         c.get_json(0, "/api/cluster")["nodes"].as_array().unwrap().iter().find(|n| n["name"] == "node0").unwrap()["id"]
@@ -211,10 +216,8 @@ fn a_moe_set_on_one_node_moves_each_node_its_layers_experts() {
 fn copy_here_of_a_part_copies_the_whole_set() {
     let _one_at_a_time = common::cluster::exclusive();
     let mut c = TestCluster::new(2);
-    let folder = c.nodes[0].data_dir.join("models").join(REPO_DIR);
-    std::fs::create_dir_all(&folder).unwrap();
-    let parts = split_gguf::split(&common::model_path(), &folder, PREFIX, PARTS);
-    let (third, kept) = (parts[2].clone(), folder.join("kept"));
+    let parts = set_on_node0(&c);
+    let (third, kept) = (parts[2].clone(), parts[2].with_file_name("kept"));
     std::fs::rename(&third, &kept).unwrap();
     c.form(&[]);
     let first = parts[0].file_name().unwrap().to_str().unwrap();
