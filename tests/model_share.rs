@@ -13,7 +13,7 @@ use shoal::model::pull::{Hub, PullRequest};
 use shoal::model::{shard, Model};
 use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 const REPO_DIR: &str = "HuggingFaceTB--SmolLM2-135M-Instruct-GGUF";
 const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -49,15 +49,6 @@ fn model_on_node0(c: &TestCluster) -> PathBuf {
     std::fs::create_dir_all(&folder).unwrap();
     std::fs::copy(common::model_path(), folder.join(FILE)).unwrap();
     folder.join(FILE)
-}
-
-fn launch(c: &TestCluster, model: &Path, layers: &str) -> Value {
-    let args = ["run", model.to_str().unwrap(), "--context", "256", "--sequences", "2", "--threads", "1"];
-    let out = c.cli(0, &[&args[..], &["--layers", layers]].concat());
-    assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
-    let instances = c.get_json(0, "/api/instances");
-    let ready = instances.as_array().unwrap().iter().find(|i| i["state"] == "ready").cloned();
-    ready.unwrap_or_else(|| panic!("no ready instance: {instances:#}"))
 }
 
 fn stop(c: &TestCluster, id: &str) {
@@ -115,7 +106,7 @@ fn a_three_node_launch_moves_each_node_only_its_share_from_the_member_that_has_i
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.matches("share from node0").count(), 2, "{text}");
 
-    let instance = launch(&c, &model, layers);
+    let instance = c.launch_ready(&model, layers);
     assert!(preview(&c).iter().all(Value::is_null), "after the launch every node holds its share");
     let stages = instance["stages"].as_array().unwrap();
     assert_eq!(stages[0]["fetch"], Value::Null, "the owner has the whole file: {instance:#}");
@@ -150,13 +141,13 @@ fn a_three_node_launch_moves_each_node_only_its_share_from_the_member_that_has_i
 
     // Launched again, every node already holds its share: nothing moves.
     stop(&c, instance["id"].as_str().unwrap());
-    let again = launch(&c, &model, "node0:0-9,node1:10-19,node2:20-29");
+    let again = c.launch_ready(&model, "node0:0-9,node1:10-19,node2:20-29");
     assert!(again["stages"].as_array().unwrap().iter().all(|s| s["fetch"].is_null()), "{again:#}");
     completes_like_one_process(&c, 1);
 
     // Another placement: node1 now runs layers 5-19 and fetches layers 5-9 only (10-19 are there).
     stop(&c, again["id"].as_str().unwrap());
-    let moved = launch(&c, &model, "node0:0-4,node1:5-19,node2:20-29");
+    let moved = c.launch_ready(&model, "node0:0-4,node1:5-19,node2:20-29");
     let fetch = &moved["stages"][1]["fetch"];
     let (_, record, _) = shard_on(&c, 1);
     assert_eq!(record.layers, vec![5..20]);
@@ -196,7 +187,7 @@ fn with_no_member_holding_the_whole_file_a_share_comes_from_the_hub() {
     let (_, preview) = c.post_json(0, "/api/placements/preview", body);
     assert_eq!(preview["fetches"][0], Value::Null, "the owner's shard holds layers 0-9: {preview}");
     assert!(preview["fetches"][1]["from"].as_str().unwrap().contains("Hugging Face"), "{preview}");
-    let instance = launch(&c, &model, "node0:0-9,node1:10-29");
+    let instance = c.launch_ready(&model, "node0:0-9,node1:10-29");
     let fetch = &instance["stages"][1]["fetch"];
     assert_eq!((fetch["done"].clone(), fetch["from_node"].clone()), (json!(true), Value::Null), "{instance:#}");
     assert!(fetch["from"].as_str().unwrap().contains(common::hub::REPO), "{fetch}");

@@ -210,15 +210,22 @@ fn a_rogue_member_cannot_write_outside_the_models_folder_or_break_the_registry()
 
     // An instance without stages is dropped; requests for it and the instance list keep working.
     fake.send(&instance("empty", me, json!([])));
-    // A stage whose file name climbs out of the models folder is refused, and the owner told why.
-    fake.send(&instance("evil1", me, stage_on(victim)));
-    let spec = json!({"instance": "evil1", "stage": 0, "stages": 1, "model_path": "/elsewhere/evil.gguf",
-        "layers": {"start": 0, "end": 1}, "context": 256, "sequences": 1, "batch": 512, "threads": 1,
-        "file": {"name": "../../x/evil.gguf", "size": 4, "repo": null, "sha256": null}});
-    fake.send(&json!({"type": "start_stage", "spec": spec}));
-    let refusal =
-        fake.until(|m| (m["type"] == "stage_update" && m["instance"] == "evil1").then(|| m["report"]["error"].clone()));
-    assert!(refusal.as_str().unwrap().contains("not a plain file name"), "{refusal}");
+    // A stage whose file name climbs out of the models folder is refused, and the owner told why; so is
+    // a split set one of whose parts does.
+    let file = |name: &str| json!({"name": name, "size": 4, "repo": null, "sha256": null});
+    let evil_set = [file("m-00001-of-00002.gguf"), file("../x/m-00002-of-00002.gguf")];
+    for (id, file, parts) in
+        [("evil1", file("../../x/evil.gguf"), json!([])), ("evil2", evil_set[0].clone(), json!(evil_set))]
+    {
+        fake.send(&instance(id, me, stage_on(victim)));
+        let spec = json!({"instance": id, "stage": 0, "stages": 1, "model_path": "/elsewhere/evil.gguf",
+            "layers": {"start": 0, "end": 1}, "context": 256, "sequences": 1, "batch": 512, "threads": 1,
+            "file": file, "parts": parts});
+        fake.send(&json!({"type": "start_stage", "spec": spec}));
+        let refusal =
+            fake.until(|m| (m["type"] == "stage_update" && m["instance"] == id).then(|| m["report"]["error"].clone()));
+        assert!(refusal.as_str().unwrap().contains("not a plain file name"), "{id}: {refusal}");
+    }
 
     let chat = json!({"model": "empty", "messages": [{"role": "user", "content": "hi"}]}).to_string();
     let head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json";

@@ -1,12 +1,13 @@
 //! Model files across the cluster: `GET /api/models/cluster` (which node offers which file, and which
 //! holds which layers of one as a shard, asked of every member that is up) and `POST /api/models/copy`
-//! (copy a file from a member to this node over the cluster's authenticated connection — or, onto a
-//! shard of it here, only the shard's holes; it answers at once with the copy's id and reports
-//! progress and the measured rate as `model_copy` events).
+//! (copy a file from a member to this node over the cluster's authenticated connection — every part of
+//! a split set when the file is one of them — or, onto a shard of it here, only the shard's holes; it
+//! answers at once with the copy's id and reports progress and the measured rate as `model_copy`
+//! events).
 
 use super::{ApiError, ApiState};
 use crate::cluster::{Agent, ClusterEvent};
-use crate::model::library::Library;
+use crate::model::library::{split_part, Library};
 use crate::model::names;
 use crate::model::peer_copy::{self, CopyProgress, CopyReport, OfferedFile};
 use crate::model::pull::{PullProgress, PullState};
@@ -109,24 +110,45 @@ pub async fn copy(
     let wanted = |f: &OfferedFile| {
         f.name == request.file && f.layers.is_none() && request.size.is_none_or(|size| size == f.size)
     };
-    let file = files.into_iter().find(wanted).ok_or_else(|| {
+    let file = files.iter().find(|f| wanted(f)).cloned().ok_or_else(|| {
         ApiError::bad_param(
             "file",
             format!("{} does not offer {} (see GET /api/models/cluster)", from.name, request.file),
         )
     })?;
+    let set = set_of(&file, &files)
+        .map_err(|missing| ApiError::bad_param("file", format!("{} does not offer {missing}", from.name)))?;
     let models_dir = Library::new(&agent.config.data_dir).models_dir();
-    // The member's list names the file and its repository: both are checked before they become a path.
-    let dest = names::destination(&models_dir, file.repo.as_deref(), &file.name)
+    // The member's list names the files and their repository: checked before they become paths.
+    let dests = set
+        .iter()
+        .map(|file| names::destination(&models_dir, file.repo.as_deref(), &file.name))
+        .collect::<Result<Vec<PathBuf>, _>>()
         .map_err(|e| ApiError::failed(format!("{} offers a file this node will not write: {e}", from.name)))?;
-    // A shard of the file here is completed (only its holes are copied); a whole file is not copied again.
-    if dest.exists() && !shard::is_shard(&dest) {
-        return Err(ApiError::bad_param("file", format!("{} is already here", dest.display())));
+    // A shard of a file here is completed (only its holes are copied); a whole file is not copied again.
+    if dests.iter().all(|dest| dest.exists() && !shard::is_shard(dest)) {
+        return Err(ApiError::bad_param("file", format!("{} is already here", dests[0].display())));
     }
     let id = uuid::Uuid::new_v4().to_string();
     let source = Source { node: from.id, name: from.name, addr };
-    tokio::spawn(run_copy(agent, id.clone(), source, file, dest.clone()));
-    Ok(Json(CopyStarted { id, path: dest }))
+    let path = dests[0].clone();
+    tokio::spawn(run_copy(agent, id.clone(), source, set.into_iter().zip(dests).collect()));
+    Ok(Json(CopyStarted { id, path }))
+}
+
+/// Every file to copy for `file`: it alone, or, when it is a part of a split set, every part of the set
+/// in order, each of which `offered` must hold whole (else the name of the first it lacks).
+fn set_of(file: &OfferedFile, offered: &[OfferedFile]) -> Result<Vec<OfferedFile>, String> {
+    let Some((base, _, count)) = split_part(Path::new(&file.name)).filter(|(_, _, count)| *count > 1) else {
+        return Ok(vec![file.clone()]);
+    };
+    (1..=count)
+        .map(|index| {
+            let name = format!("{base}-{index:05}-of-{count:05}.gguf");
+            let part = offered.iter().find(|f| f.name == name && f.layers.is_none() && f.repo == file.repo);
+            part.cloned().ok_or_else(|| format!("{name}, part {index} of the set of {}", file.name))
+        })
+        .collect()
 }
 
 /// The member a copy comes from.
@@ -136,9 +158,11 @@ struct Source {
     addr: std::net::SocketAddr,
 }
 
-async fn run_copy(agent: Agent, id: String, source: Source, file: OfferedFile, dest: PathBuf) {
+/// Copies `files` (one, or every part of a split set) into their destinations in turn, reporting the
+/// progress over all of them as one copy. A file already here whole is skipped; a shard is completed.
+async fn run_copy(agent: Agent, id: String, source: Source, files: Vec<(OfferedFile, PathBuf)>) {
     let event = {
-        let (id, from, to, name) = (id, source.node, agent.id(), file.name.clone());
+        let (id, from, to, name) = (id, source.node, agent.id(), files[0].0.name.clone());
         move |progress: CopyProgress, done: Option<CopyReport>, error: Option<String>| ClusterEvent::ModelCopy {
             id: id.clone(),
             from,
@@ -149,30 +173,57 @@ async fn run_copy(agent: Agent, id: String, source: Source, file: OfferedFile, d
             error,
         }
     };
-    let start = CopyProgress { bytes_done: 0, bytes_total: file.size, bytes_per_second: 0 };
+    let total = files.iter().map(|(f, _)| f.size).sum();
+    let start = CopyProgress { bytes_done: 0, bytes_total: total, bytes_per_second: 0 };
     agent.emit(event(start.clone(), None, None));
     let last = Arc::new(Mutex::new(start));
-    let report = {
-        let (agent, event, last) = (agent.clone(), event.clone(), last.clone());
-        move |p: &CopyProgress| {
-            *last.locked() = p.clone();
-            agent.emit(event(p.clone(), None, None));
+    let started = Instant::now();
+    let (mut before, mut copied, mut result) = (0, 0, Ok(None));
+    for (file, dest) in &files {
+        let report = {
+            let (agent, event, last) = (agent.clone(), event.clone(), last.clone());
+            move |p: &CopyProgress| {
+                let p = CopyProgress { bytes_done: before + p.bytes_done, bytes_total: total, ..p.clone() };
+                *last.locked() = p.clone();
+                agent.emit(event(p, None, None));
+            }
+        };
+        let copy = if shard::is_shard(dest) {
+            complete_shard(agent.secret_bytes(), &source, file, dest, report).await.map(Some)
+        } else if std::fs::metadata(dest).is_ok_and(|m| m.len() == file.size) {
+            Ok(None)
+        } else {
+            let fetched = peer_copy::fetch(source.addr, &agent.secret_bytes(), file, &[], dest, report).await;
+            fetched.map(Some).map_err(|e| e.to_string())
+        };
+        match copy {
+            Ok(report) => {
+                copied += report.as_ref().map_or(0, |r| r.bytes);
+                // The report of the copy names the first file and its hash.
+                result = result.map(|first: Option<CopyReport>| first.or(report));
+            }
+            Err(e) => {
+                result = Err(if files.len() > 1 { format!("{}: {e}", file.name) } else { e });
+                break;
+            }
         }
-    };
-    let result = if shard::is_shard(&dest) {
-        complete_shard(agent.secret_bytes(), &source, &file, &dest, report).await
-    } else {
-        peer_copy::fetch(source.addr, &agent.secret_bytes(), &file, &[], &dest, report).await.map_err(|e| e.to_string())
-    };
+        before += file.size;
+    }
     let last = last.locked().clone();
+    let seconds = started.elapsed().as_secs_f64();
+    let bytes_per_second = (copied as f64 / seconds.max(1e-6)) as u64;
     match result {
-        Ok(report) => {
+        Ok(first) => {
             tracing::info!(
-                "copied {} from {} at {:.1} MB/s",
-                file.name,
+                "copied {} ({} file(s)) from {} at {:.1} MB/s",
+                files[0].0.name,
+                files.len(),
                 source.name,
-                report.bytes_per_second as f64 / 1e6
+                bytes_per_second as f64 / 1e6
             );
+            let sha256 = first.map(|r| r.sha256).unwrap_or_default();
+            let path = files[0].1.clone();
+            let report = CopyReport { path, bytes: copied, seconds, bytes_per_second, sha256 };
             agent.emit(event(last, Some(report), None));
         }
         Err(e) => agent.emit(event(last, None, Some(e))),

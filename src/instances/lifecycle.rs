@@ -112,7 +112,7 @@ pub async fn preview_fetches(agent: &Agent, request: &LaunchRequest, plan: &Plan
     let Ok(Ok(model)) = tokio::task::spawn_blocking(move || Model::open(&path)).await else {
         return vec![None; plan.stages.len()];
     };
-    super::share::plan_fetches(agent, &model, &request.model, plan).await
+    super::share::plan_fetches(agent, &model, plan).await
 }
 
 /// Launches an instance; this node owns it. Returns as soon as the stages are starting.
@@ -151,7 +151,15 @@ pub async fn launch(agent: &Agent, request: LaunchRequest) -> Result<InstanceInf
     agent.registry().instances.insert(id.clone(), info.clone());
     publish(agent, &info);
     let path = request.model.clone();
-    let file = tokio::task::spawn_blocking(move || crate::model::peer_copy::describe(&path)).await.ok().flatten();
+    // Every file of the model (each part of a split set), as the stages' nodes find or fetch them.
+    let files = tokio::task::spawn_blocking(move || {
+        crate::model::peer_copy::describe_model(&crate::model::Model::open(&path).ok()?)
+    })
+    .await
+    .ok()
+    .flatten()
+    .unwrap_or_default();
+    let (file, parts) = (files.first().cloned(), if files.len() > 1 { files } else { Vec::new() });
     for (i, stage) in info.stages.iter().enumerate() {
         let spec = StageSpec {
             instance: id.clone(),
@@ -164,6 +172,7 @@ pub async fn launch(agent: &Agent, request: LaunchRequest) -> Result<InstanceInf
             batch: BATCH,
             threads: request.threads.unwrap_or(0),
             file: file.clone(),
+            parts: parts.clone(),
         };
         if stage.node == me {
             start_local(agent, spec, me);

@@ -1,13 +1,13 @@
 //! A stage's share of the model: before a node starts a stage's worker it makes sure it holds what that
 //! stage reads, and fetches only that when it does not. The owner names the file (name, size, hash,
-//! repository — never only a path, which differs from node to node); the stage's node looks for it at
-//! the owner's path and in its library (a whole file, or a shard holding the stage's layers). Missing,
-//! it fetches the stage's share ([`shard::fetch_from`]: the header and the stage's tensors, into a
-//! sparse shard file in its models directory) from the member with the fastest measured link that
-//! offers the whole file, trying the next one if that fails, and from the hub (when the repository is
-//! known) only when no member can serve it. Progress goes to the owner as the stage's `fetch`; the
-//! fetch ends when its instance does. Before a launch, [`plan_fetches`] tells the preview which node
-//! would fetch how much, and from where.
+//! repository — never only a path, which differs from node to node), and of a split GGUF set every
+//! part; the stage's node looks for them at the owner's path and in its library (whole files, or shards
+//! holding the stage's layers). Missing, it fetches the stage's share ([`shard::fetch_parts`]: each
+//! file's header and the stage's tensors it holds, into sparse shard files side by side in its models
+//! directory) from the member with the fastest measured link that offers every file whole, trying the
+//! next one if that fails, and from the hub (when the repository is known) only when no member can
+//! serve it. Progress goes to the owner as the stage's `fetch`; the fetch ends when its instance does.
+//! Before a launch, [`plan_fetches`] tells the preview which node would fetch how much, and from where.
 
 use super::lifecycle::StageReport;
 use super::InstanceState;
@@ -47,30 +47,32 @@ pub struct StageFetch {
     pub done: bool,
 }
 
-/// Where a stage's node finds the model: a file here that holds the stage's share already, or one to
-/// complete (a shard of other layers of the same file, or nothing yet).
+/// Where a stage's node finds the model: a file here that holds the stage's share already, or the
+/// files to complete (shards of other layers of the same files, or nothing yet): one, or each part of a
+/// split set, side by side.
 enum Found {
     Ready(PathBuf),
-    Missing { destination: PathBuf },
+    Missing { destinations: Vec<PathBuf> },
 }
 
-/// Makes sure this node holds what the stage `spec` reads, fetching its share if needed, reporting
-/// progress through `report`. Returns the path the worker opens.
+/// Makes sure this node holds what the stage `spec` reads, fetching its share if needed (of a split
+/// set, each part's share), reporting progress through `report`. Returns the path the worker opens.
 pub async fn ensure_share(
     agent: &Agent,
     spec: &StageSpec,
     report: impl Fn(StageReport) + Send + Sync + 'static,
 ) -> Result<PathBuf, String> {
-    let Some(file) = spec.file.clone() else { return Ok(spec.model_path.clone()) };
+    let files = spec.files();
+    let Some(file) = files.first().cloned() else { return Ok(spec.model_path.clone()) };
     let library = Library::new(&agent.config.data_dir);
     let (path, layers) = (spec.model_path.clone(), spec.layers.clone());
-    let wanted = file.clone();
+    let wanted = files.clone();
     let found = tokio::task::spawn_blocking(move || find_here(&library, &path, &wanted, layers))
         .await
         .map_err(|e| e.to_string())??;
-    let destination = match found {
+    let destinations = match found {
         Found::Ready(path) => return Ok(path),
-        Found::Missing { destination } => destination,
+        Found::Missing { destinations } => destinations,
     };
     let report = Arc::new(report);
     // The fetch ends with its instance (stopped, or failed elsewhere meanwhile).
@@ -83,15 +85,19 @@ pub async fn ensure_share(
         })
     };
     let mut failures = Vec::new();
-    for (node, name, addr) in members_offering(agent, &file).await {
-        let reader =
-            PeerRanges::new(&name, addr, agent.secret_bytes(), file.clone(), tokio::runtime::Handle::current());
-        let reader = Stoppable::new(reader, stop.clone(), &destination);
-        let source =
-            ShardSource { url: PeerRanges::url(&name, &file), size: Some(file.size), sha256: file.sha256.clone() };
-        match fetch(reader, source, &destination, spec.layers.clone(), (Some(node), name.clone()), report.clone()).await
-        {
-            Ok(()) => return Ok(destination),
+    for (node, name, addr) in members_offering(agent, &files).await {
+        let parts = files
+            .iter()
+            .zip(&destinations)
+            .map(|(file, destination)| {
+                let reader =
+                    PeerRanges::new(&name, addr, agent.secret_bytes(), file.clone(), tokio::runtime::Handle::current());
+                let url = PeerRanges::url(&name, file);
+                Part::new(Stoppable::new(reader, stop.clone(), destination), url, file, destination)
+            })
+            .collect();
+        match fetch(parts, spec.layers.clone(), (Some(node), name.clone()), report.clone()).await {
+            Ok(()) => return Ok(destinations[0].clone()),
             Err(e) if stop() => return Err(e),
             Err(e) => {
                 tracing::warn!("fetching the share of stage {} from {name} failed: {e}", spec.stage);
@@ -101,66 +107,92 @@ pub async fn ensure_share(
     }
     if let Some(repo) = &file.repo {
         let hub = Hub::from_env();
-        let url = hub.file_url(repo, "main", &file.name);
-        let reader = Stoppable::new(shard::HubRanges::new(&hub, &url), stop.clone(), &destination);
-        let source = ShardSource { url, size: Some(file.size), sha256: file.sha256.clone() };
+        let parts = files
+            .iter()
+            .zip(&destinations)
+            .map(|(file, destination)| {
+                let url = hub.file_url(repo, "main", &file.name);
+                let reader = Stoppable::new(shard::HubRanges::new(&hub, &url), stop.clone(), destination);
+                Part::new(reader, url, file, destination)
+            })
+            .collect();
         let from = (None, format!("Hugging Face ({repo})"));
-        match fetch(reader, source, &destination, spec.layers.clone(), from, report.clone()).await {
-            Ok(()) => return Ok(destination),
+        match fetch(parts, spec.layers.clone(), from, report.clone()).await {
+            Ok(()) => return Ok(destinations[0].clone()),
             Err(e) => failures.push(format!("from the hub: {e}")),
         }
     }
     Err(if failures.is_empty() {
         format!(
-            "{} is not here and no member offers it (nor is its Hugging Face repository known): copy it to this node or pull it here",
-            file.name
+            "{} is not here and no member offers it{} (nor is its Hugging Face repository known): copy it to this node or pull it here",
+            file.name,
+            if files.len() > 1 { " with every part of its set" } else { "" }
         )
     } else {
         format!("this node lacks its share of {} and could not fetch it: {}", file.name, failures.join("; "))
     })
 }
 
-/// Looks for the stage's share at the owner's path, then in the library (by file name and size); fails
-/// when the owner named the file or its repository with anything but plain names.
-fn find_here(library: &Library, owner_path: &Path, file: &OfferedFile, layers: Range<usize>) -> Result<Found, String> {
+/// Looks for the stage's share at the owner's path, then in the library (by file names and sizes);
+/// fails when the owner named a file or its repository with anything but plain names.
+fn find_here(
+    library: &Library,
+    owner_path: &Path,
+    files: &[OfferedFile],
+    layers: Range<usize>,
+) -> Result<Found, String> {
     let models_dir = library.models_dir();
-    let destination = names::destination(&models_dir, file.repo.as_deref(), &file.name).map_err(|e| e.to_string())?;
+    let destinations = files
+        .iter()
+        .map(|file| names::destination(&models_dir, file.repo.as_deref(), &file.name).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<PathBuf>, String>>()?;
     // The owner's path counts only when it holds everything (a disk the nodes share): a shard there is
-    // the owner's to complete, not this node's.
-    if let Holds::All = holds_share(owner_path, file, layers.clone()) {
-        return Ok(Found::Ready(owner_path.to_path_buf()));
+    // the owner's to complete, not this node's. The other parts of a set lie beside the first.
+    let owner_paths: Vec<PathBuf> = files.iter().map(|f| owner_path.with_file_name(&f.name)).collect();
+    if owner_path.file_name().is_some_and(|n| *n == *files[0].name) {
+        if let Holds::All = holds_share(&owner_paths, files, layers.clone()) {
+            return Ok(Found::Ready(owner_path.to_path_buf()));
+        }
     }
     let mut partial = None;
     for model in library.list() {
-        for path in model.parts.into_iter().filter(|p| p.file_name().is_some_and(|n| *n == *file.name)) {
-            match holds_share(&path, file, layers.clone()) {
-                Holds::All => return Ok(Found::Ready(path)),
-                Holds::Part => partial = partial.or(Some(path)),
-                Holds::Nothing => {}
-            }
+        let same_names = model.parts.len() == files.len()
+            && model.parts.iter().zip(files).all(|(p, f)| p.file_name().is_some_and(|n| *n == *f.name));
+        if !same_names {
+            continue;
+        }
+        match holds_share(&model.parts, files, layers.clone()) {
+            Holds::All => return Ok(Found::Ready(model.path)),
+            Holds::Part => partial = partial.or(Some(model.parts)),
+            Holds::Nothing => {}
         }
     }
-    Ok(Found::Missing { destination: partial.unwrap_or(destination) })
+    Ok(Found::Missing { destinations: partial.unwrap_or(destinations) })
 }
 
 enum Holds {
-    /// The whole file, or a shard with every tensor of the stage.
+    /// Every file whole, or shards with every tensor of the stage.
     All,
-    /// A shard of this file without all of the stage's tensors.
+    /// Shards of these files without all of the stage's tensors.
     Part,
     Nothing,
 }
 
-fn holds_share(path: &Path, file: &OfferedFile, layers: Range<usize>) -> Holds {
-    let Some(here) = peer_copy::describe(path) else { return Holds::Nothing };
-    if here.size != file.size || !same_hash(&here, file) {
+/// What the files at `paths` (one, or each part of a set) hold of the stage's share of `files`.
+fn holds_share(paths: &[PathBuf], files: &[OfferedFile], layers: Range<usize>) -> Holds {
+    let same = paths.iter().zip(files).all(|(path, file)| {
+        peer_copy::describe(path).is_some_and(|here| here.size == file.size && same_hash(&here, file))
+    });
+    if !same || paths.len() != files.len() {
         return Holds::Nothing;
     }
-    if !shard::is_shard(path) {
+    if !paths.iter().any(|p| shard::is_shard(p)) {
         return Holds::All;
     }
-    let complete = Model::open(path).is_ok_and(|model| {
-        layers.end <= model.config().layers && shard::check_present(path, &model.stage_tensors(layers)).is_ok()
+    let complete = Model::open(&paths[0]).is_ok_and(|model| {
+        layers.end <= model.config().layers
+            && model.parts().len() == paths.len()
+            && paths.iter().zip(model.stage_tensors_by_part(layers)).all(|(p, t)| shard::check_present(p, &t).is_ok())
     });
     if complete {
         Holds::All
@@ -169,9 +201,9 @@ fn holds_share(path: &Path, file: &OfferedFile, layers: Range<usize>) -> Holds {
     }
 }
 
-/// The members that offer `file` (same name, size and, when both know it, hash), fastest measured link
-/// to this node first.
-async fn members_offering(agent: &Agent, file: &OfferedFile) -> Vec<(NodeId, String, std::net::SocketAddr)> {
+/// The members that offer every one of `files` whole (same name, size and, when both know it, hash),
+/// fastest measured link to this node first.
+async fn members_offering(agent: &Agent, files: &[OfferedFile]) -> Vec<(NodeId, String, std::net::SocketAddr)> {
     let snapshot = agent.snapshot();
     let me = agent.id();
     let asks = snapshot.nodes.iter().filter(|n| !n.is_self && n.status == "alive").filter_map(|n| {
@@ -179,13 +211,8 @@ async fn members_offering(agent: &Agent, file: &OfferedFile) -> Vec<(NodeId, Str
         let secret = agent.secret_bytes();
         let (id, name) = (n.id, n.name.clone());
         Some(async move {
-            let files = tokio::time::timeout(LIST_TIMEOUT, peer_copy::list(addr, &secret)).await;
-            let offers = files
-                .ok()?
-                .ok()?
-                .into_iter()
-                .any(|f| f.name == file.name && f.layers.is_none() && f.size == file.size && same_hash(&f, file));
-            offers.then_some((id, name, addr))
+            let offered = tokio::time::timeout(LIST_TIMEOUT, peer_copy::list(addr, &secret)).await.ok()?.ok()?;
+            offers_all(&offered, files).then_some((id, name, addr))
         })
     });
     let mut members: Vec<_> = futures_util::future::join_all(asks).await.into_iter().flatten().collect();
@@ -193,16 +220,33 @@ async fn members_offering(agent: &Agent, file: &OfferedFile) -> Vec<(NodeId, Str
     members
 }
 
-/// Fetches the stage's share from `reader` into `destination`, reporting progress as the stage's fetch.
-async fn fetch(
-    mut reader: impl shard::RangeReader + Send + 'static,
+/// Whether `offered` (a member's list) holds every one of `files` whole.
+fn offers_all(offered: &[OfferedFile], files: &[OfferedFile]) -> bool {
+    files.iter().all(|file| offered.iter().any(|f| f.layers.is_none() && same_file(f, file)))
+}
+
+/// One file of a stage's fetch, with its reader (which must outlive the async caller).
+struct Part {
+    reader: Box<dyn shard::RangeReader + Send>,
     source: ShardSource,
-    destination: &Path,
+    destination: PathBuf,
+}
+
+impl Part {
+    fn new(reader: impl shard::RangeReader + Send + 'static, url: String, file: &OfferedFile, to: &Path) -> Part {
+        let source = ShardSource { url, size: Some(file.size), sha256: file.sha256.clone() };
+        Part { reader: Box::new(reader), source, destination: to.to_path_buf() }
+    }
+}
+
+/// Fetches the stage's share of every file from the readers of `parts`, reporting progress as the
+/// stage's fetch.
+async fn fetch(
+    mut parts: Vec<Part>,
     layers: Range<usize>,
     from: (Option<NodeId>, String),
     report: Arc<impl Fn(StageReport) + Send + Sync + 'static>,
 ) -> Result<(), String> {
-    let destination = destination.to_path_buf();
     let blocking = move || {
         let (from_node, from) = from;
         let mut last = StageFetch { from_node, from, ..StageFetch::default() };
@@ -218,9 +262,17 @@ async fn fetch(
                 ..Default::default()
             });
         };
-        let fetched =
-            shard::fetch_from(&mut reader, &source, &destination, layers, &mut progress).map_err(|e| e.to_string())?;
-        tracing::info!("fetched {} bytes of {} from {}", fetched.bytes_fetched, source.url, last.from);
+        let url = parts[0].source.url.clone();
+        let mut fetches: Vec<shard::PartFetch> = parts
+            .iter_mut()
+            .map(|p| shard::PartFetch {
+                reader: p.reader.as_mut(),
+                source: p.source.clone(),
+                destination: p.destination.clone(),
+            })
+            .collect();
+        let fetched = shard::fetch_parts(&mut fetches, layers, &mut progress).map_err(|e| e.to_string())?;
+        tracing::info!("fetched {} bytes of {url} (and the other parts) from {}", fetched.bytes_fetched, last.from);
         let fetch = StageFetch { bytes_fetched: fetched.bytes_fetched, done: true, ..last };
         report(StageReport {
             state: WorkerState::Starting,
@@ -243,10 +295,11 @@ pub struct ShareNeed {
     pub from: Option<String>,
 }
 
-/// For each stage of `plan`, what its node lacks of `model` (None: it holds its share already),
-/// from what the members list (`GET /api/models/cluster`'s view) and this node's own library.
-pub async fn plan_fetches(agent: &Agent, model: &Model, path: &Path, plan: &Plan) -> Vec<Option<ShareNeed>> {
-    let Some(file) = peer_copy::describe(path) else { return vec![None; plan.stages.len()] };
+/// For each stage of `plan`, what its node lacks of `model` (None: it holds its share already), from
+/// what the members list (`GET /api/models/cluster`'s view) and this node's own library. Of a split
+/// set, each part's header and the stage's tensors it holds count.
+pub async fn plan_fetches(agent: &Agent, model: &Model, plan: &Plan) -> Vec<Option<ShareNeed>> {
+    let Some(files) = peer_copy::describe_model(model) else { return vec![None; plan.stages.len()] };
     let me = agent.id();
     let snapshot = agent.snapshot();
     let lists = snapshot.nodes.iter().filter(|n| n.is_self || n.status == "alive").map(|n| {
@@ -264,29 +317,35 @@ pub async fn plan_fetches(agent: &Agent, model: &Model, path: &Path, plan: &Plan
     });
     let holdings: Vec<(NodeId, String, Vec<OfferedFile>)> =
         futures_util::future::join_all(lists).await.into_iter().flatten().collect();
-    let same = |f: &OfferedFile| f.name == file.name && f.size == file.size && same_hash(f, &file);
     let whole: Vec<&(NodeId, String, Vec<OfferedFile>)> =
-        holdings.iter().filter(|(_, _, files)| files.iter().any(|f| same(f) && f.layers.is_none())).collect();
+        holdings.iter().filter(|(_, _, offered)| offers_all(offered, &files)).collect();
     plan.stages
         .iter()
         .map(|stage| {
             let held = holdings.iter().find(|(id, _, _)| *id == stage.node).map(|(_, _, files)| files);
-            let holds = held.is_some_and(|files| {
-                files.iter().filter(|f| same(f)).any(|f| match &f.layers {
-                    None => true,
-                    Some(text) => layers_cover(text, &stage.layers),
+            let holds = held.is_some_and(|held| {
+                files.iter().all(|file| {
+                    held.iter().filter(|f| same_file(f, file)).any(|f| match &f.layers {
+                        None => true,
+                        Some(text) => layers_cover(text, &stage.layers),
+                    })
                 })
             });
             if holds {
                 return None;
             }
-            let bytes = model.file().data_offset()
-                + model.stage_tensors(stage.layers.clone()).iter().map(|t| t.bytes).sum::<u64>();
+            let tensors = model.stage_tensors_by_part(stage.layers.clone());
+            let bytes = model
+                .parts()
+                .iter()
+                .zip(&tensors)
+                .map(|(part, tensors)| part.data_offset() + tensors.iter().map(|t| t.bytes).sum::<u64>())
+                .sum();
             let nearest = whole
                 .iter()
                 .filter(|(id, _, _)| *id != stage.node)
                 .max_by_key(|(id, _, _)| throughput(&snapshot, *id, stage.node));
-            let from = match (nearest, &file.repo) {
+            let from = match (nearest, &files[0].repo) {
                 (Some((_, name, _)), _) => Some(name.clone()),
                 (None, Some(repo)) => Some(format!("Hugging Face ({repo})")),
                 (None, None) => None,
@@ -306,6 +365,11 @@ fn layers_cover(text: &str, wanted: &Range<usize>) -> bool {
 fn throughput(snapshot: &ClusterSnapshot, from: NodeId, to: NodeId) -> u64 {
     let link = snapshot.links.iter().find(|l| (l.a == from && l.b == to) || (l.a == to && l.b == from));
     link.and_then(|l| if l.a == from { l.throughput_a_to_b_bps } else { l.throughput_b_to_a_bps }).unwrap_or(0)
+}
+
+/// Whether `a` and `b` are the same file: same name and size, and same hash when both know it.
+fn same_file(a: &OfferedFile, b: &OfferedFile) -> bool {
+    a.name == b.name && a.size == b.size && same_hash(a, b)
 }
 
 fn same_hash(a: &OfferedFile, b: &OfferedFile) -> bool {

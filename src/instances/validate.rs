@@ -3,9 +3,12 @@
 //! or take over another member's instance. Each check says what was wrong; the message is then dropped.
 
 use super::InstanceInfo;
+use crate::model::library::split_part;
 use crate::model::names;
+use crate::model::peer_copy::OfferedFile;
 use crate::node::NodeId;
 use crate::worker::supervisor::StageSpec;
+use std::path::Path;
 
 /// Most stages an instance may have (a cluster has at most a few dozen nodes).
 const MAX_STAGES: usize = 256;
@@ -16,6 +19,8 @@ const MAX_CONTEXT: usize = 1 << 22;
 const MAX_SEQUENCES: usize = 1024;
 const MAX_BATCH: usize = 1 << 16;
 const MAX_THREADS: usize = 1024;
+/// Most parts a split set may have (llama.cpp numbers them with five digits; real sets have a few dozen).
+const MAX_PARTS: usize = 1024;
 /// Longest model name and instance id.
 const MAX_NAME: usize = 256;
 
@@ -55,6 +60,34 @@ pub fn stage_spec(spec: &StageSpec) -> Result<(), String> {
     if let Some(repo) = &file.repo {
         names::repo(repo).map_err(|e| e.to_string())?;
     }
+    split_parts(file, &spec.parts)
+}
+
+/// The parts of a split set a stage names: as many as their names say, each a plain name of the form
+/// `NAME-0000N-of-0000M.gguf` with one NAME, numbered in order, from the same repository, the first
+/// being the stage's file; none when the file is not part of a set.
+fn split_parts(file: &OfferedFile, parts: &[OfferedFile]) -> Result<(), String> {
+    let Some((base, _, count)) = split_part(Path::new(&file.name)).filter(|(_, _, count)| *count > 1) else {
+        return match parts {
+            [] => Ok(()),
+            _ => Err(format!("{} is not the first part of a split set, yet the stage names parts", file.name)),
+        };
+    };
+    if parts.len() != count as usize || count as usize > MAX_PARTS {
+        return Err(format!("{} is part of a set of {count} files; the stage names {} parts", file.name, parts.len()));
+    }
+    if parts[0] != *file {
+        return Err("the first part named is not the stage's file".into());
+    }
+    for (index, part) in (1..).zip(parts) {
+        names::plain(&part.name).map_err(|e| e.to_string())?;
+        if split_part(Path::new(&part.name)) != Some((base.clone(), index, count)) {
+            return Err(format!("{:?} is not part {index} of {count} of {base}", part.name));
+        }
+        if part.repo != file.repo || part.layers.is_some() {
+            return Err(format!("{} is named with another repository, or as a shard", part.name));
+        }
+    }
     Ok(())
 }
 
@@ -82,7 +115,6 @@ pub fn instance(info: &InstanceInfo, from: NodeId, existing: Option<&InstanceInf
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::peer_copy::OfferedFile;
 
     fn spec() -> StageSpec {
         StageSpec {
@@ -96,7 +128,48 @@ mod tests {
             batch: 512,
             threads: 0,
             file: Some(OfferedFile { name: "m.gguf".into(), size: 1, repo: None, sha256: None, layers: None }),
+            parts: Vec::new(),
         }
+    }
+
+    fn part(name: &str) -> OfferedFile {
+        OfferedFile { name: name.into(), size: 7, repo: Some("org/m".into()), sha256: None, layers: None }
+    }
+
+    /// A stage of the set `m-0000N-of-00003.gguf` whose parts are named `names`.
+    fn set_spec(names: &[&str]) -> StageSpec {
+        let parts: Vec<OfferedFile> = names.iter().map(|n| part(n)).collect();
+        StageSpec { file: Some(part("m-00001-of-00003.gguf")), parts, ..spec() }
+    }
+
+    #[test]
+    fn the_parts_of_a_split_set_from_members_are_checked() {
+        let good = ["m-00001-of-00003.gguf", "m-00002-of-00003.gguf", "m-00003-of-00003.gguf"];
+        assert_eq!(stage_spec(&set_spec(&good)), Ok(()));
+        let bad: [&[&str]; 7] = [
+            // A part that leads out of the models folder.
+            &["m-00001-of-00003.gguf", "../x-00002-of-00003.gguf", "m-00003-of-00003.gguf"],
+            &["m-00001-of-00003.gguf", "../m-00002-of-00003.gguf", "m-00003-of-00003.gguf"],
+            &["m-00001-of-00003.gguf", "/etc/m-00002-of-00003.gguf", "m-00003-of-00003.gguf"],
+            // Parts missing, repeated, out of order, or of another set.
+            &["m-00001-of-00003.gguf", "m-00002-of-00003.gguf"],
+            &["m-00001-of-00003.gguf", "m-00002-of-00003.gguf", "m-00002-of-00003.gguf"],
+            &["m-00001-of-00003.gguf", "m-00003-of-00003.gguf", "m-00002-of-00003.gguf"],
+            &["m-00001-of-00003.gguf", "n-00002-of-00003.gguf", "m-00003-of-00003.gguf"],
+        ];
+        for names in bad {
+            assert!(stage_spec(&set_spec(names)).is_err(), "{names:?}");
+        }
+        // The first part of a set without its other parts, and parts beside a single file.
+        assert!(stage_spec(&set_spec(&[])).is_err());
+        assert!(stage_spec(&StageSpec { parts: set_spec(&good).parts, ..spec() }).is_err());
+        // A part from another repository, or named as a shard.
+        let mut other = set_spec(&good);
+        other.parts[2].repo = Some("org/other".into());
+        assert!(stage_spec(&other).is_err());
+        let mut shard = set_spec(&good);
+        shard.parts[1].layers = Some("0-3".into());
+        assert!(stage_spec(&shard).is_err());
     }
 
     #[test]

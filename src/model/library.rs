@@ -291,21 +291,16 @@ fn describe(parts: Vec<PathBuf>, source: ModelSource) -> LibraryModel {
     model.parameters = Some(parameters);
     model.architecture = architecture;
     drop(first);
-    match super::shard::read_record(&path) {
+    match shard_summary(&parts) {
         Ok(None) => {}
-        Ok(Some(record)) => {
-            model.size_bytes = record.present_bytes();
+        Ok(Some(shard)) => {
+            model.size_bytes = shard.present_bytes;
             model.problem = Some(format!(
                 "a shard: only layers {} of {} are here, so it runs those stages, not the whole model; `shoal pull` without --layers fetches the rest",
-                record.layers_text(),
+                shard.layers,
                 model.layers.map_or("?".into(), |n| format!("0-{}", n.saturating_sub(1)))
             ));
-            model.shard = Some(ShardSummary {
-                layers: record.layers_text(),
-                ranges: record.layers.clone(),
-                present_bytes: record.present_bytes(),
-                file_bytes: record.size,
-            });
+            model.shard = Some(shard);
             return model;
         }
         Err(e) => {
@@ -324,6 +319,42 @@ fn describe(parts: Vec<PathBuf>, source: ModelSource) -> LibraryModel {
         Err(e) => model.problem = Some(e.to_string()),
     }
     model
+}
+
+/// What the files of a model hold when any of them is a shard (each part of a split set has its own
+/// record): the layers every part holds, and the bytes present. None when every file is whole.
+fn shard_summary(parts: &[PathBuf]) -> Result<Option<ShardSummary>, super::ModelError> {
+    let mut records = Vec::new();
+    let (mut present_bytes, mut file_bytes) = (0, 0);
+    for part in parts {
+        match super::shard::read_record(part)? {
+            Some(record) => {
+                present_bytes += record.present_bytes();
+                file_bytes += record.size;
+                records.push(record);
+            }
+            None => {
+                let size = std::fs::metadata(part).map(|m| m.len()).unwrap_or(0);
+                present_bytes += size;
+                file_bytes += size;
+            }
+        }
+    }
+    let Some(first) = records.first() else { return Ok(None) };
+    // A layer counts as present only where every shard part holds it (a whole part holds them all).
+    let mut ranges = first.layers.clone();
+    for record in &records[1..] {
+        ranges = ranges
+            .iter()
+            .flat_map(|a| record.layers.iter().map(move |b| a.start.max(b.start)..a.end.min(b.end)))
+            .filter(|r| !r.is_empty())
+            .collect();
+    }
+    let mut summary = super::shard::ShardRecord::new("", file_bytes, None);
+    for r in &ranges {
+        summary.add_layers(r.clone());
+    }
+    Ok(Some(ShardSummary { layers: summary.layers_text(), ranges: summary.layers, present_bytes, file_bytes }))
 }
 
 fn weights(file: &GgufFile) -> u64 {

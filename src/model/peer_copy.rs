@@ -98,7 +98,8 @@ pub struct CopyReport {
     pub sha256: String,
 }
 
-/// The files of `library` a peer may copy: every readable part of every model that is not a shard.
+/// The files of `library` a peer may copy: every readable part of every model none of whose files is a
+/// shard.
 pub fn offered_files(library: &Library) -> Vec<(OfferedFile, PathBuf)> {
     offered_of(&library.list())
 }
@@ -137,12 +138,19 @@ pub fn listed_files(library: &Library) -> Vec<OfferedFile> {
     let mut files: Vec<OfferedFile> = offered_of(&models).into_iter().map(|(f, _)| f).collect();
     for model in &models {
         let Some(shard) = &model.shard else { continue };
-        if let Some(mut file) = describe(&model.path) {
+        // Every part of a split set, each with the layers the whole set holds.
+        for mut file in model.parts.iter().filter_map(|part| describe(part)) {
             file.layers = Some(shard.layers.clone());
             files.push(file);
         }
     }
     files
+}
+
+/// How other nodes find every file of `model` ([`describe`] of each): one, or each part of a split set
+/// in order. None when one cannot be read.
+pub fn describe_model(model: &super::Model) -> Option<Vec<OfferedFile>> {
+    model.parts().iter().map(|part| describe(part.path())).collect()
 }
 
 /// How other nodes find the model file at `path` (the first part of a split set, or a shard: then its

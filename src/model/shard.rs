@@ -5,7 +5,9 @@
 //! the hub, or from any server that answers range requests for the file (a peer), and land at their
 //! offsets in a sparse file of the whole file's length, which the engine maps as it maps a whole file;
 //! the holes take no disk space. The header is read progressively: a first chunk, then more until it
-//! parses. Adjacent tensors are fetched together, one request per run of them.
+//! parses. Adjacent tensors are fetched together, one request per run of them. Of a split GGUF set each
+//! part is fetched so ([`fetch_parts`]): its header and those of the stage's tensors it holds, into a
+//! shard of its own under the part's name, beside the others, so that `Model::open` finds them.
 //!
 //! A member of the cluster serves ranges too ([`PeerRanges`]): a node fetches the share of a model
 //! another member has over the cluster's authenticated connection, each piece checked against the
@@ -28,6 +30,7 @@
 mod http;
 mod peer;
 mod record;
+mod sparse;
 
 pub use http::{Failure, HubRanges, Sink};
 pub use peer::PeerRanges;
@@ -37,9 +40,8 @@ use super::gguf::GgufHeader;
 use super::pull::{choose_files, sha256_of, Hub, HubFile, PullProgress, PullRequest, PullState};
 use super::{Model, ModelError, Value};
 use http::Meter;
-use std::fs::File;
+use sparse::{Existing, FolderLock, Shard, Spare};
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// The first request for the header asks for this much; later ones for as much again, up to
@@ -86,6 +88,12 @@ pub enum ShardError {
     NotAShard { path: PathBuf },
     #[error("cannot write {}: {source}. Check the disk's free space and the permissions", path.display())]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("a fetch needs at least one file")]
+    NoParts,
+    #[error("{} is not in the folder of {}: the parts of a split set must lie side by side", part.display(), first.display())]
+    PartElsewhere { part: PathBuf, first: PathBuf },
+    #[error("{} opens as a model of {found} file(s) where {parts} were fetched: the parts named are not the set's. Check the names of its parts", first.display())]
+    PartsDiffer { first: PathBuf, parts: usize, found: usize },
     #[error(transparent)]
     Model(#[from] ModelError),
 }
@@ -143,9 +151,10 @@ pub struct ShardSource {
 /// What a fetch did.
 #[derive(Clone, Debug)]
 pub struct Fetched {
-    /// Bytes that came over the network.
+    /// Bytes that came over the network (of every part of a split set).
     pub bytes_fetched: u64,
-    /// The shard's record afterwards; None when the whole file was already there.
+    /// The shard's record afterwards (of a split set, the first part's; each part has its own beside
+    /// it); None when the whole file was already there.
     pub record: Option<ShardRecord>,
 }
 
@@ -162,7 +171,8 @@ pub fn parse_layers(spec: &str) -> Result<Range<usize>, ShardError> {
 }
 
 /// Fetches the shard of `layers` of the hub model `request` names into `models_dir`, where `pull`
-/// puts the whole file. Returns the file's path.
+/// puts the whole file: of a split set, each part's share (its header and the stage's tensors it
+/// holds). Returns the path to open (the first part of a set).
 pub fn pull_shard(
     hub: &Hub,
     models_dir: &Path,
@@ -171,21 +181,23 @@ pub fn pull_shard(
     progress: &mut dyn FnMut(&PullProgress),
 ) -> anyhow::Result<PathBuf> {
     let files = choose_files(request, &hub.files(&request.repo, request.revision())?)?;
-    let [file] = files.as_slice() else {
-        anyhow::bail!(
-            "{} is a split GGUF set of {} files; a shard can only be fetched from a single-file model (download the set without --layers)",
-            files.first().map_or("the model", |f| f.path.as_str()),
-            files.len()
-        );
-    };
-    let source = ShardSource {
-        url: hub.file_url(&request.repo, request.revision(), &file.path),
-        size: Some(file.size),
-        sha256: file.sha256.clone(),
-    };
-    let destination = super::pull::hub_destination(models_dir, &request.repo, &file.path)?;
-    fetch(hub, &source, &destination, layers, progress)?;
-    Ok(destination)
+    let mut readers = Vec::with_capacity(files.len());
+    let mut sources = Vec::with_capacity(files.len());
+    for file in &files {
+        let url = hub.file_url(&request.repo, request.revision(), &file.path);
+        readers.push(HubRanges::new(hub, &url));
+        sources.push((
+            ShardSource { url, size: Some(file.size), sha256: file.sha256.clone() },
+            super::pull::hub_destination(models_dir, &request.repo, &file.path)?,
+        ));
+    }
+    let mut parts: Vec<PartFetch> = readers
+        .iter_mut()
+        .zip(sources)
+        .map(|(reader, (source, destination))| PartFetch { reader, source, destination })
+        .collect();
+    fetch_parts(&mut parts, layers, progress)?;
+    Ok(parts[0].destination.clone())
 }
 
 /// Fetches what a stage running `layers` reads from the URL `source` names (over HTTP, with the hub's
@@ -201,8 +213,7 @@ pub fn fetch(
 }
 
 /// Fetches what a stage running `layers` reads from `reader` into the sparse file `destination`,
-/// adding to a shard already there. Nothing is fetched when `destination` is already the whole file.
-/// Fetches into one folder take turns (also across processes): two of them never write one record.
+/// adding to a shard already there; see [`fetch_parts`].
 pub fn fetch_from(
     reader: &mut dyn RangeReader,
     source: &ShardSource,
@@ -210,57 +221,114 @@ pub fn fetch_from(
     layers: Range<usize>,
     progress: &mut dyn FnMut(&PullProgress),
 ) -> Result<Fetched, ShardError> {
-    let _turn = FolderLock::take(destination)?;
-    let name = destination.file_name().unwrap_or_default().to_string_lossy().into_owned();
-    let mut meter = Meter::new(&name, progress);
-    let (mut shard, spare) = match Shard::open(destination, source)? {
-        Existing::Whole(size) => {
-            meter.set(size, size, PullState::Done);
-            return Ok(Fetched { bytes_fetched: 0, record: None });
-        }
-        Existing::Shard(shard) => (shard, None),
-        Existing::Nothing => {
-            let (header, size) = fetch_header(reader, source, &mut meter)?;
-            Shard::create(destination, source, size, header)?
-        }
+    let part = PartFetch { reader, source: source.clone(), destination: destination.into() };
+    fetch_parts(&mut [part], layers, progress)
+}
+
+/// One file of a fetch — the only file of a model, or a part of a split set — with where its bytes come
+/// from and where they go.
+pub struct PartFetch<'a> {
+    pub reader: &'a mut dyn RangeReader,
+    pub source: ShardSource,
+    pub destination: PathBuf,
+}
+
+/// Fetches what a stage running `layers` reads from every file of a model (`parts`: the one file, or
+/// each part of a split set in order, all in one folder under the names `Model::open` finds them by):
+/// each file's header, then from each the stage's tensors it holds, into sparse shard files, adding
+/// to shards already there. Nothing is fetched of a file that is already whole. Fetches into one
+/// folder take turns (also across processes): two of them never write one record.
+pub fn fetch_parts(
+    parts: &mut [PartFetch<'_>],
+    layers: Range<usize>,
+    progress: &mut dyn FnMut(&PullProgress),
+) -> Result<Fetched, ShardError> {
+    let Some(first) = parts.first().map(|p| p.destination.clone()) else {
+        return Err(ShardError::NoParts);
     };
-    let model = Model::open(destination).inspect_err(|_| shard.forget_if_new())?;
+    if let Some(other) = parts.iter().find(|p| p.destination.parent() != first.parent()) {
+        return Err(ShardError::PartElsewhere { part: other.destination.clone(), first });
+    }
+    let _turn = FolderLock::take(&first)?;
+    let name = first.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    let mut meter = Meter::new(&name, progress);
+    let mut opened: Vec<Option<(Shard, Spare)>> = Vec::with_capacity(parts.len());
+    let mut whole = 0;
+    for part in parts.iter_mut() {
+        opened.push(match Shard::open(&part.destination, &part.source)? {
+            Existing::Whole(size) => {
+                whole += size;
+                None
+            }
+            Existing::Shard(shard) => Some((shard, None)),
+            Existing::Nothing => {
+                let (header, size) = fetch_header(part.reader, &part.source, &mut meter)?;
+                Some(Shard::create(&part.destination, &part.source, size, header)?)
+            }
+        });
+    }
+    if opened.iter().all(Option::is_none) {
+        meter.set(whole, whole, PullState::Done);
+        return Ok(Fetched { bytes_fetched: 0, record: None });
+    }
+    let forget = |opened: &[Option<(Shard, Spare)>]| opened.iter().flatten().for_each(|(s, _)| s.forget_if_new());
+    let model = Model::open(&first).inspect_err(|_| forget(&opened))?;
+    let found: Vec<&Path> = model.parts().iter().map(|p| p.path()).collect();
+    if found.len() != parts.len() || found.iter().zip(parts.iter()).any(|(f, p)| **f != *p.destination) {
+        forget(&opened);
+        return Err(ShardError::PartsDiffer { first, parts: parts.len(), found: found.len() });
+    }
     let model_layers = model.config().layers;
     if layers.is_empty() || layers.end > model_layers {
-        shard.forget_if_new();
+        forget(&opened);
         return Err(ShardError::LayersOutside { layers, model_layers });
     }
     // Gaps smaller than the alignment are padding: fetched with their neighbours, not on their own.
     let alignment = model.file().get("general.alignment").and_then(Value::as_u64).unwrap_or(32);
-    let mut wanted: Vec<Range<u64>> =
-        model.stage_tensors(layers.clone()).iter().map(|t| t.offset..t.offset.saturating_add(t.bytes)).collect();
-    record::merge(&mut wanted, alignment);
-    if let Some((offset, bytes)) = spare {
-        // Bytes past the header that came with its last chunk: keep those the stage needs.
-        for run in shard.record.missing(&wanted) {
-            let (from, to) = (run.start.max(offset), run.end.min(offset + bytes.len() as u64));
-            if from < to {
-                shard.write(from, &bytes[(from - offset) as usize..(to - offset) as usize])?;
-                shard.commit(from..to)?;
+    let by_part = model.stage_tensors_by_part(layers.clone());
+    let mut plans = Vec::new();
+    let (mut total, mut left) = (whole, 0);
+    for (index, (opened, tensors)) in opened.into_iter().zip(&by_part).enumerate() {
+        let Some((mut shard, spare)) = opened else { continue };
+        let mut wanted: Vec<Range<u64>> = tensors.iter().map(|t| t.offset..t.offset.saturating_add(t.bytes)).collect();
+        record::merge(&mut wanted, alignment);
+        if let Some((offset, bytes)) = spare {
+            // Bytes past the header that came with its last chunk: keep those the stage needs.
+            for run in shard.record.missing(&wanted) {
+                let (from, to) = (run.start.max(offset), run.end.min(offset + bytes.len() as u64));
+                if from < to {
+                    shard.write(from, &bytes[(from - offset) as usize..(to - offset) as usize])?;
+                    shard.commit(from..to)?;
+                }
             }
         }
+        let missing = shard.record.missing(&wanted);
+        total += shard.record.header_bytes + wanted.iter().map(|r| r.end - r.start).sum::<u64>();
+        left += missing.iter().map(|r| r.end - r.start).sum::<u64>();
+        plans.push((index, shard, missing));
     }
-    let missing = shard.record.missing(&wanted);
-    let total: u64 = shard.record.header_bytes + wanted.iter().map(|r| r.end - r.start).sum::<u64>();
-    let left: u64 = missing.iter().map(|r| r.end - r.start).sum();
-    if let Some(free) = crate::util::free_disk_bytes(destination).filter(|&free| free < left) {
-        return Err(ShardError::NoSpace { path: destination.into(), needed: left, free });
+    if let Some(free) = crate::util::free_disk_bytes(&first).filter(|&free| free < left) {
+        return Err(ShardError::NoSpace { path: first, needed: left, free });
     }
     meter.set(total - left, total, PullState::Downloading);
-    for run in missing {
-        fetch_run(reader, &source.url, &mut shard, run, &mut meter)?;
+    let mut record = None;
+    for (index, mut shard, missing) in plans {
+        let part = &mut parts[index];
+        for run in missing {
+            fetch_run(part.reader, &part.source.url, &mut shard, run, &mut meter)?;
+        }
+        shard.record.source = part.source.url.clone();
+        shard.record.add_layers(layers.clone());
+        shard.save()?;
+        if index == 0 {
+            record = Some(shard.record.clone());
+        }
     }
-    shard.record.source = source.url.clone();
-    shard.record.add_layers(layers.clone());
-    shard.save()?;
-    check_present(destination, &model.stage_tensors(layers))?;
+    for (part, tensors) in parts.iter().zip(&by_part) {
+        check_present(&part.destination, tensors)?;
+    }
     meter.state(PullState::Done);
-    Ok(Fetched { bytes_fetched: meter.fetched, record: Some(shard.record) })
+    Ok(Fetched { bytes_fetched: meter.fetched, record })
 }
 
 /// Completes the shard at `destination` for `pull` from the hub; see [`complete_from`].
@@ -418,160 +486,4 @@ fn retry(
         }
     }
     Err(ShardError::Interrupted { url: url.to_string(), attempts: ATTEMPTS, reason: last_reason })
-}
-
-/// Bytes that came after the header in its last chunk: their offset and contents.
-type Spare = Option<(u64, Vec<u8>)>;
-
-/// What is at the destination before a fetch.
-enum Existing {
-    Nothing,
-    /// The whole file, of this size.
-    Whole(u64),
-    Shard(Shard),
-}
-
-/// An open shard: its sparse file and record.
-struct Shard {
-    path: PathBuf,
-    file: File,
-    record: ShardRecord,
-    /// Created by this fetch (and removed again if the model turns out unusable).
-    new: bool,
-}
-
-impl Shard {
-    fn open(path: &Path, source: &ShardSource) -> Result<Existing, ShardError> {
-        let record = read_record(path)?;
-        let length = match std::fs::metadata(path) {
-            Ok(meta) => Some(meta.len()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(source) => return Err(ShardError::Io { path: path.into(), source }),
-        };
-        let mut record = match (record, length) {
-            (None, None) => return Ok(Existing::Nothing),
-            (Some(_), None) => {
-                // A record whose file is gone (deleted, or a fetch stopped before creating it).
-                let _ = std::fs::remove_file(sidecar(path));
-                return Ok(Existing::Nothing);
-            }
-            (None, Some(length)) if source.size == Some(length) => return Ok(Existing::Whole(length)),
-            (None, Some(_)) => return Err(ShardError::NotAShard { path: path.into() }),
-            (Some(record), Some(_)) if record.header_bytes == 0 || !record.covers(&(0..record.header_bytes)) => {
-                // A fetch that stopped before its header was on disk left nothing worth keeping.
-                let _ = std::fs::remove_file(path);
-                let _ = std::fs::remove_file(sidecar(path));
-                return Ok(Existing::Nothing);
-            }
-            (Some(record), Some(length)) => {
-                if length != record.size {
-                    let reason = format!("the file has {length} bytes, its record says {}", record.size);
-                    return Err(ShardError::DifferentFile { path: path.into(), reason });
-                }
-                record
-            }
-        };
-        if let Some(size) = source.size.filter(|&s| s != record.size) {
-            let reason = format!("{} serves {size} bytes, the shard has {}", source.url, record.size);
-            return Err(ShardError::DifferentFile { path: path.into(), reason });
-        }
-        match (&source.sha256, &record.sha256) {
-            (Some(new), Some(old)) if new != old => {
-                let reason = format!("sha256 {new} at {}, {old} for the shard", source.url);
-                return Err(ShardError::DifferentFile { path: path.into(), reason });
-            }
-            (Some(new), None) => record.sha256 = Some(new.clone()),
-            _ => {}
-        }
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|source| ShardError::Io { path: path.into(), source })?;
-        Ok(Existing::Shard(Shard { path: path.into(), file, record, new: false }))
-    }
-
-    /// Creates the sparse file with its header. Returns the shard and the bytes that came after the
-    /// header (their offset and contents).
-    fn create(path: &Path, source: &ShardSource, size: u64, bytes: Vec<u8>) -> Result<(Shard, Spare), ShardError> {
-        let io = |source| ShardError::Io { path: path.into(), source };
-        let header = GgufHeader::parse(path, &bytes)?;
-        let header_end = header.data_offset as usize;
-        if bytes.len() < header_end {
-            return Err(ShardError::HeaderTooLarge { url: source.url.clone(), limit: bytes.len() as u64 });
-        }
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(io)?;
-        }
-        // The record comes first, claiming nothing: a file never exists without one.
-        let mut record = ShardRecord::new(&source.url, size, source.sha256.clone());
-        record.header_bytes = header.data_offset;
-        record::save_record(path, &mut record).map_err(io)?;
-        let file = File::options().read(true).write(true).create_new(true).open(path).map_err(io)?;
-        file.set_len(size).map_err(io)?;
-        let mut shard = Shard { path: path.into(), file, record, new: true };
-        shard.write(0, &bytes[..header_end])?;
-        shard.commit(0..header.data_offset)?;
-        let spare = (bytes.len() > header_end).then(|| (header.data_offset, bytes[header_end..].to_vec()));
-        Ok((shard, spare))
-    }
-
-    fn write(&self, offset: u64, bytes: &[u8]) -> Result<(), ShardError> {
-        self.file.write_all_at(bytes, offset).map_err(|source| ShardError::Io { path: self.path.clone(), source })
-    }
-
-    /// Records `range` as present, once its bytes are on disk.
-    fn commit(&mut self, range: Range<u64>) -> Result<(), ShardError> {
-        if range.is_empty() {
-            return Ok(());
-        }
-        self.file.sync_data().map_err(|source| ShardError::Io { path: self.path.clone(), source })?;
-        self.record.add_present(range);
-        self.save()
-    }
-
-    fn save(&mut self) -> Result<(), ShardError> {
-        record::save_record(&self.path, &mut self.record)
-            .map_err(|source| ShardError::Io { path: sidecar(&self.path), source })
-    }
-
-    /// Removes a shard this fetch created, when its model turns out to be one shoal cannot run.
-    fn forget_if_new(&self) {
-        if self.new {
-            let _ = std::fs::remove_file(&self.path);
-            let _ = std::fs::remove_file(sidecar(&self.path));
-        }
-    }
-}
-
-/// A turn at fetching into a folder: an exclusive lock on the folder itself, held until dropped. It
-/// keeps two fetches (two stages of one node, or `shoal pull --layers` beside a running node) from
-/// writing the same shard and its record at once. A folder it had to create goes again if the fetch
-/// left it empty.
-struct FolderLock {
-    folder: PathBuf,
-    created: bool,
-    _held: File,
-}
-
-impl FolderLock {
-    fn take(destination: &Path) -> Result<FolderLock, ShardError> {
-        let folder = destination.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let io = |source| ShardError::Io { path: folder.into(), source };
-        let created = !folder.exists();
-        std::fs::create_dir_all(folder).map_err(io)?;
-        let handle = File::open(folder).map_err(io)?;
-        // flock(2) on Unix: released when the handle closes, also when the process dies.
-        handle.lock().map_err(io)?;
-        Ok(FolderLock { folder: folder.to_path_buf(), created, _held: handle })
-    }
-}
-
-impl Drop for FolderLock {
-    fn drop(&mut self) {
-        if self.created {
-            // Fails, as it should, unless the folder is empty.
-            let _ = std::fs::remove_dir(&self.folder);
-        }
-    }
 }

@@ -30,6 +30,21 @@ pub struct StageSpec {
     /// The model file as any node can find or fetch it (`model_path` is where the owner has it).
     #[serde(default)]
     pub file: Option<crate::model::peer_copy::OfferedFile>,
+    /// Of a split GGUF set, every part in order (the first is `file`), named `NAME-0000N-of-0000M.gguf`;
+    /// empty for a single file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<crate::model::peer_copy::OfferedFile>,
+}
+
+impl StageSpec {
+    /// Every file of the model as any node can find or fetch it: `parts`, or the one `file`.
+    pub fn files(&self) -> Vec<crate::model::peer_copy::OfferedFile> {
+        if self.parts.is_empty() {
+            self.file.iter().cloned().collect()
+        } else {
+            self.parts.clone()
+        }
+    }
 }
 
 /// A running worker.

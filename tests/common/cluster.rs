@@ -289,6 +289,17 @@ impl TestCluster {
         .unwrap()
     }
 
+    /// Launches `model` from node 0 with `shoal run` on the stages `layers` (256 tokens of context, two
+    /// sequences, one thread); returns the instance once it is ready.
+    pub fn launch_ready(&self, model: &std::path::Path, layers: &str) -> serde_json::Value {
+        let args = ["run", model.to_str().unwrap(), "--context", "256", "--sequences", "2", "--threads", "1"];
+        let out = self.cli(0, &[&args[..], &["--layers", layers]].concat());
+        assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), self.logs());
+        let instances = self.get_json(0, "/api/instances");
+        let ready = instances.as_array().unwrap().iter().find(|i| i["state"] == "ready").cloned();
+        ready.unwrap_or_else(|| panic!("no ready instance: {instances:#}"))
+    }
+
     /// Polls `check` every 50 ms until it holds; panics with the logs after `timeout`.
     pub fn wait_for(&self, timeout: Duration, what: &str, mut check: impl FnMut() -> bool) -> Duration {
         let start = Instant::now();

@@ -72,7 +72,7 @@ impl ShardRecord {
 
     /// Adds a layer range. Touching ranges merge: the union of [a, b) and [b, c) holds every tensor of
     /// [a, c), since the first stage's embedding and the last stage's head come with the end ranges.
-    pub(super) fn add_layers(&mut self, layers: Range<usize>) {
+    pub(crate) fn add_layers(&mut self, layers: Range<usize>) {
         self.layers.push(layers);
         self.layers.sort_by_key(|r| (r.start, r.end));
         let mut merged: Vec<Range<usize>> = Vec::new();
