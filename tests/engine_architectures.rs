@@ -238,11 +238,13 @@ fn write_the_random_models() {
     }
 }
 
-/// Writes the MoE model of `benches/compare-llama-bench --suite` (which runs this ignored test).
+/// Writes the random models `benches/compare-llama-bench --suite` measures (it runs this ignored test).
 #[test]
 #[ignore]
-fn write_the_benchmark_model() {
-    println!("benchmark model: {}", random_model::qwen3moe_bench().write().display());
+fn write_the_benchmark_models() {
+    for model in [random_model::qwen3moe_bench(), random_model::deepseek2_bench(), random_model::gpt_oss_bench()] {
+        println!("benchmark model: {}", model.write().display());
+    }
 }
 
 #[test]

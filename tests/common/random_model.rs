@@ -198,6 +198,54 @@ pub fn gpt_oss() -> RandomModel {
     }
 }
 
+/// A DeepSeek V3 large enough to measure (about 420 MB): 6 layers (the first dense), 64 experts in 8
+/// groups of which 4 are searched and 8 experts used, a query bottleneck of 192 and a latent of 128.
+/// Not used by the tests; `benches/compare-llama-bench --suite` writes and measures it.
+pub fn deepseek2_bench() -> RandomModel {
+    RandomModel {
+        layers: 6,
+        embedding: 512,
+        heads: 8,
+        head_dim: 160,
+        feed_forward: 1024,
+        experts: 64,
+        experts_used: 8,
+        expert_feed_forward: 256,
+        rope_dims: 32,
+        nextn_layers: 0,
+        mla: Some(RandomMla {
+            q_lora_rank: 192,
+            kv_lora_rank: 128,
+            nope: 64,
+            value_head: 64,
+            absorbed: true,
+            yarn: true,
+            sigmoid_groups: Some((8, 4)),
+        }),
+        seed: 0x5eed_0009,
+        ..deepseek2()
+    }
+}
+
+/// A gpt-oss large enough to measure: 6 layers alternating a 128-position window, 32 MXFP4 experts of
+/// which 4 are used. Not used by the tests; `benches/compare-llama-bench --suite` measures it.
+pub fn gpt_oss_bench() -> RandomModel {
+    RandomModel {
+        layers: 6,
+        embedding: 512,
+        heads: 8,
+        kv_heads: 4,
+        head_dim: 64,
+        rope_dims: 64,
+        experts: 32,
+        experts_used: 4,
+        expert_feed_forward: 512,
+        sliding_window: 128,
+        seed: 0x5eed_000a,
+        ..gpt_oss()
+    }
+}
+
 /// A Qwen3-MoE large enough to measure (about 330 MB): 6 layers of 64 experts, 8 used per token,
 /// 512 wide. Not used by the tests; `benches/compare-llama-bench --suite` writes and measures it.
 pub fn qwen3moe_bench() -> RandomModel {

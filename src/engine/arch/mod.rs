@@ -127,7 +127,7 @@ fn expert_groups(keys: &Keys<'_>, experts: usize) -> Result<Option<ExpertGroups>
         return Ok(None);
     }
     let used = keys.arch_optional_size("expert_group_used_count")?.unwrap_or(0);
-    if experts % count != 0 || experts / count < 2 {
+    if !experts.is_multiple_of(count) || experts / count < 2 {
         return Err(keys.arch_invalid(
             "expert_group_count",
             &format!("is {count}, which does not split the {experts} experts into groups of two or more"),
