@@ -464,6 +464,7 @@ impl Compute {
                     prefill_tokens_per_second: engine::rate(a.prompt_tokens, prefill),
                     decode_tokens_per_second: engine::rate(a.generated.saturating_sub(1), decode),
                     hop_p50_us: a.hops.quantile(0.5).map(|d| d.as_micros() as u64),
+                    stop_sequence: a.stream.stop_sequence().map(str::to_string),
                 };
                 let _ = a.events.send(FrontEvent::Done { finish_reason: reason, report });
             }

@@ -111,6 +111,9 @@ pub struct GenerationReport {
     pub decode_tokens_per_second: f64,
     /// Median per-hop link time of this request's decode steps (µs), on multi-stage instances.
     pub hop_p50_us: Option<u64>,
+    /// The stop string that ended the request, when one did (`stop_sequence` in Anthropic's API).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_sequence: Option<String>,
 }
 
 /// Stage 0 → client, one JSON object per line.
