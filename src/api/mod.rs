@@ -37,6 +37,8 @@ use std::sync::Arc;
 pub struct ApiConfig {
     pub listen: SocketAddr,
     pub token: Option<String>,
+    /// Where to serve Ollama's API alone as well (`--ollama-port`).
+    pub ollama_listen: Option<SocketAddr>,
 }
 
 #[derive(Clone)]
@@ -70,8 +72,12 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
         .route("/v1/messages", post(anthropic::messages));
-    ollama::routes(router)
-        .fallback(get(ui::serve))
+    guarded(ollama::routes(router).fallback(get(ui::serve)), state)
+}
+
+/// `router` behind the token and the guard (see [`guard`]).
+fn guarded(router: Router<ApiState>, state: ApiState) -> Router {
+    router
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .layer(middleware::from_fn_with_state(state.clone(), refuse_forged))
         .with_state(state)
@@ -86,15 +92,26 @@ pub async fn serve(agent: Agent, config: ApiConfig) -> anyhow::Result<SocketAddr
             config.listen.ip()
         );
     }
-    let listener = tokio::net::TcpListener::bind(config.listen).await.map_err(|e| {
-        anyhow::anyhow!(
-            "cannot listen on {} for the API: {e} (is another node running? pick another --port)",
-            config.listen
-        )
-    })?;
+    let bind = |addr: SocketAddr, flag: &'static str| async move {
+        tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            anyhow::anyhow!("cannot listen on {addr} for the API: {e} (is another node running? pick another {flag})")
+        })
+    };
+    let listener = bind(config.listen, "--port").await?;
+    let ollama = match config.ollama_listen {
+        Some(at) => Some(bind(at, "--ollama-port").await?),
+        None => None,
+    };
     let addr = listener.local_addr()?;
-    let app = router(ApiState { agent, token: config.token.map(Into::into), listen: addr });
-    tokio::spawn(server::run(listener, app));
+    let token: Option<Arc<str>> = config.token.map(Into::into);
+    tokio::spawn(server::run(listener, router(ApiState { agent: agent.clone(), token: token.clone(), listen: addr })));
+    if let Some(listener) = ollama {
+        let state = ApiState { agent, token, listen: listener.local_addr()? };
+        tokio::spawn(server::run(
+            listener,
+            guarded(ollama::routes(Router::new()).route("/", get(ollama::running)), state),
+        ));
+    }
     Ok(addr)
 }
 

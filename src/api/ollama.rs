@@ -1,7 +1,8 @@
 //! Ollama's API, so that clients configured for Ollama work unchanged: `POST /api/chat` and
 //! `POST /api/generate` (streamed as NDJSON unless `"stream": false`), `GET /api/tags`, `POST /api/show`,
 //! `GET /api/ps` and `GET /api/version`, at those paths and under `/ollama` (`/ollama/api/chat`, …, and
-//! `/ollama/` answers "Ollama is running"). The models are the instances the cluster serves, by their
+//! `/ollama/` answers "Ollama is running"), and with `--ollama-port` alone on a port of their own, whose
+//! `/` answers that too. The models are the instances the cluster serves, by their
 //! names (`NAME:latest` is `NAME`). Messages go to the model's own chat template as the OpenAI route's
 //! do; `raw` prompts go as they are. Images, tools, `format`, `suffix`, custom templates and `context`
 //! are refused with a 400 that says so. Errors are Ollama's `{"error": "..."}`.
@@ -42,7 +43,8 @@ pub fn routes(router: Router<ApiState>) -> Router<ApiState> {
     router
 }
 
-async fn running() -> &'static str {
+/// What Ollama answers at its root, which clients probe.
+pub async fn running() -> &'static str {
     "Ollama is running"
 }
 
@@ -239,7 +241,7 @@ fn answer(model: &str, route: Route, text: &str, done: Option<(FinishReason, &Ge
             "eval_count": report.generated_tokens,
             "eval_duration": total - prompt_eval,
         });
-        body.as_object_mut().unwrap().extend(stats.as_object().unwrap().clone());
+        merge(&mut body, stats);
     }
     body
 }
@@ -291,42 +293,34 @@ fn details(model: Option<&LibraryModel>) -> Value {
     })
 }
 
-/// The running models with what the library says of each: `/api/tags` and `/api/ps` list them.
-async fn listed(state: &ApiState) -> Vec<(InstanceInfo, Option<LibraryModel>)> {
-    let mut out = Vec::new();
+/// The running models, each with what the library says of its file and the fields `extra` adds:
+/// `/api/tags` and `/api/ps` list them.
+async fn listed(state: &ApiState, extra: impl Fn(&InstanceInfo) -> Value) -> Json<Value> {
+    let mut models = Vec::new();
     for instance in generation::ready_instances(state) {
         let model = describe(&instance).await;
-        out.push((instance, model));
+        let mut entry = json!({
+            "name": instance.model, "model": instance.model,
+            "size": model.as_ref().map_or(0, |m| m.size_bytes), "details": details(model.as_ref()),
+        });
+        merge(&mut entry, extra(&instance));
+        models.push(entry);
     }
-    out
+    Json(json!({ "models": models }))
+}
+
+fn merge(into: &mut Value, more: Value) {
+    if let (Some(into), Value::Object(more)) = (into.as_object_mut(), more) {
+        into.extend(more);
+    }
 }
 
 async fn tags(State(state): State<ApiState>) -> Json<Value> {
-    let models: Vec<Value> = listed(&state)
-        .await
-        .iter()
-        .map(|(i, m)| {
-            json!({
-                "name": i.model, "model": i.model, "modified_at": crate::util::rfc3339(i.created_at_ms),
-                "size": m.as_ref().map_or(0, |m| m.size_bytes), "details": details(m.as_ref()),
-            })
-        })
-        .collect();
-    Json(json!({ "models": models }))
+    listed(&state, |i| json!({ "modified_at": crate::util::rfc3339(i.created_at_ms) })).await
 }
 
 async fn ps(State(state): State<ApiState>) -> Json<Value> {
-    let models: Vec<Value> = listed(&state)
-        .await
-        .iter()
-        .map(|(i, m)| {
-            json!({
-                "name": i.model, "model": i.model, "size": m.as_ref().map_or(0, |m| m.size_bytes), "size_vram": 0,
-                "details": details(m.as_ref()), "context_length": i.context,
-            })
-        })
-        .collect();
-    Json(json!({ "models": models }))
+    listed(&state, |i| json!({ "size_vram": 0, "context_length": i.context })).await
 }
 
 #[derive(Deserialize)]
