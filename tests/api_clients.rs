@@ -2,7 +2,8 @@
 //! one real node serving SmolLM2: every greedy answer equals the OpenAI API's for the same request (same
 //! messages, temperature 0, same token limit), with the same stop reason and token counts; streams give
 //! what whole answers give; Anthropic's stream sends Anthropic's exact event sequence; errors come in
-//! each API's shape; Ollama's listing routes name the model the cluster serves.
+//! each API's shape; Ollama's listing routes name the model the cluster serves. The OpenAI route's tool
+//! path (tools offered, a call and its result sent back) answers through the same client.
 
 mod common;
 
@@ -58,6 +59,14 @@ fn anthropic_and_ollama_clients_get_what_the_openai_api_gives() {
     // The two conversations end differently: one by itself, one at the token limit.
     assert_eq!(openai["finish"], "stop", "{r:#}");
     assert_eq!(single["finish"], "length", "{r:#}");
+
+    // OpenAI with tools: the tool path renders what the plain path renders when the template ignores
+    // tools, holds no text back, and takes a call and its result.
+    assert_eq!(r["openai_tools"], json!({ "text": single["text"], "finish": "length", "calls": 0 }), "{r:#}");
+    assert_eq!(r["openai_tools_stream"], json!({ "text": single["text"], "finish": ["length"] }), "{r:#}");
+    assert!(r["openai_tool_result"]["text"].as_str().is_some_and(|t| !t.is_empty()), "{r:#}");
+    assert_eq!(r["openai_tool_choice"]["status"], 400, "{r:#}");
+    assert!(r["openai_tool_choice"]["message"].as_str().unwrap().contains("tool_choice"), "{r:#}");
 
     // Anthropic: system as a string or as blocks, multi-turn, whole and streamed.
     let anthropic = &r["anthropic"];

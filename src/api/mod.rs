@@ -19,6 +19,7 @@ mod ollama;
 mod openai;
 mod rdma;
 pub mod server;
+mod tools;
 pub mod ui;
 
 pub use error::{ApiError, Dialect};

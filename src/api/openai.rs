@@ -4,6 +4,7 @@
 //! 400s too; a failure of the instance mid-stream arrives as an error event.
 
 use super::generation::{self, model_name, Content, Finished, Piece, Sampling};
+use super::tools::{self, ToolStream};
 use super::{ApiError, ApiState};
 use crate::engine::FinishReason;
 use crate::model::ChatMessage;
@@ -27,6 +28,16 @@ enum Stop {
 struct MessageIn {
     role: String,
     content: Option<Content>,
+    #[serde(default)]
+    tool_calls: Vec<Value>,
+    tool_call_id: Option<String>,
+}
+
+/// A checked message: its role and text, the tool calls it makes and the call it answers.
+struct Checked {
+    message: ChatMessage,
+    tool_calls: Vec<Value>,
+    tool_call_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -58,6 +69,9 @@ struct ChatRequest {
     #[serde(flatten)]
     common: Common,
     messages: Option<Vec<MessageIn>>,
+    #[serde(default)]
+    tools: Vec<Value>,
+    tool_choice: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -105,7 +119,7 @@ impl Common {
     }
 }
 
-fn chat_messages(messages: Option<Vec<MessageIn>>) -> Result<Vec<ChatMessage>, ApiError> {
+fn chat_messages(messages: Option<Vec<MessageIn>>) -> Result<Vec<Checked>, ApiError> {
     let messages = messages
         .filter(|m| !m.is_empty())
         .ok_or_else(|| ApiError::bad_param("messages", "`messages` must be a non-empty list"))?;
@@ -120,7 +134,11 @@ fn chat_messages(messages: Option<Vec<MessageIn>>) -> Result<Vec<ChatMessage>, A
                 Some(content) => content.into_text("messages")?,
             };
             let role = if m.role == "developer" { "system".to_string() } else { m.role };
-            Ok(ChatMessage { role, content })
+            Ok(Checked {
+                message: ChatMessage { role, content },
+                tool_calls: m.tool_calls,
+                tool_call_id: m.tool_call_id,
+            })
         })
         .collect()
 }
@@ -131,9 +149,18 @@ pub async fn chat_completions(
 ) -> Result<Response, ApiError> {
     let request: ChatRequest = parse(body)?;
     let messages = chat_messages(request.messages)?;
-    let (model, front) = request.common.to_front(PromptInput::Messages(messages))?;
+    let tools = tools::offered(request.tools, request.tool_choice.as_ref())?;
+    let kind = if tools.is_empty() { Kind::Chat } else { Kind::ChatWithTools };
+    // Without tools or calls the messages go as they always did; with them, as JSON the template reads.
+    let prompt = if tools.is_empty() && messages.iter().all(|m| m.tool_calls.is_empty()) {
+        PromptInput::Messages(messages.into_iter().map(|m| m.message).collect())
+    } else {
+        let messages = messages.into_iter().map(|m| tools::message_json(m.message, m.tool_calls, m.tool_call_id));
+        PromptInput::Conversation { messages: messages.collect(), tools }
+    };
+    let (model, front) = request.common.to_front(prompt)?;
     let include_usage = request.common.stream_options.as_ref().is_some_and(|o| o.include_usage);
-    respond(state, model, front, request.common.stream, include_usage, Kind::Chat).await
+    respond(state, model, front, request.common.stream, include_usage, kind).await
 }
 
 pub async fn completions(
@@ -156,6 +183,8 @@ pub async fn completions(
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
     Chat,
+    /// A chat whose reply may call the tools the request offers.
+    ChatWithTools,
     Completion,
 }
 
@@ -174,6 +203,20 @@ fn usage(report: &GenerationReport) -> Value {
     })
 }
 
+/// A chat reply's message and finish reason: with tools, the calls in `text` are taken out of it.
+fn chat_message(text: String, reason: FinishReason, kind: Kind) -> (Value, &'static str) {
+    if kind != Kind::ChatWithTools {
+        return (json!({ "role": "assistant", "content": text }), finish_reason(reason));
+    }
+    let (content, calls) = tools::split(&text);
+    if calls.is_empty() {
+        return (json!({ "role": "assistant", "content": content }), finish_reason(reason));
+    }
+    let calls: Vec<Value> = calls.iter().enumerate().map(|(i, c)| c.to_openai(i)).collect();
+    let content = (!content.is_empty()).then_some(content);
+    (json!({ "role": "assistant", "content": content, "tool_calls": calls }), "tool_calls")
+}
+
 async fn respond(
     state: ApiState,
     model: String,
@@ -183,23 +226,22 @@ async fn respond(
     kind: Kind,
 ) -> Result<Response, ApiError> {
     let (events, _) = generation::start(&state, &model, front).await?;
-    let id = format!("{}-{}", if kind == Kind::Chat { "chatcmpl" } else { "cmpl" }, uuid::Uuid::new_v4().simple());
+    let chat = kind != Kind::Completion;
+    let id = format!("{}-{}", if chat { "chatcmpl" } else { "cmpl" }, uuid::Uuid::new_v4().simple());
     let created = crate::util::now_ms() / 1000;
     if !stream {
         let Finished { text, reason, report } = generation::collect(&state, &model, events).await?;
-        let choice = match kind {
-            Kind::Chat => {
-                json!({ "index": 0, "message": { "role": "assistant", "content": text }, "finish_reason": finish_reason(reason), "logprobs": null })
-            }
-            Kind::Completion => {
-                json!({ "index": 0, "text": text, "finish_reason": finish_reason(reason), "logprobs": null })
-            }
+        let choice = if chat {
+            let (message, reason) = chat_message(text, reason, kind);
+            json!({ "index": 0, "message": message, "finish_reason": reason, "logprobs": null })
+        } else {
+            json!({ "index": 0, "text": text, "finish_reason": finish_reason(reason), "logprobs": null })
         };
-        let object = if kind == Kind::Chat { "chat.completion" } else { "text_completion" };
+        let object = if chat { "chat.completion" } else { "text_completion" };
         let body = json!({ "id": id, "object": object, "created": created, "model": model, "choices": [choice], "usage": usage(&report), "shoal": report });
         return Ok(Json(body).into_response());
     }
-    let object = if kind == Kind::Chat { "chat.completion.chunk" } else { "text_completion" };
+    let object = if chat { "chat.completion.chunk" } else { "text_completion" };
     let chunk = {
         let model = model.clone();
         move |choice: Value, extra: Option<(&str, Value)>| {
@@ -211,24 +253,46 @@ async fn respond(
             Event::default().data(body.to_string())
         }
     };
-    let delta = move |text: Option<&str>, reason: Option<&str>| match kind {
-        Kind::Chat => {
-            let d = match text {
-                Some(t) => json!({ "content": t }),
-                None if reason.is_none() => json!({ "role": "assistant", "content": "" }),
-                None => json!({}),
-            };
+    // A chunk's choice: a chat's delta (`d`, or the opening role when neither it nor a reason is given), or
+    // a completion's text.
+    let choice = move |d: Option<Value>, reason: Option<&str>| {
+        if chat {
+            let d = d.unwrap_or_else(|| {
+                if reason.is_none() {
+                    json!({ "role": "assistant", "content": "" })
+                } else {
+                    json!({})
+                }
+            });
             json!({ "index": 0, "delta": d, "finish_reason": reason, "logprobs": null })
-        }
-        Kind::Completion => {
-            json!({ "index": 0, "text": text.unwrap_or(""), "finish_reason": reason, "logprobs": null })
+        } else {
+            let text = d.as_ref().and_then(|d| d["content"].as_str()).unwrap_or("").to_string();
+            json!({ "index": 0, "text": text, "finish_reason": reason, "logprobs": null })
         }
     };
-    let first = if kind == Kind::Chat { vec![chunk(delta(None, None), None)] } else { vec![] };
+    let text = move |t: &str| (!t.is_empty()).then(|| json!({ "content": t }));
+    let first = if chat { vec![chunk(choice(None, None), None)] } else { vec![] };
+    let mut calls_stream = (kind == Kind::ChatWithTools).then(ToolStream::default);
     let stream = generation::relay(state, model, events, first, move |piece| match piece {
-        Piece::Text(text) => vec![chunk(delta(Some(&text), None), None)],
+        Piece::Text(t) => {
+            let shown = match &mut calls_stream {
+                Some(s) => s.push(&t),
+                None => t,
+            };
+            text(&shown).map(|d| chunk(choice(Some(d), None), None)).into_iter().collect()
+        }
         Piece::Done(reason, report) => {
-            let mut out = vec![chunk(delta(None, Some(finish_reason(reason))), Some(("shoal", json!(report))))];
+            let mut out = Vec::new();
+            let mut reason = finish_reason(reason);
+            if let Some((rest, calls)) = calls_stream.as_mut().map(ToolStream::finish) {
+                out.extend(text(&rest).map(|d| chunk(choice(Some(d), None), None)));
+                if !calls.is_empty() {
+                    let calls: Vec<Value> = calls.iter().enumerate().map(|(i, c)| c.to_openai(i)).collect();
+                    out.push(chunk(choice(Some(json!({ "tool_calls": calls })), None), None));
+                    reason = "tool_calls";
+                }
+            }
+            out.push(chunk(choice(Some(json!({})), Some(reason)), Some(("shoal", json!(report)))));
             if include_usage {
                 let body = json!({ "object": object, "choices": [], "usage": usage(&report) });
                 out.push(Event::default().data(body.to_string()));

@@ -87,6 +87,12 @@ pub enum PromptInput {
     Text(String),
     /// Rendered with the model's chat template.
     Messages(Vec<ChatMessage>),
+    /// Messages as JSON (with tool calls and results) and the tools the model may call, rendered with
+    /// the model's chat template.
+    Conversation {
+        messages: Vec<serde_json::Value>,
+        tools: Vec<serde_json::Value>,
+    },
     Tokens(Vec<u32>),
 }
 
