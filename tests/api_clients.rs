@@ -2,8 +2,8 @@
 //! one real node serving SmolLM2: every greedy answer equals the OpenAI API's for the same request (same
 //! messages, temperature 0, same token limit), with the same stop reason and token counts; streams give
 //! what whole answers give; Anthropic's stream sends Anthropic's exact event sequence; errors come in
-//! each API's shape; Ollama's listing routes name the model the cluster serves. The OpenAI route's tool
-//! path (tools offered, a call and its result sent back) answers through the same client.
+//! each API's shape; Ollama's listing routes name the model the cluster serves. The tool paths (tools
+//! offered, a call and its result sent back) of OpenAI's and Anthropic's APIs answer alike too.
 
 mod common;
 
@@ -100,6 +100,11 @@ fn anthropic_and_ollama_clients_get_what_the_openai_api_gives() {
     assert_eq!(r["anthropic_bad"]["body"]["error"]["type"], "invalid_request_error");
     assert!(r["anthropic_bad"]["body"]["error"]["message"].as_str().unwrap().contains("max_tokens"));
     assert_eq!(r["anthropic_models"], json!([MODEL]));
+    // Anthropic's tools, tool_use and tool_result take the same path as OpenAI's tools, calls and results.
+    let offered = json!({ "text": single["text"], "stop_reason": "max_tokens", "blocks": ["text"] });
+    assert_eq!(r["anthropic_tools"], offered, "{r:#}");
+    assert_eq!(r["anthropic_tool_result"], r["openai_tool_result"]["text"], "{r:#}");
+    assert_eq!(r["anthropic_tool_result_stream"], r["openai_tool_result"]["text"], "{r:#}");
 
     // Ollama: chat whole and streamed, generate through the template and raw, at /api and /ollama/api.
     let chat = &r["ollama_chat"];

@@ -68,6 +68,12 @@ impl ToolCall {
         })
     }
 
+    /// The call as an Anthropic `tool_use` content block.
+    pub fn to_anthropic(&self) -> Value {
+        let id = format!("toolu_{}", uuid::Uuid::new_v4().simple());
+        json!({ "type": "tool_use", "id": id, "name": self.name, "input": self.arguments })
+    }
+
     /// A call from a JSON object with `name` and `arguments` (or Llama's `parameters`).
     fn from_json(text: &str) -> Option<ToolCall> {
         let value: Value = serde_json::from_str(text.trim()).ok()?;
