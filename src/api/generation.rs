@@ -54,6 +54,18 @@ impl Sampling {
     }
 }
 
+/// A chat request of OpenAI's or Ollama's shape: the API's `common` fields, its messages, and the tools
+/// offered.
+#[derive(Deserialize)]
+pub struct ChatRequest<C, M> {
+    #[serde(flatten)]
+    pub common: C,
+    pub messages: Option<Vec<M>>,
+    #[serde(default)]
+    pub tools: Vec<serde_json::Value>,
+    pub tool_choice: Option<serde_json::Value>,
+}
+
 /// Message content: a string, or a list of blocks of which only text is taken.
 #[derive(Deserialize)]
 #[serde(untagged)]

@@ -85,14 +85,7 @@ struct MessageIn {
     tool_calls: Vec<Value>,
 }
 
-#[derive(Deserialize)]
-struct ChatRequest {
-    #[serde(flatten)]
-    common: Common,
-    messages: Option<Vec<MessageIn>>,
-    #[serde(default)]
-    tools: Vec<Value>,
-}
+type ChatRequest = generation::ChatRequest<Common, MessageIn>;
 
 #[derive(Deserialize)]
 struct GenerateRequest {

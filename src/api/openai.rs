@@ -64,15 +64,7 @@ struct Common {
     ignore_eos: bool,
 }
 
-#[derive(Deserialize)]
-struct ChatRequest {
-    #[serde(flatten)]
-    common: Common,
-    messages: Option<Vec<MessageIn>>,
-    #[serde(default)]
-    tools: Vec<Value>,
-    tool_choice: Option<Value>,
-}
+type ChatRequest = generation::ChatRequest<Common, MessageIn>;
 
 #[derive(Deserialize)]
 #[serde(untagged)]
