@@ -3,7 +3,7 @@
 //! messages, temperature 0, same token limit), with the same stop reason and token counts; streams give
 //! what whole answers give; Anthropic's stream sends Anthropic's exact event sequence; errors come in
 //! each API's shape; Ollama's listing routes name the model the cluster serves. The tool paths (tools
-//! offered, a call and its result sent back) of OpenAI's and Anthropic's APIs answer alike too.
+//! offered, a call and its result sent back) of the three APIs answer alike too.
 
 mod common;
 
@@ -122,6 +122,10 @@ fn anthropic_and_ollama_clients_get_what_the_openai_api_gives() {
     assert_eq!(r["ollama_generate_raw"], r["openai_raw"]);
     assert_eq!(r["ollama_prefixed"], single["text"], "MODEL:latest under /ollama");
     assert_eq!(r["ollama_error"]["status"], 404, "{r:#}");
+    // Ollama's tools and tool messages take the OpenAI route's tool path too.
+    assert_eq!(r["ollama_tools"], json!({ "text": single["text"], "calls": 0 }), "{r:#}");
+    assert_eq!(r["ollama_tool_result"], r["openai_tool_result"]["text"], "{r:#}");
+    assert_eq!(r["ollama_tool_result_stream"], r["openai_tool_result"]["text"], "{r:#}");
     // What it serves, by the name the cluster serves it under.
     let listed = &r["ollama_list"][0];
     assert_eq!((&listed["model"], &listed["family"]), (&json!(MODEL), &json!("llama")), "{r:#}");

@@ -4,10 +4,12 @@
 //! `/ollama/` answers "Ollama is running"), and with `--ollama-port` alone on a port of their own, whose
 //! `/` answers that too. The models are the instances the cluster serves, by their
 //! names (`NAME:latest` is `NAME`). Messages go to the model's own chat template as the OpenAI route's
-//! do; `raw` prompts go as they are. Images, tools, `format`, `suffix`, custom templates and `context`
-//! are refused with a 400 that says so. Errors are Ollama's `{"error": "..."}`.
+//! do; `raw` prompts go as they are; `tools` and `tool_calls` as OpenAI's do, and calls in the reply come
+//! back as `message.tool_calls`. Images, `format`, `suffix`, custom templates and `context` are refused
+//! with a 400 that says so. Errors are Ollama's `{"error": "..."}`.
 
 use super::generation::{self, Finished, Piece, Sampling};
+use super::tools::{self, ToolCall, ToolStream};
 use super::{ApiError, ApiState, Dialect};
 use crate::engine::FinishReason;
 use crate::instances::InstanceInfo;
@@ -146,7 +148,7 @@ async fn chat(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejec
     let started = Instant::now();
     let result = async {
         let request: ChatRequest = super::openai::parse(body)?;
-        refuse_unsupported(&[(!request.tools.is_empty(), "tools", "tools")])?;
+        let tools = tools::offered(request.tools, None)?;
         let messages = request
             .messages
             .filter(|m| !m.is_empty())
@@ -156,14 +158,19 @@ async fn chat(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejec
             if !matches!(m.role.as_str(), "system" | "user" | "assistant" | "tool") {
                 return Err(ApiError::bad_param("messages", format!("unknown role {:?}", m.role)));
             }
-            refuse_unsupported(&[
-                (!m.images.is_empty(), "images", "images"),
-                (!m.tool_calls.is_empty(), "tool_calls", "tool calls"),
-            ])?;
-            chat.push(ChatMessage { role: m.role, content: m.content });
+            refuse_unsupported(&[(!m.images.is_empty(), "images", "images")])?;
+            chat.push((ChatMessage { role: m.role, content: m.content }, m.tool_calls));
         }
-        let (model, front) = request.common.to_front(&state, PromptInput::Messages(chat))?;
-        respond(state, model, front, request.common.stream.unwrap_or(true), started, Route::Chat).await
+        let route = if tools.is_empty() { Route::Chat } else { Route::ChatWithTools };
+        // Without tools or calls the messages go as the OpenAI route's do; with them, as JSON.
+        let prompt = if tools.is_empty() && chat.iter().all(|(_, calls)| calls.is_empty()) {
+            PromptInput::Messages(chat.into_iter().map(|(m, _)| m).collect())
+        } else {
+            let messages = chat.into_iter().map(|(m, calls)| tools::message_json(m, calls, None)).collect();
+            PromptInput::Conversation { messages, tools }
+        };
+        let (model, front) = request.common.to_front(&state, prompt)?;
+        respond(state, model, front, request.common.stream.unwrap_or(true), started, route).await
     };
     result.await.unwrap_or_else(|e| e.into_response_as(Dialect::Ollama))
 }
@@ -207,7 +214,19 @@ async fn generate(State(state): State<ApiState>, body: Result<Json<Value>, JsonR
 #[derive(Clone, Copy, PartialEq)]
 enum Route {
     Chat,
+    /// A chat whose reply may call the tools the request offers.
+    ChatWithTools,
     Generate,
+}
+
+/// An answer object carrying the calls the model made (Ollama's `message.tool_calls`).
+fn with_calls(mut body: Value, calls: &[ToolCall]) -> Value {
+    if !calls.is_empty() {
+        let calls: Vec<Value> =
+            calls.iter().map(|c| json!({ "function": { "name": c.name, "arguments": c.arguments } })).collect();
+        body["message"]["tool_calls"] = json!(calls);
+    }
+    body
 }
 
 fn now() -> String {
@@ -218,7 +237,7 @@ fn now() -> String {
 fn answer(model: &str, route: Route, text: &str, done: Option<(FinishReason, &GenerationReport, Instant)>) -> Value {
     let mut body = json!({ "model": model, "created_at": now() });
     match route {
-        Route::Chat => body["message"] = json!({ "role": "assistant", "content": text }),
+        Route::Chat | Route::ChatWithTools => body["message"] = json!({ "role": "assistant", "content": text }),
         Route::Generate => body["response"] = json!(text),
     }
     body["done"] = json!(done.is_some());
@@ -250,13 +269,31 @@ async fn respond(
     let (events, _) = generation::start(&state, &model, front).await?;
     if !stream {
         let Finished { text, reason, report } = generation::collect(&state, &model, events).await?;
-        return Ok(Json(answer(&model, route, &text, Some((reason, &report, started)))).into_response());
+        let (text, calls) = if route == Route::ChatWithTools { tools::split(&text) } else { (text, vec![]) };
+        let body = answer(&model, route, &text, Some((reason, &report, started)));
+        return Ok(Json(with_calls(body, &calls)).into_response());
     }
     let name = model.clone();
     let line = |value: Value| Bytes::from(format!("{value}\n"));
+    let mut calls_stream = (route == Route::ChatWithTools).then(ToolStream::default);
     let lines = generation::relay(state, model, events, vec![], move |piece| match piece {
-        Piece::Text(text) => vec![line(answer(&name, route, &text, None))],
-        Piece::Done(reason, report) => vec![line(answer(&name, route, "", Some((reason, &report, started))))],
+        Piece::Text(text) => {
+            let shown = match &mut calls_stream {
+                Some(s) => s.push(&text),
+                None => text,
+            };
+            (!shown.is_empty()).then(|| line(answer(&name, route, &shown, None))).into_iter().collect()
+        }
+        Piece::Done(reason, report) => {
+            // With tools, the held text and the calls come before the last object.
+            let (rest, calls) = calls_stream.as_mut().map(ToolStream::finish).unwrap_or_default();
+            let mut out = Vec::new();
+            if !rest.is_empty() || !calls.is_empty() {
+                out.push(line(with_calls(answer(&name, route, &rest, None), &calls)));
+            }
+            out.push(line(answer(&name, route, "", Some((reason, &report, started)))));
+            out
+        }
         Piece::Failed(message) => vec![line(json!({ "error": message }))],
     });
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response())
