@@ -7,11 +7,11 @@
 //! continue (prefill) are refused with a 400 that says so.
 
 use super::generation::{self, model_name, Content, Finished, Piece, Sampling};
-use super::tools::{self, ToolCall, ToolStream};
+use super::tools::{self, ToolCall, ToolStream, Turn};
 use super::{ApiError, ApiState, Dialect};
 use crate::engine::FinishReason;
 use crate::model::ChatMessage;
-use crate::worker::{FrontRequest, GenerationReport, PromptInput};
+use crate::worker::{FrontRequest, GenerationReport};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -144,10 +144,9 @@ fn to_front(request: MessagesRequest) -> Result<(String, bool, bool, FrontReques
             "the last message must be the user's: continuing an assistant message (prefill) is not supported",
         ));
     }
-    // Each message with the calls it makes and the call it answers.
-    let mut chat: Vec<(ChatMessage, Vec<Value>, Option<String>)> = Vec::with_capacity(messages.len() + 1);
+    let mut chat = Vec::with_capacity(messages.len() + 1);
     if let Some(system) = request.system {
-        chat.push((ChatMessage::new("system", &system.into_text("system")?), vec![], None));
+        chat.push(Turn::plain(ChatMessage::new("system", &system.into_text("system")?)));
     }
     for m in messages {
         if !matches!(m.role.as_str(), "user" | "assistant") {
@@ -159,22 +158,15 @@ fn to_front(request: MessagesRequest) -> Result<(String, bool, bool, FrontReques
         let Blocks { text, calls, results } = blocks(m.content)?;
         let answered = !results.is_empty();
         for (id, content) in results {
-            chat.push((ChatMessage::new("tool", &content), vec![], Some(id)));
+            chat.push(Turn { message: ChatMessage::new("tool", &content), calls: vec![], answers: Some(id) });
         }
         if !(answered && text.is_empty()) {
-            chat.push((ChatMessage { role: m.role, content: text }, calls, None));
+            chat.push(Turn { message: ChatMessage { role: m.role, content: text }, calls, answers: None });
         }
     }
     let with_tools = !tools.is_empty();
-    // Without tools, calls or results the messages go as the OpenAI route's do; with them, as JSON.
-    let prompt = if !with_tools && chat.iter().all(|(_, calls, id)| calls.is_empty() && id.is_none()) {
-        PromptInput::Messages(chat.into_iter().map(|(m, _, _)| m).collect())
-    } else {
-        let messages = chat.into_iter().map(|(m, calls, id)| tools::message_json(m, calls, id)).collect();
-        PromptInput::Conversation { messages, tools }
-    };
     let front = FrontRequest {
-        prompt,
+        prompt: tools::prompt(chat, tools),
         max_tokens,
         sampling: request.sampling.params(1.0)?,
         stop: request.stop_sequences,
@@ -277,6 +269,7 @@ async fn respond(state: ApiState, body: Result<Json<Value>, JsonRejection>) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worker::PromptInput;
 
     #[test]
     fn tool_use_and_tool_result_blocks_become_calls_and_tool_messages() {

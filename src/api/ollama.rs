@@ -9,7 +9,7 @@
 //! with a 400 that says so. Errors are Ollama's `{"error": "..."}`.
 
 use super::generation::{self, Finished, Piece, Sampling};
-use super::tools::{self, ToolCall, ToolStream};
+use super::tools::{self, ToolCall, ToolStream, Turn};
 use super::{ApiError, ApiState, Dialect};
 use crate::engine::FinishReason;
 use crate::instances::InstanceInfo;
@@ -159,17 +159,14 @@ async fn chat(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejec
                 return Err(ApiError::bad_param("messages", format!("unknown role {:?}", m.role)));
             }
             refuse_unsupported(&[(!m.images.is_empty(), "images", "images")])?;
-            chat.push((ChatMessage { role: m.role, content: m.content }, m.tool_calls));
+            chat.push(Turn {
+                message: ChatMessage { role: m.role, content: m.content },
+                calls: m.tool_calls,
+                answers: None,
+            });
         }
         let route = if tools.is_empty() { Route::Chat } else { Route::ChatWithTools };
-        // Without tools or calls the messages go as the OpenAI route's do; with them, as JSON.
-        let prompt = if tools.is_empty() && chat.iter().all(|(_, calls)| calls.is_empty()) {
-            PromptInput::Messages(chat.into_iter().map(|(m, _)| m).collect())
-        } else {
-            let messages = chat.into_iter().map(|(m, calls)| tools::message_json(m, calls, None)).collect();
-            PromptInput::Conversation { messages, tools }
-        };
-        let (model, front) = request.common.to_front(&state, prompt)?;
+        let (model, front) = request.common.to_front(&state, tools::prompt(chat, tools))?;
         respond(state, model, front, request.common.stream.unwrap_or(true), started, route).await
     };
     result.await.unwrap_or_else(|e| e.into_response_as(Dialect::Ollama))

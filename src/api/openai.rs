@@ -4,7 +4,7 @@
 //! 400s too; a failure of the instance mid-stream arrives as an error event.
 
 use super::generation::{self, model_name, Content, Finished, Piece, Sampling};
-use super::tools::{self, ToolStream};
+use super::tools::{self, ToolStream, Turn};
 use super::{ApiError, ApiState};
 use crate::engine::FinishReason;
 use crate::model::ChatMessage;
@@ -29,13 +29,6 @@ struct MessageIn {
     role: String,
     content: Option<Content>,
     #[serde(default)]
-    tool_calls: Vec<Value>,
-    tool_call_id: Option<String>,
-}
-
-/// A checked message: its role and text, the tool calls it makes and the call it answers.
-struct Checked {
-    message: ChatMessage,
     tool_calls: Vec<Value>,
     tool_call_id: Option<String>,
 }
@@ -111,7 +104,7 @@ impl Common {
     }
 }
 
-fn chat_messages(messages: Option<Vec<MessageIn>>) -> Result<Vec<Checked>, ApiError> {
+fn chat_messages(messages: Option<Vec<MessageIn>>) -> Result<Vec<Turn>, ApiError> {
     let messages = messages
         .filter(|m| !m.is_empty())
         .ok_or_else(|| ApiError::bad_param("messages", "`messages` must be a non-empty list"))?;
@@ -126,11 +119,7 @@ fn chat_messages(messages: Option<Vec<MessageIn>>) -> Result<Vec<Checked>, ApiEr
                 Some(content) => content.into_text("messages")?,
             };
             let role = if m.role == "developer" { "system".to_string() } else { m.role };
-            Ok(Checked {
-                message: ChatMessage { role, content },
-                tool_calls: m.tool_calls,
-                tool_call_id: m.tool_call_id,
-            })
+            Ok(Turn { message: ChatMessage { role, content }, calls: m.tool_calls, answers: m.tool_call_id })
         })
         .collect()
 }
@@ -143,14 +132,7 @@ pub async fn chat_completions(
     let messages = chat_messages(request.messages)?;
     let tools = tools::offered(request.tools, request.tool_choice.as_ref())?;
     let kind = if tools.is_empty() { Kind::Chat } else { Kind::ChatWithTools };
-    // Without tools or calls the messages go as they always did; with them, as JSON the template reads.
-    let prompt = if tools.is_empty() && messages.iter().all(|m| m.tool_calls.is_empty()) {
-        PromptInput::Messages(messages.into_iter().map(|m| m.message).collect())
-    } else {
-        let messages = messages.into_iter().map(|m| tools::message_json(m.message, m.tool_calls, m.tool_call_id));
-        PromptInput::Conversation { messages: messages.collect(), tools }
-    };
-    let (model, front) = request.common.to_front(prompt)?;
+    let (model, front) = request.common.to_front(tools::prompt(messages, tools))?;
     let include_usage = request.common.stream_options.as_ref().is_some_and(|o| o.include_usage);
     respond(state, model, front, request.common.stream, include_usage, kind).await
 }

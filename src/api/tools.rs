@@ -6,6 +6,7 @@
 
 use super::ApiError;
 use crate::model::ChatMessage;
+use crate::worker::PromptInput;
 use serde_json::{json, Value};
 
 const OPEN: &str = "<tool_call>";
@@ -30,10 +31,33 @@ pub fn offered(tools: Vec<Value>, choice: Option<&Value>) -> Result<Vec<Value>, 
     Ok(tools)
 }
 
+/// A message with the tool calls it makes and the id of the call it answers.
+pub struct Turn {
+    pub message: ChatMessage,
+    pub calls: Vec<Value>,
+    pub answers: Option<String>,
+}
+
+impl Turn {
+    pub fn plain(message: ChatMessage) -> Turn {
+        Turn { message, calls: vec![], answers: None }
+    }
+}
+
+/// The prompt for `turns` with the tools offered: plain messages when no tool is offered, called or
+/// answered (as prompts always went), else the messages as JSON with the tools, for the template.
+pub fn prompt(turns: Vec<Turn>, tools: Vec<Value>) -> PromptInput {
+    if tools.is_empty() && turns.iter().all(|t| t.calls.is_empty() && t.answers.is_none()) {
+        return PromptInput::Messages(turns.into_iter().map(|t| t.message).collect());
+    }
+    PromptInput::Conversation { messages: turns.into_iter().map(message_json).collect(), tools }
+}
+
 /// A message as chat templates take it: an assistant's `tool_calls` with their `arguments` as objects
 /// (OpenAI sends them as JSON strings), a tool result with the `tool_call_id` it answers.
-pub fn message_json(message: ChatMessage, mut tool_calls: Vec<Value>, tool_call_id: Option<String>) -> Value {
-    for call in &mut tool_calls {
+fn message_json(turn: Turn) -> Value {
+    let Turn { message, mut calls, answers } = turn;
+    for call in &mut calls {
         if let Some(arguments) = call["function"]["arguments"].as_str() {
             if let Ok(parsed) = serde_json::from_str::<Value>(arguments) {
                 call["function"]["arguments"] = parsed;
@@ -41,10 +65,10 @@ pub fn message_json(message: ChatMessage, mut tool_calls: Vec<Value>, tool_call_
         }
     }
     let mut value = json!({ "role": message.role, "content": message.content });
-    if !tool_calls.is_empty() {
-        value["tool_calls"] = Value::Array(tool_calls);
+    if !calls.is_empty() {
+        value["tool_calls"] = Value::Array(calls);
     }
-    if let Some(id) = tool_call_id {
+    if let Some(id) = answers {
         value["tool_call_id"] = json!(id);
     }
     value
