@@ -5,6 +5,23 @@ pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
+/// A time in milliseconds since the Unix epoch as RFC 3339 in UTC: `2026-12-01T04:30:00.123Z`.
+pub fn rfc3339(ms: u64) -> String {
+    let (days, in_day) = ((ms / 86_400_000) as i64, ms % 86_400_000);
+    // Civil date from days since 1970-01-01 (proleptic Gregorian), by 400-year eras of 146097 days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (h, m, s, milli) = (in_day / 3_600_000, in_day / 60_000 % 60, in_day / 1000 % 60, in_day % 1000);
+    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z")
+}
+
 /// Parses a byte size: `1048576`, `64MB`, `1.5GB`, `512MiB`, `2G` (decimal units; `iB` units binary).
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let t = text.trim();
@@ -63,6 +80,13 @@ impl<T> LockExt<T> for std::sync::Mutex<T> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(super::rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(super::rfc3339(1_796_099_445_123), "2026-12-01T04:30:45.123Z");
+    }
+
     #[test]
     fn sizes_read_like_the_system_shows_them() {
         assert_eq!(super::format_bytes(24_000_000_000), "24 GB");

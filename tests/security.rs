@@ -89,6 +89,65 @@ fn web_pages_cannot_drive_the_api_by_rebinding_or_cross_site_posts() {
 }
 
 #[test]
+fn anthropic_and_ollama_routes_are_guarded_like_the_rest() {
+    let ollama_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let (_c, api) = one_loopback_node(&["--api-token", "s3cret", "--ollama-port", &ollama_port]);
+    let port = api.rsplit(':').next().unwrap().to_string();
+    let message = json!({"model": "m", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    // A cross-site page: JSON from another origin, a form post, a rebound host name. Each is refused in
+    // the route's own error shape.
+    let anthropic_head = |extra: &str| format!("POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1:{port}{extra}");
+    for head in [
+        anthropic_head("\r\nOrigin: http://evil.example\r\nContent-Type: application/json\r\nx-api-key: s3cret"),
+        anthropic_head("\r\nContent-Type: text/plain"),
+        format!("POST /v1/messages HTTP/1.1\r\nHost: evil.example:{port}\r\nContent-Type: application/json"),
+    ] {
+        let (status, answer) = raw_http(&api, &head, &message);
+        assert_eq!(status, 403, "{head}: {answer}");
+        assert_eq!(answer["type"], "error", "{answer}");
+        assert_eq!(answer["error"]["type"], "permission_error", "{answer}");
+    }
+    for path in ["/api/chat", "/ollama/api/chat"] {
+        let head = format!("POST {path} HTTP/1.1\r\nHost: localhost:{port}\r\nContent-Type: text/plain");
+        let (status, answer) = raw_http(&api, &head, &chat);
+        assert_eq!(status, 403, "{head}: {answer}");
+        assert!(answer["error"].as_str().unwrap().contains("Content-Type"), "Ollama's shape: {answer}");
+    }
+    // The token: missing is refused; Anthropic's client sends it as x-api-key, Ollama's as a bearer token.
+    let (status, answer) = raw_http(&api, &anthropic_head("\r\nContent-Type: application/json"), &message);
+    assert_eq!((status, answer["error"]["type"].as_str()), (401, Some("authentication_error")), "{answer}");
+    let head =
+        anthropic_head("\r\nContent-Type: application/json\r\nx-api-key: s3cret\r\nanthropic-version: 2023-06-01");
+    let (status, answer) = raw_http(&api, &head, &message);
+    assert_eq!((status, answer["error"]["type"].as_str()), (404, Some("not_found_error")), "past the guard: {answer}");
+    let head = format!(
+        "POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nAuthorization: Bearer s3cret"
+    );
+    let (status, answer) = raw_http(&api, &head, &chat);
+    assert_eq!(status, 404, "past the guard: {answer}");
+    assert!(answer["error"].as_str().unwrap().contains("does not exist"), "{answer}");
+
+    // Ollama's API alone on --ollama-port, behind the same guard and token.
+    let ollama = format!("127.0.0.1:{ollama_port}");
+    let (status, _) = raw_http(&ollama, &format!("GET / HTTP/1.1\r\nHost: localhost:{ollama_port}"), "");
+    assert_eq!(status, 200, "Ollama's root answers");
+    let (status, answer) = raw_http(&ollama, &format!("GET /api/tags HTTP/1.1\r\nHost: 127.0.0.1:{ollama_port}"), "");
+    assert_eq!((status, answer["models"].as_array().map(Vec::len)), (200, Some(0)), "{answer}");
+    let (status, _) = raw_http(&ollama, &format!("GET /api/cluster HTTP/1.1\r\nHost: 127.0.0.1:{ollama_port}"), "");
+    assert_eq!(status, 404, "only Ollama's routes there");
+    for head in [
+        format!("POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1:{ollama_port}\r\nContent-Type: text/plain"),
+        format!("POST /api/chat HTTP/1.1\r\nHost: evil.example:{ollama_port}\r\nContent-Type: application/json"),
+        format!("POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1:{ollama_port}\r\nContent-Type: application/json"),
+    ] {
+        let (status, answer) = raw_http(&ollama, &head, &chat);
+        assert!(status == 403 || status == 401, "{head}: {status} {answer}");
+        assert!(answer["error"].is_string(), "Ollama's shape: {answer}");
+    }
+}
+
+#[test]
 fn idle_connections_are_closed_and_do_not_lock_out_the_api() {
     let (c, api) = one_loopback_node(&[]);
     // More idle connections than the API keeps open: the extra ones are closed at once, the others

@@ -1,4 +1,7 @@
-//! API errors in OpenAI's shape: `{"error": {"message", "type", "code"}}` with a fitting HTTP status.
+//! API errors with a fitting HTTP status, in the shape of the API the route belongs to: OpenAI's
+//! `{"error": {"message", "type", "param", "code"}}` (shoal's own routes too), Anthropic's
+//! `{"type": "error", "error": {"type", "message"}}` on `/v1/messages`, Ollama's `{"error": "..."}` on
+//! Ollama's routes.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -81,5 +84,56 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (self.status, Json(self.body())).into_response()
+    }
+}
+
+/// The API a route belongs to, which decides the shape of its errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    OpenAi,
+    Anthropic,
+    Ollama,
+}
+
+impl Dialect {
+    /// The dialect of the route at `path` (errors raised before the handler, such as the guard's).
+    pub fn of_path(path: &str) -> Dialect {
+        if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+            Dialect::Anthropic
+        } else if path.starts_with("/ollama/") || super::ollama::PATHS.contains(&path) {
+            Dialect::Ollama
+        } else {
+            Dialect::OpenAi
+        }
+    }
+}
+
+impl ApiError {
+    /// Anthropic's name for this kind of error (by its status, as Anthropic's API assigns them).
+    fn anthropic_kind(&self) -> &'static str {
+        match self.status.as_u16() {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            s if s >= 500 => "api_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    /// This error as a response of the API `dialect`.
+    pub fn into_response_as(self, dialect: Dialect) -> Response {
+        let body = match dialect {
+            Dialect::OpenAi => return self.into_response(),
+            Dialect::Anthropic => self.anthropic_body(),
+            Dialect::Ollama => serde_json::json!({ "error": self.message }),
+        };
+        (self.status, Json(body)).into_response()
+    }
+
+    /// The body of this error in Anthropic's shape (also sent as an `error` event in streams).
+    pub fn anthropic_body(&self) -> serde_json::Value {
+        serde_json::json!({ "type": "error", "error": { "type": self.anthropic_kind(), "message": self.message } })
     }
 }

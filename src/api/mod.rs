@@ -1,23 +1,28 @@
 //! The node's HTTP API: the cluster view, a server-sent-event stream of every change, the actions
 //! (join code, join, leave, link measurement), the model library with its fit check, downloads and copies
-//! between nodes, model instances, the OpenAI-compatible endpoints and the dashboard at `/`. It listens on 127.0.0.1 unless
+//! between nodes, model instances, the OpenAI-compatible endpoints, Anthropic's Messages API, Ollama's API
+//! and the dashboard at `/`. It listens on 127.0.0.1 unless
 //! told otherwise; on any other address it requires a token for every action (reads stay open for the
 //! dashboard). Before any of that, [`guard`] refuses requests a web page could forge (DNS rebinding,
 //! cross-site posts), and [`server`] bounds connections and how long they may sit idle.
 
+mod anthropic;
 mod cluster;
 mod copy;
 mod error;
 mod fit;
+mod generation;
 pub mod guard;
 mod instances;
 mod models;
+mod ollama;
 mod openai;
 mod rdma;
 pub mod server;
+mod tools;
 pub mod ui;
 
-pub use error::ApiError;
+pub use error::{ApiError, Dialect};
 
 use crate::cluster::Agent;
 use axum::extract::{Request, State};
@@ -33,6 +38,8 @@ use std::sync::Arc;
 pub struct ApiConfig {
     pub listen: SocketAddr,
     pub token: Option<String>,
+    /// Where to serve Ollama's API alone as well (`--ollama-port`).
+    pub ollama_listen: Option<SocketAddr>,
 }
 
 #[derive(Clone)]
@@ -44,7 +51,7 @@ pub struct ApiState {
 }
 
 pub fn router(state: ApiState) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/api/health", get(cluster::health))
         .route("/api/cluster", get(cluster::snapshot))
         .route("/api/events", get(cluster::events))
@@ -65,7 +72,13 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/models", get(openai::models))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
-        .fallback(get(ui::serve))
+        .route("/v1/messages", post(anthropic::messages));
+    guarded(ollama::routes(router).fallback(get(ui::serve)), state)
+}
+
+/// `router` behind the token and the guard (see [`guard`]).
+fn guarded(router: Router<ApiState>, state: ApiState) -> Router {
+    router
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .layer(middleware::from_fn_with_state(state.clone(), refuse_forged))
         .with_state(state)
@@ -80,44 +93,56 @@ pub async fn serve(agent: Agent, config: ApiConfig) -> anyhow::Result<SocketAddr
             config.listen.ip()
         );
     }
-    let listener = tokio::net::TcpListener::bind(config.listen).await.map_err(|e| {
-        anyhow::anyhow!(
-            "cannot listen on {} for the API: {e} (is another node running? pick another --port)",
-            config.listen
-        )
-    })?;
+    let bind = |addr: SocketAddr, flag: &'static str| async move {
+        tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            anyhow::anyhow!("cannot listen on {addr} for the API: {e} (is another node running? pick another {flag})")
+        })
+    };
+    let listener = bind(config.listen, "--port").await?;
+    let ollama = match config.ollama_listen {
+        Some(at) => Some(bind(at, "--ollama-port").await?),
+        None => None,
+    };
     let addr = listener.local_addr()?;
-    let app = router(ApiState { agent, token: config.token.map(Into::into), listen: addr });
-    tokio::spawn(server::run(listener, app));
+    let token: Option<Arc<str>> = config.token.map(Into::into);
+    tokio::spawn(server::run(listener, router(ApiState { agent: agent.clone(), token: token.clone(), listen: addr })));
+    if let Some(listener) = ollama {
+        let state = ApiState { agent, token, listen: listener.local_addr()? };
+        tokio::spawn(server::run(
+            listener,
+            guarded(ollama::routes(Router::new()).route("/", get(ollama::running)), state),
+        ));
+    }
     Ok(addr)
 }
 
 /// Refuses requests another web site could have made the browser send (see [`guard`]).
-async fn refuse_forged(State(state): State<ApiState>, request: Request, next: Next) -> Result<Response, ApiError> {
+async fn refuse_forged(State(state): State<ApiState>, request: Request, next: Next) -> Response {
     match guard::check(request.method(), request.headers(), state.listen) {
-        Ok(()) => Ok(next.run(request).await),
+        Ok(()) => next.run(request).await,
         Err(refusal) => {
-            tracing::warn!("refused {} {}: {refusal}", request.method(), request.uri().path());
-            Err(ApiError::forbidden(refusal.to_string()))
+            let path = request.uri().path();
+            tracing::warn!("refused {} {path}: {refusal}", request.method());
+            ApiError::forbidden(refusal.to_string()).into_response_as(Dialect::of_path(path))
         }
     }
 }
 
-/// With a token configured, every request that changes something must carry it.
-async fn require_token(State(state): State<ApiState>, request: Request, next: Next) -> Result<Response, ApiError> {
-    let Some(token) = &state.token else { return Ok(next.run(request).await) };
+/// With a token configured, every request that changes something must carry it: as
+/// `Authorization: Bearer TOKEN` (OpenAI's and Ollama's clients), or as `x-api-key: TOKEN` (Anthropic's).
+async fn require_token(State(state): State<ApiState>, request: Request, next: Next) -> Response {
+    let Some(token) = &state.token else { return next.run(request).await };
     if request.method() == Method::GET || request.method() == Method::HEAD {
-        return Ok(next.run(request).await);
+        return next.run(request).await;
     }
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    if given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
-        Ok(next.run(request).await)
+    let headers = request.headers();
+    let bearer =
+        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    if [bearer, api_key].into_iter().flatten().any(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+        next.run(request).await
     } else {
-        Err(ApiError::unauthorized())
+        ApiError::unauthorized().into_response_as(Dialect::of_path(request.uri().path()))
     }
 }
 

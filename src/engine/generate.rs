@@ -91,6 +91,11 @@ impl TokenStream {
         self.stops.push(&text)
     }
 
+    /// The stop string that ended generation, if one did.
+    pub fn stop_sequence(&self) -> Option<&str> {
+        self.stops.matched()
+    }
+
     /// Text still held at the end.
     pub fn finish(&mut self) -> String {
         let tail = self.text.finish();

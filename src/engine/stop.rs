@@ -5,19 +5,26 @@
 pub struct StopStrings {
     stops: Vec<String>,
     held: String,
+    /// The stop string that ended generation, once one did.
+    matched: Option<String>,
 }
 
 impl StopStrings {
     pub fn new(stops: &[String]) -> StopStrings {
-        StopStrings { stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(), held: String::new() }
+        StopStrings {
+            stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
+            held: String::new(),
+            matched: None,
+        }
     }
 
     /// Adds generated text. Returns the text that can be shown now and whether a stop string was met
     /// (the stop string itself and anything after it are dropped).
     pub fn push(&mut self, text: &str) -> (String, bool) {
         self.held.push_str(text);
-        if let Some(at) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+        if let Some((at, stop)) = self.stops.iter().filter_map(|s| self.held.find(s.as_str()).map(|at| (at, s))).min() {
             let shown = self.held[..at].to_string();
+            self.matched = Some(stop.clone());
             self.held.clear();
             return (shown, true);
         }
@@ -25,6 +32,11 @@ impl StopStrings {
         let shown = self.held[..self.held.len() - keep].to_string();
         self.held.drain(..self.held.len() - keep);
         (shown, false)
+    }
+
+    /// The stop string that ended generation (None while none has, or when it ended otherwise).
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.as_deref()
     }
 
     /// Releases held text at the end of generation.
@@ -56,6 +68,7 @@ mod tests {
         assert_eq!(s.push("Hello <"), ("Hello ".to_string(), false));
         assert_eq!(s.push("en"), (String::new(), false));
         assert_eq!(s.push("d> more"), (String::new(), true));
+        assert_eq!(s.matched(), Some("<end>"));
     }
 
     #[test]

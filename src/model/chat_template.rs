@@ -45,10 +45,29 @@ impl ChatTemplate {
 
     /// The prompt for `messages`, ending where the assistant's reply begins.
     pub fn render(&self, messages: &[ChatMessage]) -> Result<String, ModelError> {
+        self.render_any(messages, None)
+    }
+
+    /// The prompt for messages as JSON (with `tool_calls`, `tool_call_id` and the like) and the tools the
+    /// model may call (OpenAI's `tools` list, which templates take as `tools`; none when empty).
+    pub fn render_with_tools(
+        &self,
+        messages: &[serde_json::Value],
+        tools: &[serde_json::Value],
+    ) -> Result<String, ModelError> {
+        self.render_any(messages, (!tools.is_empty()).then_some(tools))
+    }
+
+    fn render_any<M: Serialize>(
+        &self,
+        messages: &[M],
+        tools: Option<&[serde_json::Value]>,
+    ) -> Result<String, ModelError> {
         let template = self.env.get_template("chat").expect("added in new");
         template
             .render(context! {
                 messages => messages,
+                tools => tools,
                 add_generation_prompt => true,
                 bos_token => self.bos,
                 eos_token => self.eos,
@@ -66,6 +85,23 @@ mod tests {
         let t = ChatTemplate::new(None, String::new(), String::new()).unwrap();
         let prompt = t.render(&[ChatMessage::new("user", "Hi")]).unwrap();
         assert_eq!(prompt, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    }
+
+    #[test]
+    fn tools_and_tool_calls_reach_the_template() {
+        let src = "{% if tools %}{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% endif %}{% for m in messages %}{{ m.role }}:{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments | tojson }}{% else %}{{ m.content }}{% endif %};{% endfor %}";
+        let t = ChatTemplate::new(Some(src), String::new(), String::new()).unwrap();
+        let messages = [
+            serde_json::json!({ "role": "user", "content": "Weather?" }),
+            serde_json::json!({ "role": "assistant", "content": "", "tool_calls": [{ "type": "function", "function": { "name": "w", "arguments": { "city": "Oslo" } } }] }),
+            serde_json::json!({ "role": "tool", "content": "sunny", "tool_call_id": "call_1" }),
+        ];
+        let tools = [serde_json::json!({ "type": "function", "function": { "name": "w", "parameters": {} } })];
+        assert_eq!(
+            t.render_with_tools(&messages, &tools).unwrap(),
+            "[w]user:Weather?;assistant:{\"city\":\"Oslo\"};tool:sunny;"
+        );
+        assert_eq!(t.render_with_tools(&messages[..1], &[]).unwrap(), "user:Weather?;");
     }
 
     #[test]

@@ -233,7 +233,7 @@ fn group_split_sets(files: Vec<(PathBuf, ModelSource)>) -> Vec<(Vec<PathBuf>, Mo
 }
 
 /// Reads the header of each part and describes the model; problems end up in `problem`.
-fn describe(parts: Vec<PathBuf>, source: ModelSource) -> LibraryModel {
+pub fn describe(parts: Vec<PathBuf>, source: ModelSource) -> LibraryModel {
     let path = parts[0].clone();
     let file_name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
     let size_bytes = parts.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum();

@@ -25,6 +25,10 @@ pub struct NodeOptions {
     /// SHOAL_API_TOKEN: a command-line argument shows in every user's process list.
     #[arg(long, env = "SHOAL_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
+    /// Also serve Ollama's API on this port (Ollama's own is 11434), on the --listen address with the same
+    /// token and checks, for clients that cannot be pointed at another port.
+    #[arg(long, env = "SHOAL_OLLAMA_PORT")]
+    pub ollama_port: Option<u16>,
     /// The address the control port listens on (all interfaces by default).
     #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::UNSPECIFIED))]
     pub bind: IpAddr,
@@ -60,7 +64,11 @@ impl NodeOptions {
         if let Some(limit) = api::server::raise_open_file_limit() {
             tracing::debug!("open-file limit: {limit}");
         }
-        let api = ApiConfig { listen: SocketAddr::new(self.listen, self.port), token: self.api_token };
+        let api = ApiConfig {
+            listen: SocketAddr::new(self.listen, self.port),
+            token: self.api_token,
+            ollama_listen: self.ollama_port.map(|port| SocketAddr::new(self.listen, port)),
+        };
         if !api.listen.ip().is_loopback() && api.token.is_none() {
             anyhow::bail!(
                 "--listen {} would let anyone on the network control this node; pass --api-token TOKEN as well",

@@ -276,13 +276,13 @@ impl Compute {
     fn start(&mut self, id: u64, slot: u32, request: FrontRequest, events: UnboundedSender<FrontEvent>) {
         let context = self.stage.context();
         let head = self.head.as_mut().expect("stage 0");
+        let encode = |text: &str| head.tokenizer.encode(text).map_err(|e| e.to_string());
         let prompt = match &request.prompt {
-            PromptInput::Text(t) => head.tokenizer.encode(t).map_err(|e| e.to_string()),
-            PromptInput::Messages(m) => head
-                .template
-                .render(m)
-                .map_err(|e| e.to_string())
-                .and_then(|text| head.tokenizer.encode(&text).map_err(|e| e.to_string())),
+            PromptInput::Text(t) => encode(t),
+            PromptInput::Messages(m) => head.template.render(m).map_err(|e| e.to_string()).and_then(|t| encode(&t)),
+            PromptInput::Conversation { messages, tools } => {
+                head.template.render_with_tools(messages, tools).map_err(|e| e.to_string()).and_then(|t| encode(&t))
+            }
             PromptInput::Tokens(t) => Ok(t.clone()),
         };
         let vocabulary = head.tokenizer.vocabulary_size();
@@ -464,6 +464,7 @@ impl Compute {
                     prefill_tokens_per_second: engine::rate(a.prompt_tokens, prefill),
                     decode_tokens_per_second: engine::rate(a.generated.saturating_sub(1), decode),
                     hop_p50_us: a.hops.quantile(0.5).map(|d| d.as_micros() as u64),
+                    stop_sequence: a.stream.stop_sequence().map(str::to_string),
                 };
                 let _ = a.events.send(FrontEvent::Done { finish_reason: reason, report });
             }

@@ -87,6 +87,12 @@ pub enum PromptInput {
     Text(String),
     /// Rendered with the model's chat template.
     Messages(Vec<ChatMessage>),
+    /// Messages as JSON (with tool calls and results) and the tools the model may call, rendered with
+    /// the model's chat template.
+    Conversation {
+        messages: Vec<serde_json::Value>,
+        tools: Vec<serde_json::Value>,
+    },
     Tokens(Vec<u32>),
 }
 
@@ -111,6 +117,9 @@ pub struct GenerationReport {
     pub decode_tokens_per_second: f64,
     /// Median per-hop link time of this request's decode steps (µs), on multi-stage instances.
     pub hop_p50_us: Option<u64>,
+    /// The stop string that ended the request, when one did (`stop_sequence` in Anthropic's API).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_sequence: Option<String>,
 }
 
 /// Stage 0 → client, one JSON object per line.

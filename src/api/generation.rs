@@ -1,0 +1,230 @@
+//! What the generation APIs (OpenAI's, Anthropic's, Ollama's) share between parsing a request and
+//! shaping its answer: the sampling parameters and text content as their requests spell them, starting
+//! a request on the instance (a prompt the model refuses is a 4xx before anything is streamed), a whole
+//! answer collected, and a streamed answer relayed from a task that stops the request when the client
+//! goes away. Prompts are rendered by the instance's first stage with the model's own chat template.
+
+use super::{ApiError, ApiState};
+use crate::engine::{FinishReason, SamplingParams};
+use crate::instances::{self, GenerateError, InstanceInfo, InstanceState};
+use crate::worker::{FrontEvent, FrontRequest, GenerationReport};
+use futures_util::stream::{Stream, StreamExt};
+use serde::Deserialize;
+use std::convert::Infallible;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+/// Sampling parameters under the names the APIs give them (Ollama's `repeat_penalty` too).
+#[derive(Deserialize, Default)]
+pub struct Sampling {
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f32>,
+    #[serde(alias = "repeat_penalty")]
+    pub repetition_penalty: Option<f32>,
+    pub seed: Option<u64>,
+}
+
+impl Sampling {
+    /// The engine's parameters (unset ones: temperature 1, no top-k, top-p or min-p cut, no penalty, a
+    /// random seed); a temperature above `max_temperature` is refused.
+    pub fn params(&self, max_temperature: f32) -> Result<SamplingParams, ApiError> {
+        let top_k = match self.top_k {
+            Some(k) if k < 0 => return Err(ApiError::bad_param("top_k", "top_k must be 0 or more")),
+            Some(k) => k as usize,
+            None => 0,
+        };
+        let sampling = SamplingParams {
+            temperature: self.temperature.unwrap_or(1.0),
+            top_p: self.top_p.unwrap_or(1.0),
+            top_k,
+            min_p: self.min_p.unwrap_or(0.0),
+            repeat_penalty: self.repetition_penalty.unwrap_or(1.0),
+            seed: self.seed.unwrap_or_else(rand::random),
+            ..SamplingParams::default()
+        };
+        if sampling.temperature > max_temperature {
+            return Err(ApiError::bad_param(
+                "temperature",
+                format!("temperature must be between 0 and {max_temperature}"),
+            ));
+        }
+        sampling.validate().map_err(ApiError::bad_request)?;
+        Ok(sampling)
+    }
+}
+
+/// A chat request of OpenAI's or Ollama's shape: the API's `common` fields, its messages, and the tools
+/// offered.
+#[derive(Deserialize)]
+pub struct ChatRequest<C, M> {
+    #[serde(flatten)]
+    pub common: C,
+    pub messages: Option<Vec<M>>,
+    #[serde(default)]
+    pub tools: Vec<serde_json::Value>,
+    pub tool_choice: Option<serde_json::Value>,
+}
+
+/// Message content: a string, or a list of blocks of which only text is taken.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Deserialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+impl Content {
+    /// The text of the content; blocks of any other type are refused, naming `field`.
+    pub fn into_text(self, field: &'static str) -> Result<String, ApiError> {
+        match self {
+            Content::Text(t) => Ok(t),
+            Content::Parts(parts) => {
+                if let Some(p) = parts.iter().find(|p| p.kind != "text") {
+                    return Err(ApiError::bad_param(
+                        field,
+                        format!("content of type {:?} is not supported (text only)", p.kind),
+                    ));
+                }
+                Ok(parts.into_iter().filter_map(|p| p.text).collect())
+            }
+        }
+    }
+}
+
+/// The ready instances, one per model name, as the APIs list them.
+pub fn ready_instances(state: &ApiState) -> Vec<InstanceInfo> {
+    let registry = state.agent.registry();
+    let mut seen = std::collections::BTreeSet::new();
+    registry
+        .instances
+        .values()
+        .filter(|i| i.state == InstanceState::Ready && seen.insert(i.model.clone()))
+        .cloned()
+        .collect()
+}
+
+/// The `model` of a request, which every API requires.
+pub fn model_name(model: Option<&str>) -> Result<String, ApiError> {
+    model
+        .filter(|m| !m.is_empty())
+        .map(str::to_string)
+        .ok_or_else(|| ApiError::bad_param("model", "`model` is required"))
+}
+
+/// Starts the request and waits for its first event, so that a request the model refuses (a prompt
+/// beyond the context) is a 4xx rather than a broken stream. Returns the events and the prompt's tokens.
+pub async fn start(
+    state: &ApiState,
+    model: &str,
+    front: FrontRequest,
+) -> Result<(UnboundedReceiver<FrontEvent>, usize), ApiError> {
+    let mut events = instances::generate(&state.agent, model, front).map_err(|e| match e {
+        GenerateError::UnknownModel(_) => ApiError::not_found(e.to_string(), "model_not_found"),
+        GenerateError::NotReady(..) => ApiError::unavailable(e.to_string()),
+        GenerateError::Failed(m) => ApiError::failed(m),
+    })?;
+    match events.recv().await {
+        Some(FrontEvent::Started { prompt_tokens }) => Ok((events, prompt_tokens)),
+        Some(FrontEvent::Error { message, client_error: true }) => Err(ApiError::bad_request(message)),
+        Some(FrontEvent::Error { message, .. }) => Err(ApiError::failed(message)),
+        _ => Err(ApiError::failed("the model's first stage ended the request before it started")),
+    }
+}
+
+/// A finished request's whole text, why it ended, and its counts.
+pub struct Finished {
+    pub text: String,
+    pub reason: FinishReason,
+    pub report: GenerationReport,
+}
+
+/// Waits for the whole answer of a started request (and records it in the node's statistics).
+pub async fn collect(
+    state: &ApiState,
+    model: &str,
+    mut events: UnboundedReceiver<FrontEvent>,
+) -> Result<Finished, ApiError> {
+    let mut text = String::new();
+    loop {
+        match events.recv().await {
+            Some(FrontEvent::Text { text: t }) => text.push_str(&t),
+            Some(FrontEvent::Done { finish_reason, report }) => {
+                state.agent.record_request(model, &report);
+                return Ok(Finished { text, reason: finish_reason, report });
+            }
+            Some(FrontEvent::Error { message, .. }) => return Err(ApiError::failed(message)),
+            Some(FrontEvent::Started { .. }) => {}
+            None => return Err(ApiError::failed(STOPPED)),
+        }
+    }
+}
+
+const STOPPED: &str = "the instance stopped in the middle of the request";
+
+/// One step of a streamed answer, for an API to shape into its own events.
+pub enum Piece {
+    Text(String),
+    Done(FinishReason, GenerationReport),
+    Failed(String),
+}
+
+/// Streams a started request: `first` at once, then every piece as `shape` turns it into items. The
+/// request is recorded when it is done, and cancelled when the client goes away.
+pub fn relay<T, F>(
+    state: ApiState,
+    model: String,
+    mut events: UnboundedReceiver<FrontEvent>,
+    first: Vec<T>,
+    mut shape: F,
+) -> impl Stream<Item = Result<T, Infallible>>
+where
+    T: Send + 'static,
+    F: FnMut(Piece) -> Vec<T> + Send + 'static,
+{
+    channel_stream(move |tx| async move {
+        if !send_all(&tx, first) {
+            return;
+        }
+        loop {
+            let (piece, end) = match events.recv().await {
+                Some(FrontEvent::Started { .. }) => continue,
+                Some(FrontEvent::Text { text }) => (Piece::Text(text), false),
+                Some(FrontEvent::Done { finish_reason, report }) => {
+                    state.agent.record_request(&model, &report);
+                    (Piece::Done(finish_reason, report), true)
+                }
+                Some(FrontEvent::Error { message, .. }) => (Piece::Failed(message), true),
+                None => (Piece::Failed(STOPPED.into()), true),
+            };
+            // A failed send means the client went away: dropping `events` cancels the request.
+            if !send_all(&tx, shape(piece)) || end {
+                return;
+            }
+        }
+    })
+}
+
+fn send_all<T>(tx: &UnboundedSender<T>, items: Vec<T>) -> bool {
+    items.into_iter().all(|item| tx.send(item).is_ok())
+}
+
+/// A stream fed by a task through a channel (the task ends when the client goes away).
+fn channel_stream<T, F, Fut>(producer: F) -> impl Stream<Item = Result<T, Infallible>>
+where
+    T: Send + 'static,
+    F: FnOnce(UnboundedSender<T>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(producer(tx));
+    tokio_stream::wrappers::UnboundedReceiverStream::new(rx).map(Ok)
+}

@@ -1,0 +1,392 @@
+//! Ollama's API, so that clients configured for Ollama work unchanged: `POST /api/chat` and
+//! `POST /api/generate` (streamed as NDJSON unless `"stream": false`), `GET /api/tags`, `POST /api/show`,
+//! `GET /api/ps` and `GET /api/version`, at those paths and under `/ollama` (`/ollama/api/chat`, …, and
+//! `/ollama/` answers "Ollama is running"), and with `--ollama-port` alone on a port of their own, whose
+//! `/` answers that too. The models are the instances the cluster serves, by their
+//! names (`NAME:latest` is `NAME`). Messages go to the model's own chat template as the OpenAI route's
+//! do; `raw` prompts go as they are; `tools` and `tool_calls` as OpenAI's do, and calls in the reply come
+//! back as `message.tool_calls`. Images, `format`, `suffix`, custom templates and `context` are refused
+//! with a 400 that says so. Errors are Ollama's `{"error": "..."}`.
+
+use super::generation::{self, Finished, Piece, Sampling};
+use super::tools::{self, ToolCall, ToolStream, Turn};
+use super::{ApiError, ApiState, Dialect};
+use crate::engine::FinishReason;
+use crate::instances::InstanceInfo;
+use crate::model::library::{self, LibraryModel, ModelSource};
+use crate::model::ChatMessage;
+use crate::worker::{FrontRequest, GenerationReport, PromptInput};
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::time::Instant;
+
+/// Ollama's routes (also served under `/ollama`).
+pub const PATHS: [&str; 6] = ["/api/chat", "/api/generate", "/api/tags", "/api/show", "/api/ps", "/api/version"];
+
+/// Ollama's routes at `/api/*` and under `/ollama`.
+pub fn routes(router: Router<ApiState>) -> Router<ApiState> {
+    let mut router = router.route("/ollama", get(running)).route("/ollama/", get(running));
+    for prefix in ["", "/ollama"] {
+        router = router
+            .route(&format!("{prefix}/api/chat"), post(chat))
+            .route(&format!("{prefix}/api/generate"), post(generate))
+            .route(&format!("{prefix}/api/tags"), get(tags))
+            .route(&format!("{prefix}/api/show"), post(show))
+            .route(&format!("{prefix}/api/ps"), get(ps))
+            .route(&format!("{prefix}/api/version"), get(version));
+    }
+    router
+}
+
+/// What Ollama answers at its root, which clients probe.
+pub async fn running() -> &'static str {
+    "Ollama is running"
+}
+
+async fn version() -> Json<Value> {
+    Json(json!({ "version": env!("CARGO_PKG_VERSION") }))
+}
+
+/// Ollama's `options` that shoal uses (the others, such as `num_ctx`, are the instance's to decide).
+#[derive(Deserialize, Default)]
+struct Options {
+    #[serde(flatten)]
+    sampling: Sampling,
+    num_predict: Option<i64>,
+    #[serde(default)]
+    stop: Vec<String>,
+}
+
+/// Fields both generation routes share.
+#[derive(Deserialize)]
+struct Common {
+    model: Option<String>,
+    stream: Option<bool>,
+    #[serde(default)]
+    options: Options,
+    format: Option<Value>,
+    #[serde(default)]
+    images: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+struct MessageIn {
+    role: String,
+    #[serde(default)]
+    content: String,
+    #[serde(default)]
+    images: Vec<Value>,
+    #[serde(default)]
+    tool_calls: Vec<Value>,
+}
+
+type ChatRequest = generation::ChatRequest<Common, MessageIn>;
+
+#[derive(Deserialize)]
+struct GenerateRequest {
+    #[serde(flatten)]
+    common: Common,
+    prompt: Option<String>,
+    system: Option<String>,
+    #[serde(default)]
+    raw: bool,
+    suffix: Option<String>,
+    template: Option<String>,
+    #[serde(default)]
+    context: Vec<Value>,
+}
+
+fn refuse_unsupported(checks: &[(bool, &'static str, &str)]) -> Result<(), ApiError> {
+    match checks.iter().find(|(present, _, _)| *present) {
+        Some((_, field, what)) => Err(ApiError::bad_param(field, format!("{what} are not supported by this node"))),
+        None => Ok(()),
+    }
+}
+
+impl Common {
+    fn to_front(&self, state: &ApiState, prompt: PromptInput) -> Result<(String, FrontRequest), ApiError> {
+        let format = self.format.as_ref().is_some_and(|f| !(f.is_null() || f == ""));
+        refuse_unsupported(&[
+            (format, "format", "`format` (structured output) and its schemas"),
+            (!self.images.is_empty(), "images", "images"),
+        ])?;
+        let max_tokens = match self.options.num_predict {
+            None | Some(-1) | Some(-2) => u32::MAX as usize,
+            Some(n) if n < 0 => {
+                return Err(ApiError::bad_param("num_predict", format!("num_predict must be -2, -1 or more, not {n}")))
+            }
+            Some(n) => n as usize,
+        };
+        let front = FrontRequest {
+            prompt,
+            max_tokens,
+            sampling: self.options.sampling.params(f32::MAX)?,
+            stop: self.options.stop.clone(),
+            ignore_eos: false,
+        };
+        Ok((resolve(state, generation::model_name(self.model.as_deref())?), front))
+    }
+}
+
+/// The instance a client means: the name as given, or without Ollama's default tag `:latest`.
+fn resolve(state: &ApiState, name: String) -> String {
+    let known = |n: &str| state.agent.registry().instances.values().any(|i| i.model == n || i.id == n);
+    match name.strip_suffix(":latest") {
+        Some(bare) if !known(&name) && known(bare) => bare.to_string(),
+        _ => name,
+    }
+}
+
+async fn chat(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejection>) -> Response {
+    let started = Instant::now();
+    let result = async {
+        let request: ChatRequest = super::openai::parse(body)?;
+        let tools = tools::offered(request.tools, None)?;
+        let messages = request
+            .messages
+            .filter(|m| !m.is_empty())
+            .ok_or_else(|| ApiError::bad_param("messages", "`messages` must be a non-empty list"))?;
+        let mut chat = Vec::with_capacity(messages.len());
+        for m in messages {
+            if !matches!(m.role.as_str(), "system" | "user" | "assistant" | "tool") {
+                return Err(ApiError::bad_param("messages", format!("unknown role {:?}", m.role)));
+            }
+            refuse_unsupported(&[(!m.images.is_empty(), "images", "images")])?;
+            chat.push(Turn {
+                message: ChatMessage { role: m.role, content: m.content },
+                calls: m.tool_calls,
+                answers: None,
+            });
+        }
+        let route = if tools.is_empty() { Route::Chat } else { Route::ChatWithTools };
+        let (model, front) = request.common.to_front(&state, tools::prompt(chat, tools))?;
+        respond(state, model, front, request.common.stream.unwrap_or(true), started, route).await
+    };
+    result.await.unwrap_or_else(|e| e.into_response_as(Dialect::Ollama))
+}
+
+async fn generate(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejection>) -> Response {
+    let started = Instant::now();
+    let result = async {
+        let request: GenerateRequest = super::openai::parse(body)?;
+        refuse_unsupported(&[
+            (request.suffix.as_ref().is_some_and(|s| !s.is_empty()), "suffix", "suffixes (fill in the middle)"),
+            (request.template.as_ref().is_some_and(|t| !t.is_empty()), "template", "custom templates"),
+            (!request.context.is_empty(), "context", "`context` token lists"),
+        ])?;
+        let prompt = request.prompt.unwrap_or_default();
+        if prompt.is_empty() {
+            // Ollama loads the model and answers at once; here it is loaded when it runs at all.
+            let model = resolve(&state, generation::model_name(request.common.model.as_deref())?);
+            if !generation::ready_instances(&state).iter().any(|i| i.model == model || i.id == model) {
+                return Err(ApiError::not_found(
+                    format!("model '{model}' is not running on this cluster"),
+                    "model_not_found",
+                ));
+            }
+            let body =
+                json!({ "model": model, "created_at": now(), "response": "", "done": true, "done_reason": "load" });
+            return Ok(Json(body).into_response());
+        }
+        let input = if request.raw {
+            PromptInput::Text(prompt)
+        } else {
+            let mut messages: Vec<ChatMessage> = request.system.iter().map(|s| ChatMessage::new("system", s)).collect();
+            messages.push(ChatMessage::new("user", &prompt));
+            PromptInput::Messages(messages)
+        };
+        let (model, front) = request.common.to_front(&state, input)?;
+        respond(state, model, front, request.common.stream.unwrap_or(true), started, Route::Generate).await
+    };
+    result.await.unwrap_or_else(|e| e.into_response_as(Dialect::Ollama))
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Route {
+    Chat,
+    /// A chat whose reply may call the tools the request offers.
+    ChatWithTools,
+    Generate,
+}
+
+/// An answer object carrying the calls the model made (Ollama's `message.tool_calls`).
+fn with_calls(mut body: Value, calls: &[ToolCall]) -> Value {
+    if !calls.is_empty() {
+        let calls: Vec<Value> =
+            calls.iter().map(|c| json!({ "function": { "name": c.name, "arguments": c.arguments } })).collect();
+        body["message"]["tool_calls"] = json!(calls);
+    }
+    body
+}
+
+fn now() -> String {
+    crate::util::rfc3339(crate::util::now_ms())
+}
+
+/// One answer object: `text` as the route carries it, with the final counts when done.
+fn answer(model: &str, route: Route, text: &str, done: Option<(FinishReason, &GenerationReport, Instant)>) -> Value {
+    let mut body = json!({ "model": model, "created_at": now() });
+    match route {
+        Route::Chat | Route::ChatWithTools => body["message"] = json!({ "role": "assistant", "content": text }),
+        Route::Generate => body["response"] = json!(text),
+    }
+    body["done"] = json!(done.is_some());
+    if let Some((reason, report, started)) = done {
+        let total = started.elapsed().as_nanos() as u64;
+        let prompt_eval = ((report.time_to_first_token_ms * 1e6) as u64).min(total);
+        let stats = json!({
+            "done_reason": if reason == FinishReason::Length { "length" } else { "stop" },
+            "total_duration": total,
+            "load_duration": 0,
+            "prompt_eval_count": report.prompt_tokens,
+            "prompt_eval_duration": prompt_eval,
+            "eval_count": report.generated_tokens,
+            "eval_duration": total - prompt_eval,
+        });
+        merge(&mut body, stats);
+    }
+    body
+}
+
+async fn respond(
+    state: ApiState,
+    model: String,
+    front: FrontRequest,
+    stream: bool,
+    started: Instant,
+    route: Route,
+) -> Result<Response, ApiError> {
+    let (events, _) = generation::start(&state, &model, front).await?;
+    if !stream {
+        let Finished { text, reason, report } = generation::collect(&state, &model, events).await?;
+        let (text, calls) = if route == Route::ChatWithTools { tools::split(&text) } else { (text, vec![]) };
+        let body = answer(&model, route, &text, Some((reason, &report, started)));
+        return Ok(Json(with_calls(body, &calls)).into_response());
+    }
+    let name = model.clone();
+    let line = |value: Value| Bytes::from(format!("{value}\n"));
+    let mut calls_stream = (route == Route::ChatWithTools).then(ToolStream::default);
+    let lines = generation::relay(state, model, events, vec![], move |piece| match piece {
+        Piece::Text(text) => {
+            let shown = match &mut calls_stream {
+                Some(s) => s.push(&text),
+                None => text,
+            };
+            (!shown.is_empty()).then(|| line(answer(&name, route, &shown, None))).into_iter().collect()
+        }
+        Piece::Done(reason, report) => {
+            // With tools, the held text and the calls come before the last object.
+            let (rest, calls) = calls_stream.as_mut().map(ToolStream::finish).unwrap_or_default();
+            let mut out = Vec::new();
+            if !rest.is_empty() || !calls.is_empty() {
+                out.push(line(with_calls(answer(&name, route, &rest, None), &calls)));
+            }
+            out.push(line(answer(&name, route, "", Some((reason, &report, started)))));
+            out
+        }
+        Piece::Failed(message) => vec![line(json!({ "error": message }))],
+    });
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response())
+}
+
+/// What the node's library says about an instance's model file, when this node has it.
+async fn describe(instance: &InstanceInfo) -> Option<LibraryModel> {
+    let path = instance.model_path.clone();
+    let model = tokio::task::spawn_blocking(move || library::describe(vec![path], ModelSource::Added)).await.ok()?;
+    model.architecture.is_some().then_some(model)
+}
+
+fn details(model: Option<&LibraryModel>) -> Value {
+    let family = model.and_then(|m| m.architecture.clone()).unwrap_or_default();
+    let parameter_size = match model.and_then(|m| m.parameters) {
+        Some(n) if n >= 1_000_000_000 => format!("{:.1}B", n as f64 / 1e9),
+        Some(n) => format!("{:.0}M", n as f64 / 1e6),
+        None => String::new(),
+    };
+    json!({
+        "parent_model": "",
+        "format": "gguf",
+        "family": family,
+        "families": [family],
+        "parameter_size": parameter_size,
+        "quantization_level": model.and_then(|m| m.quantization.clone()).unwrap_or_default(),
+    })
+}
+
+/// The running models, each with what the library says of its file and the fields `extra` adds:
+/// `/api/tags` and `/api/ps` list them.
+async fn listed(state: &ApiState, extra: impl Fn(&InstanceInfo) -> Value) -> Json<Value> {
+    let mut models = Vec::new();
+    for instance in generation::ready_instances(state) {
+        let model = describe(&instance).await;
+        let mut entry = json!({
+            "name": instance.model, "model": instance.model,
+            "size": model.as_ref().map_or(0, |m| m.size_bytes), "details": details(model.as_ref()),
+        });
+        merge(&mut entry, extra(&instance));
+        models.push(entry);
+    }
+    Json(json!({ "models": models }))
+}
+
+fn merge(into: &mut Value, more: Value) {
+    if let (Some(into), Value::Object(more)) = (into.as_object_mut(), more) {
+        into.extend(more);
+    }
+}
+
+async fn tags(State(state): State<ApiState>) -> Json<Value> {
+    listed(&state, |i| json!({ "modified_at": crate::util::rfc3339(i.created_at_ms) })).await
+}
+
+async fn ps(State(state): State<ApiState>) -> Json<Value> {
+    listed(&state, |i| json!({ "size_vram": 0, "context_length": i.context })).await
+}
+
+#[derive(Deserialize)]
+struct ShowRequest {
+    model: Option<String>,
+    /// Older clients send `name`.
+    name: Option<String>,
+}
+
+async fn show(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejection>) -> Response {
+    let result = async {
+        let request: ShowRequest = super::openai::parse(body)?;
+        let name = resolve(&state, generation::model_name(request.model.or(request.name).as_deref())?);
+        let instances = generation::ready_instances(&state);
+        let Some(instance) = instances.iter().find(|i| i.model == name || i.id == name) else {
+            return Err(ApiError::not_found(
+                format!("model '{name}' is not running on this cluster"),
+                "model_not_found",
+            ));
+        };
+        let model = describe(instance).await;
+        let arch = model.as_ref().and_then(|m| m.architecture.clone()).unwrap_or_default();
+        let mut info = json!({ "general.architecture": arch, "general.basename": instance.model });
+        if let Some(n) = model.as_ref().and_then(|m| m.parameters) {
+            info["general.parameter_count"] = json!(n);
+        }
+        if let Some(n) = model.as_ref().and_then(|m| m.context_length) {
+            info[format!("{arch}.context_length")] = json!(n);
+        }
+        Ok(Json(json!({
+            "modelfile": "",
+            "parameters": "",
+            "template": "",
+            "details": details(model.as_ref()),
+            "model_info": info,
+            "capabilities": ["completion"],
+            "modified_at": crate::util::rfc3339(instance.created_at_ms),
+        }))
+        .into_response())
+    };
+    result.await.unwrap_or_else(|e| e.into_response_as(Dialect::Ollama))
+}

@@ -1,0 +1,225 @@
+//! Tool calls for `/v1/chat/completions`: the `tools` a request offers and the messages that carry calls
+//! and results, as the model's chat template takes them; and the calls in the model's output: Qwen's and
+//! Hermes' `<tool_call>{"name": …, "arguments": {…}}</tool_call>` blocks, and Llama 3's reply that is one
+//! JSON object `{"name": …, "parameters": {…}}`. [`ToolStream`] holds back the text that may be a call
+//! while streaming, so that clients get content as it comes and each call whole.
+
+use super::ApiError;
+use crate::model::ChatMessage;
+use crate::worker::PromptInput;
+use serde_json::{json, Value};
+
+const OPEN: &str = "<tool_call>";
+const CLOSE: &str = "</tool_call>";
+
+/// The tools a request offers the model under `tool_choice` (`auto` or absent: all; `none`: none).
+pub fn offered(tools: Vec<Value>, choice: Option<&Value>) -> Result<Vec<Value>, ApiError> {
+    match choice.map(|c| c.as_str()) {
+        None | Some(Some("auto")) => {}
+        Some(Some("none")) => return Ok(vec![]),
+        _ => {
+            return Err(ApiError::bad_param(
+                "tool_choice",
+                "tool_choice must be \"auto\" or \"none\" (\"required\" and a named function are not supported yet)",
+            ))
+        }
+    }
+    if let Some(bad) = tools.iter().find(|t| t["type"] != "function" || !t["function"]["name"].is_string()) {
+        let message = format!("each tool must be {{\"type\": \"function\", \"function\": {{\"name\": …}}}}, not {bad}");
+        return Err(ApiError::bad_param("tools", message));
+    }
+    Ok(tools)
+}
+
+/// A message with the tool calls it makes and the id of the call it answers.
+pub struct Turn {
+    pub message: ChatMessage,
+    pub calls: Vec<Value>,
+    pub answers: Option<String>,
+}
+
+impl Turn {
+    pub fn plain(message: ChatMessage) -> Turn {
+        Turn { message, calls: vec![], answers: None }
+    }
+}
+
+/// The prompt for `turns` with the tools offered: plain messages when no tool is offered, called or
+/// answered (as prompts always went), else the messages as JSON with the tools, for the template.
+pub fn prompt(turns: Vec<Turn>, tools: Vec<Value>) -> PromptInput {
+    if tools.is_empty() && turns.iter().all(|t| t.calls.is_empty() && t.answers.is_none()) {
+        return PromptInput::Messages(turns.into_iter().map(|t| t.message).collect());
+    }
+    PromptInput::Conversation { messages: turns.into_iter().map(message_json).collect(), tools }
+}
+
+/// A message as chat templates take it: an assistant's `tool_calls` with their `arguments` as objects
+/// (OpenAI sends them as JSON strings), a tool result with the `tool_call_id` it answers.
+fn message_json(turn: Turn) -> Value {
+    let Turn { message, mut calls, answers } = turn;
+    for call in &mut calls {
+        if let Some(arguments) = call["function"]["arguments"].as_str() {
+            if let Ok(parsed) = serde_json::from_str::<Value>(arguments) {
+                call["function"]["arguments"] = parsed;
+            }
+        }
+    }
+    let mut value = json!({ "role": message.role, "content": message.content });
+    if !calls.is_empty() {
+        value["tool_calls"] = Value::Array(calls);
+    }
+    if let Some(id) = answers {
+        value["tool_call_id"] = json!(id);
+    }
+    value
+}
+
+/// One call the model made.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolCall {
+    pub name: String,
+    pub arguments: Value,
+}
+
+impl ToolCall {
+    /// The call as OpenAI's `tool_calls` entries spell it (`arguments` as a JSON string).
+    pub fn to_openai(&self, index: usize) -> Value {
+        json!({
+            "index": index,
+            "id": format!("call_{}", uuid::Uuid::new_v4().simple()),
+            "type": "function",
+            "function": { "name": self.name, "arguments": self.arguments.to_string() },
+        })
+    }
+
+    /// The call as an Anthropic `tool_use` content block.
+    pub fn to_anthropic(&self) -> Value {
+        let id = format!("toolu_{}", uuid::Uuid::new_v4().simple());
+        json!({ "type": "tool_use", "id": id, "name": self.name, "input": self.arguments })
+    }
+
+    /// A call from a JSON object with `name` and `arguments` (or Llama's `parameters`).
+    fn from_json(text: &str) -> Option<ToolCall> {
+        let value: Value = serde_json::from_str(text.trim()).ok()?;
+        let name = value.get("name")?.as_str()?.to_string();
+        let arguments = value.get("arguments").or_else(|| value.get("parameters")).cloned().unwrap_or(json!({}));
+        // Some models write the arguments as a JSON string.
+        let arguments = match arguments {
+            Value::String(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
+            other => other,
+        };
+        Some(ToolCall { name, arguments })
+    }
+}
+
+/// Splits a whole reply into its text and its calls. Blocks that do not parse stay in the text.
+pub fn split(text: &str) -> (String, Vec<ToolCall>) {
+    if let Some(call) = text.trim_start().starts_with('{').then(|| ToolCall::from_json(text)).flatten() {
+        return (String::new(), vec![call]);
+    }
+    let (mut content, mut calls, mut rest) = (String::new(), Vec::new(), text);
+    while let Some(start) = rest.find(OPEN) {
+        let after = &rest[start + OPEN.len()..];
+        let (inside, next) = match after.find(CLOSE) {
+            Some(end) => (&after[..end], &after[end + CLOSE.len()..]),
+            None => (after, ""),
+        };
+        match ToolCall::from_json(inside) {
+            Some(call) => {
+                content.push_str(&rest[..start]);
+                calls.push(call);
+            }
+            None => content.push_str(&rest[..rest.len() - next.len()]),
+        }
+        rest = next;
+    }
+    content.push_str(rest);
+    let content = if calls.is_empty() { content } else { content.trim().to_string() };
+    (content, calls)
+}
+
+/// Streamed text of a reply that may call tools: text is passed on until a call may begin (`<tool_call>`,
+/// or a reply that opens with `{`); from there on it is held until the end.
+#[derive(Default)]
+pub struct ToolStream {
+    held: String,
+    holding: bool,
+    started: bool,
+}
+
+impl ToolStream {
+    /// Takes the next piece of text; returns what can be shown now.
+    pub fn push(&mut self, text: &str) -> String {
+        self.held.push_str(text);
+        if !self.started {
+            let trimmed = self.held.trim_start();
+            if trimmed.is_empty() {
+                return String::new();
+            }
+            self.started = true;
+            self.holding = trimmed.starts_with('{');
+        }
+        if self.holding {
+            return String::new();
+        }
+        if let Some(at) = self.held.find(OPEN) {
+            self.holding = true;
+            return self.held.drain(..at).collect();
+        }
+        // Keep a tail that may be the start of `<tool_call>`.
+        let keep = (1..OPEN.len().min(self.held.len() + 1))
+            .rev()
+            .find(|&n| {
+                self.held.is_char_boundary(self.held.len() - n) && OPEN.starts_with(&self.held[self.held.len() - n..])
+            })
+            .unwrap_or(0);
+        self.held.drain(..self.held.len() - keep).collect()
+    }
+
+    /// The end of the reply: the text still to show, and the calls.
+    pub fn finish(&mut self) -> (String, Vec<ToolCall>) {
+        split(&std::mem::take(&mut self.held))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qwen_blocks_and_llama_json_are_calls_and_other_text_is_content() {
+        let text = "Let me check.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>{\"name\": \"time\", \"arguments\": \"{\\\"tz\\\": \\\"CET\\\"}\"}</tool_call>";
+        let (content, calls) = split(text);
+        assert_eq!(content, "Let me check.");
+        assert_eq!(calls[0], ToolCall { name: "weather".into(), arguments: json!({ "city": "Paris" }) });
+        assert_eq!(calls[1], ToolCall { name: "time".into(), arguments: json!({ "tz": "CET" }) });
+        let (content, calls) = split("{\"name\": \"weather\", \"parameters\": {\"city\": \"Oslo\"}}");
+        assert_eq!((content.as_str(), calls[0].arguments.clone()), ("", json!({ "city": "Oslo" })));
+        assert_eq!(split("Paris is sunny."), ("Paris is sunny.".to_string(), vec![]));
+        let broken = "<tool_call>{not json</tool_call> ok";
+        assert_eq!(split(broken), (broken.to_string(), vec![]));
+        assert_eq!(calls[0].to_openai(0)["function"]["arguments"], "{\"city\":\"Oslo\"}");
+    }
+
+    #[test]
+    fn streaming_shows_text_at_once_and_holds_a_call_split_across_pieces() {
+        let mut s = ToolStream::default();
+        let mut shown = String::new();
+        for piece in
+            ["Sure", ", one moment.", "\n<tool", "_call>\n{\"name\": \"f\", ", "\"arguments\": {}}\n</tool_call>"]
+        {
+            shown += &s.push(piece);
+        }
+        assert_eq!(shown, "Sure, one moment.\n");
+        let (rest, calls) = s.finish();
+        assert_eq!((rest.as_str(), calls.len(), calls[0].name.as_str()), ("", 1, "f"));
+        let mut s = ToolStream::default();
+        assert_eq!(s.push("a <to"), "a ");
+        assert_eq!(s.push("p> b"), "<top> b");
+        assert_eq!(s.finish(), (String::new(), vec![]));
+        let mut s = ToolStream::default();
+        assert_eq!(s.push(" {\"name\""), "");
+        assert_eq!(s.push(": \"g\"}"), "");
+        assert_eq!(s.finish().1[0].name, "g");
+    }
+}
