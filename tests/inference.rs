@@ -218,8 +218,15 @@ fn a_killed_worker_fails_the_request_cleanly_and_a_new_launch_works() {
     let stream = stream_until_end(&c, 0, &model, started_tx);
     started.recv_timeout(Duration::from_secs(20)).expect("tokens arrive");
 
-    let out = std::process::Command::new("pkill").args(["-9", "-f", "shoal worker .*--stage 1 "]).output().unwrap();
-    assert!(out.status.success(), "a stage-1 worker was running");
+    // This cluster's stage-1 worker, found among its nodes' own processes (never another test's).
+    let workers: Vec<u32> = (0..c.nodes.len())
+        .flat_map(|i| c.descendants(i))
+        .filter(|(_, cmdline)| cmdline.contains(" worker ") && cmdline.contains("--stage 1 "))
+        .map(|(pid, _)| pid)
+        .collect();
+    assert_eq!(workers.len(), 1, "one stage-1 worker runs in this cluster: {workers:?}");
+    let out = std::process::Command::new("kill").args(["-9", &workers[0].to_string()]).output().unwrap();
+    assert!(out.status.success(), "the stage-1 worker was killed");
     let killed = Instant::now();
     let (text, error, ended) = stream.join().unwrap();
     let took = ended.duration_since(killed);
@@ -253,7 +260,7 @@ fn a_node_lost_mid_generation_fails_the_request_and_the_others_serve_again() {
     let _one_at_a_time = common::cluster::exclusive();
     let mut c = TestCluster::new(3);
     if c.network != Network::Netns {
-        eprintln!("skipped: taking a node off the network needs network namespaces");
+        common::cannot_run("taking a node off the network needs network namespaces");
         return;
     }
     // Two of these nodes could hold the model; the explicit split uses all three.

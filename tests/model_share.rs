@@ -172,10 +172,11 @@ fn with_no_member_holding_the_whole_file_a_share_comes_from_the_hub() {
     let _one_at_a_time = common::cluster::exclusive();
     let hub = start_hub(Faults::default());
     let hf_home = tempfile::tempdir().unwrap();
-    // The nodes this test starts inherit the hub's address (and an empty Hugging Face cache).
-    std::env::set_var("HF_ENDPOINT", &hub.endpoint);
-    std::env::set_var("HF_HOME", hf_home.path());
     let mut c = TestCluster::with_network(2, Network::Loopback);
+    // The nodes get the hub's address (and an empty Hugging Face cache); this process's environment,
+    // which other tests share, stays as it is.
+    c.env.push(("HF_ENDPOINT".into(), hub.endpoint.clone()));
+    c.env.push(("HF_HOME".into(), hf_home.path().display().to_string()));
     c.private_disks = true;
     let request = PullRequest::parse(&format!("{}:{}", common::hub::REPO, common::hub::FILE)).unwrap();
     let owner_models = c.nodes[0].data_dir.join("models");
@@ -207,7 +208,7 @@ fn stopping_an_instance_ends_the_fetch_of_a_share() {
     let _one_at_a_time = common::cluster::exclusive();
     let mut c = TestCluster::new(2);
     if c.network != Network::Netns {
-        eprintln!("shaping a link needs network namespaces: nothing to check on loopback");
+        common::cannot_run("shaping a link needs network namespaces");
         return;
     }
     c.private_disks = true;

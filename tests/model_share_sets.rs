@@ -257,10 +257,11 @@ fn with_no_member_holding_the_whole_set_each_parts_share_comes_from_the_hub() {
     let _one_at_a_time = common::cluster::exclusive();
     let (hub, _dir, parts) = hub_with_set();
     let hf_home = tempfile::tempdir().unwrap();
-    // The nodes this test starts inherit the hub's address (and an empty Hugging Face cache).
-    std::env::set_var("HF_ENDPOINT", &hub.endpoint);
-    std::env::set_var("HF_HOME", hf_home.path());
     let mut c = TestCluster::with_network(2, Network::Loopback);
+    // The nodes get the hub's address (and an empty Hugging Face cache); this process's environment,
+    // which other tests share, stays as it is.
+    c.env.push(("HF_ENDPOINT".into(), hub.endpoint.clone()));
+    c.env.push(("HF_HOME".into(), hf_home.path().display().to_string()));
     c.private_disks = true;
     let first = parts[0].file_name().unwrap().to_str().unwrap();
     let request = PullRequest::parse(&format!("{REPO}:{first}")).unwrap();

@@ -38,6 +38,9 @@ pub struct TestCluster {
     /// Each node sees only its own data directory (the others' are covered by an empty tmpfs in a mount
     /// namespace of its own), as nodes on separate machines do. Off by default.
     pub private_disks: bool,
+    /// Environment variables every node this cluster starts gets (never set in the test process: other
+    /// tests run in it at the same time).
+    pub env: Vec<(String, String)>,
     prefix: String,
     bridge: Option<String>,
     pub nodes: Vec<TestNode>,
@@ -103,6 +106,7 @@ impl TestCluster {
         let mut cluster = TestCluster {
             network,
             private_disks: false,
+            env: Vec::new(),
             prefix: prefix.clone(),
             bridge: None,
             nodes: Vec::new(),
@@ -201,9 +205,34 @@ impl TestCluster {
         }
         cmd.args(extra);
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&node.log).unwrap();
-        cmd.stdout(Stdio::null()).stderr(log).env_remove("RUST_LOG").envs(env.iter().copied());
+        cmd.stdout(Stdio::null()).stderr(log).env_remove("RUST_LOG");
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v))).envs(env.iter().copied());
         let child = cmd.spawn().unwrap();
         self.nodes[i].child = Some(child);
+    }
+
+    /// The processes node `i` started (its workers and theirs), with their command lines.
+    pub fn descendants(&self, i: usize) -> Vec<(u32, String)> {
+        let Some(root) = self.nodes[i].child.as_ref().map(Child::id) else { return Vec::new() };
+        let parent_of = |pid: u32| -> Option<u32> {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            status.lines().find_map(|l| l.strip_prefix("PPid:")).and_then(|p| p.trim().parse().ok())
+        };
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let mut ancestor = parent_of(pid);
+            while let Some(a) = ancestor.filter(|&a| a > 1) {
+                if a == root {
+                    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+                    found.push((pid, cmdline));
+                    break;
+                }
+                ancestor = parent_of(a);
+            }
+        }
+        found
     }
 
     /// SIGKILLs node `i`.
