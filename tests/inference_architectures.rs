@@ -1,24 +1,22 @@
 //! The new architectures through the whole product: three `shoal node`s serve a GLM-4.5-style
 //! mixture-of-experts model, given as a split GGUF set, with its stages on three nodes (one inside the
-//! leading dense layers), and answer exactly as the single-process engine does.
+//! leading dense layers), a DeepSeek V3-style model (latent attention) and a gpt-oss-style model
+//! (sinks, sliding window, MXFP4 experts), and answer exactly as the single-process engine does.
 
 mod common;
 
 use common::cluster::TestCluster;
 use common::{random_model, split_gguf};
 use serde_json::json;
+use std::path::Path;
 
-#[test]
-fn three_nodes_serve_a_moe_split_set_exactly_like_one_process() {
-    let _one_at_a_time = common::cluster::exclusive();
-    let model = random_model::glm4moe();
-    let dir = tempfile::tempdir().unwrap();
-    let parts = split_gguf::split(&model.write(), dir.path(), "glm-moe", 3);
+/// Three nodes run `model` with `layers` (a stage each) and complete two prompts greedily as one
+/// process does.
+fn check_three_nodes_answer_like_one_process(model: &Path, layers: &str) {
     let mut c = TestCluster::new(3);
     c.form(&[]);
-    let layers = "node0:0-0,node1:1-2,node2:3-4";
-    let first = parts[0].to_str().unwrap();
-    let out = c.cli(0, &["run", first, "--layers", layers, "--context", "256", "--sequences", "1", "--threads", "1"]);
+    let path = model.to_str().unwrap();
+    let out = c.cli(0, &["run", path, "--layers", layers, "--context", "256", "--sequences", "1", "--threads", "1"]);
     assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
 
     let instances = c.get_json(1, "/api/instances");
@@ -33,6 +31,29 @@ fn three_nodes_serve_a_moe_split_set_exactly_like_one_process() {
         let (status, answer) = c.post_json(2, "/v1/completions", body);
         assert_eq!(status, 200, "{answer}\n{}", c.logs());
         let text = answer["choices"][0]["text"].as_str().unwrap();
-        assert_eq!(text, common::single_process_of(&parts[0], prompt, 16), "prompt {prompt:?}");
+        assert_eq!(text, common::single_process_of(model, prompt, 16), "prompt {prompt:?}");
     }
+}
+
+#[test]
+fn three_nodes_serve_a_moe_split_set_exactly_like_one_process() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let model = random_model::glm4moe();
+    let dir = tempfile::tempdir().unwrap();
+    let parts = split_gguf::split(&model.write(), dir.path(), "glm-moe", 3);
+    check_three_nodes_answer_like_one_process(&parts[0], "node0:0-0,node1:1-2,node2:3-4");
+}
+
+/// The dense layer alone on one node, the latent-attention MoE layers on the others.
+#[test]
+fn three_nodes_serve_deepseek2_exactly_like_one_process() {
+    let _one_at_a_time = common::cluster::exclusive();
+    check_three_nodes_answer_like_one_process(&random_model::deepseek2().write(), "node0:0-0,node1:1-2,node2:3-3");
+}
+
+/// One node with both kinds of layers, one with a sliding layer only, one with a global layer only.
+#[test]
+fn three_nodes_serve_gpt_oss_exactly_like_one_process() {
+    let _one_at_a_time = common::cluster::exclusive();
+    check_three_nodes_answer_like_one_process(&random_model::gpt_oss().write(), "node0:0-1,node1:2-2,node2:3-3");
 }
