@@ -202,15 +202,16 @@ async fn respond(state: ApiState, body: Result<Json<Value>, JsonRejection>) -> R
     if !stream {
         let Finished { text, reason, report } = generation::collect(&state, &model, events).await?;
         let (content, stop) = content(text, with_tools, reason, &report);
-        let mut body = json!({
+        let body = json!({
             "id": id,
             "type": "message",
             "role": "assistant",
             "model": model,
             "content": content,
+            "stop_reason": stop["stop_reason"],
+            "stop_sequence": stop["stop_sequence"],
             "usage": { "input_tokens": report.prompt_tokens, "output_tokens": report.generated_tokens },
         });
-        body.as_object_mut().unwrap().extend(stop.as_object().unwrap().clone());
         return Ok(Json(body).into_response());
     }
     let event = |name: &str, data: Value| Event::default().event(name).data(data.to_string());

@@ -185,12 +185,7 @@ async fn generate(State(state): State<ApiState>, body: Result<Json<Value>, JsonR
         if prompt.is_empty() {
             // Ollama loads the model and answers at once; here it is loaded when it runs at all.
             let model = resolve(&state, generation::model_name(request.common.model.as_deref())?);
-            if !generation::ready_instances(&state).iter().any(|i| i.model == model || i.id == model) {
-                return Err(ApiError::not_found(
-                    format!("model '{model}' is not running on this cluster"),
-                    "model_not_found",
-                ));
-            }
+            ready_instance(&state, &model)?;
             let body =
                 json!({ "model": model, "created_at": now(), "response": "", "done": true, "done_reason": "load" });
             return Ok(Json(body).into_response());
@@ -296,6 +291,14 @@ async fn respond(
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(lines)).into_response())
 }
 
+/// The ready instance a client names (by model name or id), or Ollama's 404.
+fn ready_instance(state: &ApiState, name: &str) -> Result<InstanceInfo, ApiError> {
+    generation::ready_instances(state)
+        .into_iter()
+        .find(|i| i.model == name || i.id == name)
+        .ok_or_else(|| ApiError::not_found(format!("model '{name}' is not running on this cluster"), "model_not_found"))
+}
+
 /// What the node's library says about an instance's model file, when this node has it.
 async fn describe(instance: &InstanceInfo) -> Option<LibraryModel> {
     let path = instance.model_path.clone();
@@ -361,14 +364,8 @@ async fn show(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejec
     let result = async {
         let request: ShowRequest = super::openai::parse(body)?;
         let name = resolve(&state, generation::model_name(request.model.or(request.name).as_deref())?);
-        let instances = generation::ready_instances(&state);
-        let Some(instance) = instances.iter().find(|i| i.model == name || i.id == name) else {
-            return Err(ApiError::not_found(
-                format!("model '{name}' is not running on this cluster"),
-                "model_not_found",
-            ));
-        };
-        let model = describe(instance).await;
+        let instance = ready_instance(&state, &name)?;
+        let model = describe(&instance).await;
         let arch = model.as_ref().and_then(|m| m.architecture.clone()).unwrap_or_default();
         let mut info = json!({ "general.architecture": arch, "general.basename": instance.model });
         if let Some(n) = model.as_ref().and_then(|m| m.parameters) {
@@ -377,16 +374,18 @@ async fn show(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejec
         if let Some(n) = model.as_ref().and_then(|m| m.context_length) {
             info[format!("{arch}.context_length")] = json!(n);
         }
-        Ok(Json(json!({
-            "modelfile": "",
-            "parameters": "",
-            "template": "",
-            "details": details(model.as_ref()),
-            "model_info": info,
-            "capabilities": ["completion"],
-            "modified_at": crate::util::rfc3339(instance.created_at_ms),
-        }))
-        .into_response())
+        Ok::<_, ApiError>(
+            Json(json!({
+                "modelfile": "",
+                "parameters": "",
+                "template": "",
+                "details": details(model.as_ref()),
+                "model_info": info,
+                "capabilities": ["completion"],
+                "modified_at": crate::util::rfc3339(instance.created_at_ms),
+            }))
+            .into_response(),
+        )
     };
     result.await.unwrap_or_else(|e| e.into_response_as(Dialect::Ollama))
 }

@@ -317,19 +317,22 @@ impl Stage {
         }
         self.positions.clear();
         self.positions.extend((start..start + tokens).map(|p| p as i32));
-        self.rows.clear();
-        self.rows.extend((start..start + tokens).map(|p| self.cache.row(seq, p)));
-        // Causal mask: token i (at position start + i) sees cache positions 0..=start + i.
-        let attended = shape.attended;
-        self.mask.clear();
-        self.mask.resize(attended * tokens, f16::NEG_INFINITY);
-        for i in 0..tokens {
-            let visible = start + i + 1;
-            self.mask[i * attended..i * attended + visible].fill(f16::ZERO);
+        // Each layer kind's inputs only when this stage's graph has such layers (it then has the inputs).
+        let has = |name| self.graph.as_ref().is_some_and(|(_, graph)| graph.has_input(name));
+        if has(input::MASK) {
+            self.rows.clear();
+            self.rows.extend((start..start + tokens).map(|p| self.cache.row(seq, p)));
+            // Causal mask: token i (at position start + i) sees cache positions 0..=start + i.
+            let attended = shape.attended;
+            self.mask.clear();
+            self.mask.resize(attended * tokens, f16::NEG_INFINITY);
+            for i in 0..tokens {
+                let visible = start + i + 1;
+                self.mask[i * attended..i * attended + visible].fill(f16::ZERO);
+            }
         }
-        // Sliding-window layers keep a ring of recent positions; only when this stage's graph has such
-        // layers (it then has their inputs).
-        if self.graph.as_ref().is_some_and(|(_, graph)| graph.has_input(input::MASK_SLIDING)) {
+        // Sliding-window layers keep a ring of recent positions.
+        if has(input::MASK_SLIDING) {
             self.rows_sliding.clear();
             self.rows_sliding.extend((start..start + tokens).map(|p| self.cache.sliding_row(seq, p)));
             self.cache.fill_sliding_mask(&mut self.mask_sliding, start, tokens, shape.attended_sliding);

@@ -3,7 +3,7 @@
 //! context, and the compute buffer.
 
 use crate::engine::CACHE_BLOCK;
-use crate::model::{Model, ModelLayout};
+use crate::model::{CacheRow, Model, ModelLayout};
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
@@ -47,29 +47,28 @@ impl ModelNeeds {
     /// prompts in steps of `batch` tokens.
     pub fn of(model: &Model, context: usize, sequences: usize, batch: usize) -> ModelNeeds {
         let c = model.config();
-        // The step size a stage uses (its batch, at most the context asked for).
-        let stage_batch = batch.clamp(1, context.max(1));
+        // The step size a stage uses: its batch, at most the context asked for (as `Stage::load` clamps it).
+        let batch = batch.clamp(1, context.max(1));
         let context = context.max(1).div_ceil(CACHE_BLOCK) * CACHE_BLOCK;
-        let batch = batch.clamp(1, context) as u64;
         // Each layer's F16 cache row (keys and values, or DeepSeek's latent) per position it holds: the
         // context, or for a sliding-window layer a ring of its window's positions.
-        let kv_per_layer = (0..c.layers)
-            .map(|l| {
-                let row = c.cache_row(l);
-                let held = crate::engine::kv_cache_positions(&row, context, stage_batch);
+        let rows: Vec<_> = (0..c.layers).map(|l| c.cache_row(l)).collect();
+        let kv_per_layer = rows
+            .iter()
+            .map(|row| {
+                let held = crate::engine::kv_cache_positions(row, context, batch);
                 row.bytes_per_position() * held as u64 * sequences.max(1) as u64
             })
             .collect();
         // What each further position costs: the layers that see the whole context.
-        let kv_per_position: u64 =
-            (0..c.layers).map(|l| c.cache_row(l)).filter(|r| r.window.is_none()).map(|r| r.bytes_per_position()).sum();
+        let kv_per_position = rows.iter().filter(|r| r.window.is_none()).map(CacheRow::bytes_per_position).sum();
         // Measured on ggml's CPU back end: about 4 activations of the widest projection per token,
         // plus the F16 attention mask, plus slack (an upper bound of what `Stage::load` reserves).
         // A mixture-of-experts layer holds each token's chosen experts' activations side by side, and
         // its router's scores for every expert.
         let experts_wide = c.moe.map_or(0, |m| m.experts_used * m.expert_feed_forward + m.experts);
         let widest = c.feed_forward.max(c.embedding).max(experts_wide) as u64;
-        let compute = batch * (16 * widest + 2 * context as u64) + (1 << 20);
+        let compute = batch as u64 * (16 * widest + 2 * context as u64) + (1 << 20);
         ModelNeeds {
             name: model.name(),
             layout: model.layout().clone(),
