@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -21,7 +22,27 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SHOAL = os.path.join(ROOT, "target", "release", "shoal")
 APP = os.path.join(ROOT, "target", "release", "shoal-app")
 OUT = os.path.join(ROOT, "tests", "app", "out")
-BASE_PORT = int(os.environ.get("SHOAL_APP_TEST_PORT", "53600"))
+
+
+def free_base_port(start, span):
+    """The first base from `start` (in steps of 100) with `span` free ports after it, all below 32768:
+    Linux hands out ports from 32768 up to outgoing connections, which could take a fixed port there."""
+    def free(port):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+                return True
+            except OSError:
+                return False
+
+    for base in range(start, 32768 - span, 100):
+        if all(free(port) for port in range(base, base + span)):
+            return base
+    raise RuntimeError(f"no {span} free ports in a row from {start} below 32768")
+
+
+# Four nodes, each on a port and the one after it; below the Rust tests' 20000-31999.
+BASE_PORT = free_base_port(int(os.environ.get("SHOAL_APP_TEST_PORT", "17600")), 32)
 APP_PORT, BESIDE_PORT, OTHER_PORT, TRAY_PORT = BASE_PORT, BASE_PORT + 10, BASE_PORT + 20, BASE_PORT + 30
 
 

@@ -10,6 +10,7 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { copyFileSync, chmodSync, linkSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createServer } from 'node:net';
 import path from 'node:path';
 
 /** @typedef {{ name: string, port: number, dataDir: string, pid: number, log: string, exited: boolean }} RunningNode */
@@ -56,6 +57,35 @@ export async function api(port, route, options = {}) {
   const text = await response.text();
   if (!response.ok) throw new Error(`${options.method ?? 'GET'} ${route} on :${port}: ${response.status} ${text}`);
   return JSON.parse(text);
+}
+
+/**
+ * Whether `port` can be listened on at 127.0.0.1 right now.
+ * @param {number} port
+ * @returns {Promise<boolean>}
+ */
+function canListen(port) {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
+}
+
+/**
+ * The first base port from `from` (then in steps of 100) such that it and the `count - 1` ports after
+ * it are free now. Keep `from` below 32768, Linux's first ephemeral port: an outgoing connection of
+ * anything on the machine can hold a port above it at any moment.
+ * @param {number} from
+ * @param {number} count
+ */
+export async function freePortRange(from, count) {
+  for (let base = from; base + count < 32768; base += 100) {
+    let free = true;
+    for (let port = base; free && port < base + count; port++) free = await canListen(port);
+    if (free) return base;
+  }
+  throw new Error(`no ${count} free ports in a row from ${from} below 32768`);
 }
 
 export class Cluster {

@@ -10,7 +10,7 @@
  * the model running also to assets/dashboard.png.
  *
  * Needs target/release/shoal built after `npm run build` (it embeds ui/dist) and the test model
- * (scripts/fetch-test-model). SHOAL_BIN and SHOAL_E2E_PORT (default 53100) override the defaults.
+ * (scripts/fetch-test-model). SHOAL_BIN and SHOAL_E2E_PORT (the lowest port tried, default 17100) override the defaults.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -19,7 +19,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
-import { Cluster, api, waitFor } from './cluster.mjs';
+import { Cluster, api, freePortRange, waitFor } from './cluster.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '..', '..');
@@ -29,7 +29,8 @@ const modelPath = path.join(repo, 'models', 'SmolLM2-135M-Instruct.Q4_1.gguf');
 const modelFile = path.basename(modelPath);
 /** gamma's copy of the model sits where `shoal pull` would put it, so gamma knows its repository. */
 const modelFolder = 'HuggingFaceTB--SmolLM2-135M-Instruct-GGUF';
-const basePort = Number(process.env['SHOAL_E2E_PORT'] ?? 53100);
+/** The first node's API port; the nodes take consecutive pairs from it (see `before`). */
+let basePort = 0;
 const CHROMIUM_FLAGS = [
   '--headless',
   '--no-sandbox',
@@ -82,6 +83,8 @@ before(async () => {
   mkdirSync(out, { recursive: true });
   // SmolLM2 with a 512-token context needs about 180 MB: it would fit on two 160 MB nodes, and the test
   // spreads it over all three with a layer override typed into the launch form.
+  // Four nodes, two ports each; below the Rust tests' 20000-31999 and Linux's ephemeral ports.
+  basePort = await freePortRange(Number(process.env['SHOAL_E2E_PORT'] ?? 17100), 8);
   cluster = new Cluster({ binary, basePort, memoryLimit: '160MB' });
   cluster.addModel('alpha', modelPath);
   cluster.placeModel('gamma', modelPath, modelFolder);
