@@ -120,25 +120,50 @@ pub fn model_name(model: Option<&str>) -> Result<String, ApiError> {
         .ok_or_else(|| ApiError::bad_param("model", "`model` is required"))
 }
 
-/// Starts the request and waits for its first event, so that a request the model refuses (a prompt
-/// beyond the context) is a 4xx rather than a broken stream. Returns the events and the prompt's tokens.
+/// How long a request waits for its model while an instance of it is launching or recovering (a
+/// large model takes minutes to load; clients such as OpenAI's wait 10 minutes by default).
+const WAIT_FOR_STARTING: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Starts the request (once the model is ready, if it is launching or recovering) and waits for its
+/// first event, so that a request the model refuses (a prompt beyond the context) is a 4xx rather than
+/// a broken stream. Returns the events and the prompt's tokens.
 pub async fn start(
     state: &ApiState,
     model: &str,
     front: FrontRequest,
 ) -> Result<(UnboundedReceiver<FrontEvent>, usize), ApiError> {
-    let mut events = instances::generate(&state.agent, model, front).map_err(|e| match e {
-        GenerateError::UnknownModel(_) => ApiError::not_found(e.to_string(), "model_not_found"),
-        GenerateError::NotReady(..) => ApiError::unavailable(e.to_string()),
-        GenerateError::Failed(m) => ApiError::failed(m),
-    })?;
-    match events.recv().await {
-        Some(FrontEvent::Started { prompt_tokens }) => Ok((events, prompt_tokens)),
-        Some(FrontEvent::Error { message, client_error: true }) => Err(ApiError::bad_request(message)),
-        Some(FrontEvent::Error { message, .. }) => Err(ApiError::failed(message)),
-        _ => Err(ApiError::failed("the model's first stage ended the request before it started")),
+    let deadline = tokio::time::Instant::now() + WAIT_FOR_STARTING;
+    let mut tries = 0;
+    loop {
+        let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let mut events =
+            instances::generate_when_ready(&state.agent, model, front.clone(), wait).await.map_err(|e| match e {
+                GenerateError::UnknownModel(_) => ApiError::not_found(e.to_string(), "model_not_found"),
+                GenerateError::NotReady(..) => ApiError::unavailable(e.to_string()),
+                GenerateError::Failed(m) => ApiError::failed(m),
+            })?;
+        let failure = match events.recv().await {
+            Some(FrontEvent::Started { prompt_tokens }) => return Ok((events, prompt_tokens)),
+            Some(FrontEvent::Error { message, client_error: true }) => return Err(ApiError::bad_request(message)),
+            Some(FrontEvent::Error { message, .. }) => message,
+            _ => "the model's first stage ended the request before it started".to_string(),
+        };
+        // Nothing reached the client yet: a request its instance dropped as it was lost is sent again
+        // to the instance that replaces it.
+        tries += 1;
+        if tries >= RETRIES_ON_LOSS || !instances::lost_and_recovering(&state.agent, model, NOTICE_LOSS_WITHIN).await {
+            return Err(ApiError::failed(failure));
+        }
+        tracing::info!(
+            "a request for {model} failed as its instance was lost ({failure}); it waits for the replacement"
+        );
     }
 }
+
+/// How many times in all a request is tried when it fails before its first token as its instance is lost.
+const RETRIES_ON_LOSS: usize = 3;
+/// How long after such a failure its instance's loss may take to be known here.
+const NOTICE_LOSS_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// A finished request's whole text, why it ended, and its counts.
 pub struct Finished {

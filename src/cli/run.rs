@@ -84,8 +84,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let info: InstanceInfo = args.node.post("/api/instances", body)?;
     let mut deadline = Instant::now() + PATIENCE;
     let mut shown = String::new();
+    let mut watched = info.id;
+    let mut shown_error = None;
     loop {
-        let now: InstanceInfo = args.node.get(&format!("/api/instances/{}", info.id))?;
+        let now: InstanceInfo = args.node.get(&format!("/api/instances/{watched}"))?;
         let line = now
             .stages
             .iter()
@@ -110,8 +112,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                 println!("ready: instance {} serves `{}`; try  shoal chat --model {}", now.id, now.model, now.model);
                 return Ok(());
             }
-            InstanceState::Failed | InstanceState::Stopped => {
+            InstanceState::Replaced if now.replaced_by.is_some() => {
+                let next = now.replaced_by.unwrap_or_default();
+                eprintln!("  placed again as instance {next}");
+                watched = next;
+            }
+            InstanceState::Failed | InstanceState::Stopped | InstanceState::Replaced => {
                 anyhow::bail!("the instance {:?}: {}", now.state, now.error.unwrap_or_default())
+            }
+            InstanceState::Recovering => {
+                if now.error != shown_error {
+                    eprintln!("  {}", now.error.clone().unwrap_or_default());
+                    shown_error = now.error;
+                }
+                std::thread::sleep(Duration::from_millis(200))
             }
             InstanceState::Launching if Instant::now() > deadline => {
                 anyhow::bail!(

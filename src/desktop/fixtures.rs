@@ -77,5 +77,8 @@ pub fn instance(model: &str, state: InstanceState, progress: &[f32]) -> Instance
                 fetch: None,
             })
             .collect(),
+        ready_at_ms: None,
+        recovery: None,
+        replaced_by: None,
     }
 }

@@ -5,7 +5,7 @@
 
 pub mod autostart;
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 pub mod icon;
 pub mod notices;
 pub mod runner;

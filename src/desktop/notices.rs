@@ -1,5 +1,6 @@
 //! Which cluster events deserve a desktop notification, worded for people: a node joined, went down or
-//! came back, a link started failing or fell back from RDMA to TCP, a model became ready or failed. Each happening gives at most one
+//! came back, a link started failing or fell back from RDMA to TCP, a model became ready, lost a node
+//! and is being placed again, was placed again, or failed. Each happening gives at most one
 //! notice (a status is reported on its change only; a failing link at most once per
 //! [`LINK_NOTICE_INTERVAL_MS`]). Whether to show it (not while the window has focus) is the app's call.
 
@@ -102,11 +103,24 @@ impl NoticeBoard {
             ClusterEvent::Links { node, links } => self.on_links(*node, links, now_ms),
             ClusterEvent::Instance { info } => {
                 let before = self.instance_states.insert(info.id.clone(), info.state);
-                (info.state == InstanceState::Ready && before != Some(InstanceState::Ready)).then(|| {
-                    let nodes = info.stages.len();
-                    let across = if nodes == 1 { "on 1 node".to_string() } else { format!("across {nodes} nodes") };
-                    Notice::new(format!("{} is ready", info.model), format!("Serving {across}."))
-                })
+                if before == Some(info.state) {
+                    return None;
+                }
+                let nodes = info.stages.len();
+                let across = if nodes == 1 { "on 1 node".to_string() } else { format!("across {nodes} nodes") };
+                match info.state {
+                    InstanceState::Ready if info.recovery.is_some() => {
+                        Some(Notice::new(format!("{} is serving again", info.model), format!("Placed again {across}.")))
+                    }
+                    InstanceState::Ready => {
+                        Some(Notice::new(format!("{} is ready", info.model), format!("Serving {across}.")))
+                    }
+                    InstanceState::Recovering => Some(Notice::new(
+                        format!("{} lost part of its cluster", info.model),
+                        info.error.clone().unwrap_or_default(),
+                    )),
+                    _ => None,
+                }
             }
             ClusterEvent::InstanceFailed { instance, model, error } => {
                 let before = self.instance_states.insert(instance.clone(), InstanceState::Failed);

@@ -41,10 +41,11 @@ pub fn summarize(snapshot: &ClusterSnapshot, instances: &[InstanceInfo], rates: 
         (n, t) => format!("{t} of {n} nodes unreachable · {pool} pool"),
     };
 
-    let mut live: Vec<&InstanceInfo> = instances.iter().filter(|i| i.state != InstanceState::Stopped).collect();
+    let mut live: Vec<&InstanceInfo> =
+        instances.iter().filter(|i| !matches!(i.state, InstanceState::Stopped | InstanceState::Replaced)).collect();
     live.sort_by_key(|i| (state_rank(i.state), std::cmp::Reverse(i.created_at_ms)));
     let serving = live.iter().any(|i| i.state == InstanceState::Ready);
-    let failed = live.iter().any(|i| i.state == InstanceState::Failed);
+    let failed = live.iter().any(|i| matches!(i.state, InstanceState::Failed | InstanceState::Recovering));
     let decode = rates.decode_tokens_per_second;
     let model_line = match live.first() {
         None => "No model running".to_string(),
@@ -54,8 +55,10 @@ pub fn summarize(snapshot: &ClusterSnapshot, instances: &[InstanceInfo], rates: 
                 InstanceState::Ready if decode > 0.0 => format!("{decode:.1} tok/s"),
                 InstanceState::Ready => "ready".to_string(),
                 InstanceState::Launching => launching_text(i),
+                InstanceState::Recovering => "recovering".to_string(),
                 InstanceState::Failed => "failed".to_string(),
                 InstanceState::Stopped => "stopped".to_string(),
+                InstanceState::Replaced => "replaced".to_string(),
             };
             format!("{} · {what}{more}", i.model)
         }
@@ -75,13 +78,14 @@ pub fn summarize(snapshot: &ClusterSnapshot, instances: &[InstanceInfo], rates: 
     TraySummary { look, cluster_line, model_line, title, tooltip }
 }
 
-/// Ready first, then launching, failed; newest first within each.
+/// Ready first, then launching, recovering, failed; newest first within each.
 fn state_rank(state: InstanceState) -> u8 {
     match state {
         InstanceState::Ready => 0,
         InstanceState::Launching => 1,
-        InstanceState::Failed => 2,
-        InstanceState::Stopped => 3,
+        InstanceState::Recovering => 2,
+        InstanceState::Failed => 3,
+        InstanceState::Stopped | InstanceState::Replaced => 4,
     }
 }
 

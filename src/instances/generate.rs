@@ -54,6 +54,54 @@ pub fn generate(
     Ok(rx)
 }
 
+/// [`generate`], waiting up to `wait` while the model's instance is launching or recovering (placed
+/// again after it lost a node) rather than refusing the request.
+pub async fn generate_when_ready(
+    agent: &Agent,
+    model: &str,
+    request: FrontRequest,
+    wait: std::time::Duration,
+) -> Result<UnboundedReceiver<FrontEvent>, GenerateError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match generate(agent, model, request.clone()) {
+            Err(GenerateError::NotReady(..)) if tokio::time::Instant::now() < deadline && starting(agent, model) => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// After a request for `model` failed before its first token: whether that was because its instance
+/// was lost and is being placed again (no instance of it is ready, and one is recovering or
+/// launching). Its owner may learn of the loss a moment after the request failed, so this watches for
+/// up to `within`.
+pub async fn lost_and_recovering(agent: &Agent, model: &str, within: std::time::Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let ready = agent
+            .registry()
+            .instances
+            .values()
+            .any(|i| (i.model == model || i.id == model) && i.state == InstanceState::Ready);
+        if !ready && starting(agent, model) {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether an instance called `model` is launching or recovering: it will be ready, or fail, soon.
+fn starting(agent: &Agent, model: &str) -> bool {
+    agent.registry().instances.values().any(|i| {
+        (i.model == model || i.id == model) && matches!(i.state, InstanceState::Launching | InstanceState::Recovering)
+    })
+}
+
 /// Sends `request` to this node's stage-0 worker of `instance`; its events go to `events`.
 fn call_local(
     agent: &Agent,

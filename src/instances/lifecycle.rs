@@ -117,6 +117,16 @@ pub async fn preview_fetches(agent: &Agent, request: &LaunchRequest, plan: &Plan
 
 /// Launches an instance; this node owns it. Returns as soon as the stages are starting.
 pub async fn launch(agent: &Agent, request: LaunchRequest) -> Result<InstanceInfo, LaunchError> {
+    launch_as(agent, request, None).await
+}
+
+/// Launches an instance, placed with the cluster as it is now; `recovery` names the instance it
+/// replaces, if any.
+pub(super) async fn launch_as(
+    agent: &Agent,
+    request: LaunchRequest,
+    recovery: Option<super::Recovery>,
+) -> Result<InstanceInfo, LaunchError> {
     let (plan, name) = preview(agent, &request).await?;
     let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
     let me = agent.id();
@@ -147,8 +157,15 @@ pub async fn launch(agent: &Agent, request: LaunchRequest) -> Result<InstanceInf
             })
             .collect(),
         plan,
+        ready_at_ms: None,
+        recovery,
+        replaced_by: None,
     };
-    agent.registry().instances.insert(id.clone(), info.clone());
+    {
+        let mut registry = agent.registry();
+        registry.instances.insert(id.clone(), info.clone());
+        registry.requests.insert(id.clone(), request.clone());
+    }
     publish(agent, &info);
     let path = request.model.clone();
     // Every file of the model (each part of a split set), as the stages' nodes find or fetch them.
@@ -177,14 +194,14 @@ pub async fn launch(agent: &Agent, request: LaunchRequest) -> Result<InstanceInf
         if stage.node == me {
             start_local(agent, spec, me);
         } else if !agent.send_to(stage.node, ControlMessage::StartStage { spec }) {
-            fail(agent, &id, format!("cannot reach {} to start stage {i}", stage.node_name));
+            lose(agent, &id, format!("cannot reach {} to start stage {i}", stage.node_name), false);
         }
     }
     Ok(info)
 }
 
 /// Sends the owner's view of an instance to every node and to the local event stream.
-fn publish(agent: &Agent, info: &InstanceInfo) {
+pub(super) fn publish(agent: &Agent, info: &InstanceInfo) {
     agent.broadcast(ControlMessage::Instance { info: Box::new(info.clone()) });
     agent.emit(ClusterEvent::Instance { info: Box::new(info.clone()) });
 }
@@ -201,11 +218,7 @@ fn start_local(agent: &Agent, spec: StageSpec, owner: NodeId) {
         };
         match super::share::ensure_share(&agent, &spec, reporter).await {
             Ok(path) => {
-                let ended = agent
-                    .registry()
-                    .instances
-                    .get(&instance)
-                    .is_none_or(|i| matches!(i.state, InstanceState::Stopped | InstanceState::Failed));
+                let ended = agent.registry().instances.get(&instance).is_none_or(|i| !running(i.state));
                 if !ended {
                     start_worker(&agent, StageSpec { model_path: path, ..spec }, owner);
                 }
@@ -330,8 +343,7 @@ fn apply_report(agent: &Agent, instance: &str, stage: usize, report: StageReport
         let mut registry = agent.registry();
         let Some(info) = registry.instances.get_mut(instance) else { return };
         let Some(s) = info.stages.get_mut(stage) else { return };
-        if matches!(info.state, InstanceState::Stopped | InstanceState::Failed) && report.state != WorkerState::Stopped
-        {
+        if !running(info.state) && report.state != WorkerState::Stopped {
             return;
         }
         // Stats only move a ready stage between ready and serving.
@@ -367,11 +379,12 @@ fn apply_report(agent: &Agent, instance: &str, stage: usize, report: StageReport
             && info.stages.iter().all(|s| matches!(s.state, WorkerState::Ready | WorkerState::Serving))
         {
             info.state = InstanceState::Ready;
+            info.ready_at_ms.get_or_insert_with(crate::util::now_ms);
         }
         info.clone()
     };
     if let Some(error) = failed {
-        return fail(agent, instance, error);
+        return lose(agent, instance, error, false);
     }
     if let Some(ring) = wire.filter(|r| r.len() > 1) {
         for (i, &(node, _)) in ring.iter().enumerate() {
@@ -404,22 +417,47 @@ fn connect_local(agent: &Agent, instance: &str, stage: usize, next_node: NodeId,
     });
 }
 
-/// Marks an instance failed (on the owner) and stops its stages everywhere.
-fn fail(agent: &Agent, instance: &str, error: String) {
-    let info = {
+/// Whether the instance's stages should be running: it is launching or ready.
+fn running(state: InstanceState) -> bool {
+    matches!(state, InstanceState::Launching | InstanceState::Ready)
+}
+
+/// The owner's instance lost a stage (`node_lost`: its node went down): its stages are stopped
+/// everywhere, and it is placed again when [`super::recovery`] says that can help, or marked failed.
+fn lose(agent: &Agent, instance: &str, error: String, node_lost: bool) {
+    let (info, attempt) = {
         let mut registry = agent.registry();
+        let relaunchable = registry.requests.contains_key(instance);
         let Some(info) = registry.instances.get_mut(instance) else { return };
-        if matches!(info.state, InstanceState::Failed | InstanceState::Stopped) {
+        if !running(info.state) {
             return;
         }
-        info.state = InstanceState::Failed;
-        info.error = Some(error.clone());
-        info.clone()
+        let attempt = super::recovery::next_attempt(info, node_lost).filter(|_| relaunchable);
+        (info.state, info.error) = match attempt {
+            Some(_) => (InstanceState::Recovering, Some(format!("{error}; placing it again"))),
+            None => (InstanceState::Failed, Some(error.clone())),
+        };
+        let info = info.clone();
+        if attempt.is_none() {
+            registry.requests.remove(instance);
+        }
+        (info, attempt)
     };
-    tracing::warn!("instance {instance} ({}) failed: {error}", info.model);
-    agent.emit(ClusterEvent::InstanceFailed { instance: instance.to_string(), model: info.model.clone(), error });
-    publish(agent, &info);
-    stop_stages(agent, &info);
+    let (id, model) = (instance.to_string(), info.model.clone());
+    match attempt {
+        Some(attempt) => {
+            tracing::warn!("instance {instance} ({model}) lost a stage: {error}; placing it again");
+            publish(agent, &info);
+            stop_stages(agent, &info);
+            super::recovery::spawn(agent, id, error, attempt);
+        }
+        None => {
+            tracing::warn!("instance {instance} ({model}) failed: {error}");
+            agent.emit(ClusterEvent::InstanceFailed { instance: id, model, error });
+            publish(agent, &info);
+            stop_stages(agent, &info);
+        }
+    }
 }
 
 fn stop_stages(agent: &Agent, info: &InstanceInfo) {
@@ -453,6 +491,7 @@ pub fn stop(agent: &Agent, instance: &str) -> Option<InstanceInfo> {
     if info.owner == agent.id() {
         let updated = {
             let mut registry = agent.registry();
+            registry.requests.remove(instance);
             let i = registry.instances.get_mut(instance)?;
             i.state = InstanceState::Stopped;
             i.clone()
@@ -548,17 +587,12 @@ pub fn on_message(agent: &Agent, from: NodeId, message: ControlMessage) {
 /// A node went down: instances that used it fail; instances it owned end here; calls through it fail.
 pub fn on_peer_down(agent: &Agent, peer: NodeId) {
     let me = agent.id();
-    let affected: Vec<InstanceInfo> = agent
-        .registry()
-        .instances
-        .values()
-        .filter(|i| i.uses(peer) && matches!(i.state, InstanceState::Launching | InstanceState::Ready))
-        .cloned()
-        .collect();
+    let affected: Vec<InstanceInfo> =
+        agent.registry().instances.values().filter(|i| i.uses(peer) && i.state.is_active()).cloned().collect();
     for info in affected {
         let name = info.stages.iter().find(|s| s.node == peer).map_or_else(|| peer.short(), |s| s.node_name.clone());
         if info.owner == me {
-            fail(agent, &info.id, format!("node {name} is down"));
+            lose(agent, &info.id, format!("node {name} is down"), true);
         } else if info.owner == peer {
             {
                 let mut registry = agent.registry();

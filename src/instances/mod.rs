@@ -1,19 +1,23 @@
 //! Model instances: a model split over nodes by a placement, one worker per stage. The node that
 //! launches an instance owns it: it plans the placement, starts the stages on their nodes, wires the
 //! ring, tracks every stage's state and tells the cluster (every node can list instances and route
-//! requests to stage 0). When a stage fails or a node hosting one goes down, the instance is marked
-//! failed and its workers stopped; when the owner goes down, its instances end everywhere. Nothing else
-//! restarts. A node lacking a stage's share of the model fetches just that first (`share`). `Fit` says whether a model would be placed now, before anything is launched.
+//! requests to stage 0). When a stage fails or a node hosting one goes down, the instance's workers are
+//! stopped and its owner places it again on the nodes that are up (`recovery`), or marks it failed when
+//! that cannot help; when the owner goes down, its instances end everywhere. A node lacking a stage's
+//! share of the model fetches just that first (`share`). `Fit` says whether a model would be placed now,
+//! before anything is launched.
 
 mod fit;
 mod generate;
 mod lifecycle;
+mod recovery;
 mod share;
 mod validate;
 
 pub use fit::{Fit, PoolOffers};
-pub use generate::{generate, GenerateError};
+pub use generate::{generate, generate_when_ready, lost_and_recovering, GenerateError};
 pub use lifecycle::{launch, on_message, on_peer_down, preview, preview_fetches, stop, LaunchError, LaunchRequest};
+pub use recovery::Recovery;
 pub use share::{ShareNeed, StageFetch};
 
 /// Types the control messages carry.
@@ -38,8 +42,25 @@ use tokio::sync::mpsc::UnboundedSender;
 pub enum InstanceState {
     Launching,
     Ready,
+    /// It lost a node or a worker; its workers are stopped and its owner is placing it again (its
+    /// `error` says what happened and, while it does not fit, what it lacks).
+    Recovering,
     Failed,
     Stopped,
+    /// Placed again as the instance `replaced_by` names.
+    Replaced,
+}
+
+impl InstanceState {
+    /// Launching, ready or recovering: the instance is (or will again be) the model's server.
+    pub fn is_active(self) -> bool {
+        matches!(self, InstanceState::Launching | InstanceState::Ready | InstanceState::Recovering)
+    }
+
+    /// Failed, stopped or replaced: nothing of it runs any more, and nothing will.
+    pub fn has_ended(self) -> bool {
+        !self.is_active()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -73,6 +94,15 @@ pub struct InstanceInfo {
     pub created_at_ms: u64,
     pub plan: Plan,
     pub stages: Vec<StageStatus>,
+    /// When every stage was first ready.
+    #[serde(default)]
+    pub ready_at_ms: Option<u64>,
+    /// The instance this one replaces, and why (set when it was placed again without a person).
+    #[serde(default)]
+    pub recovery: Option<Recovery>,
+    /// The instance that replaced this one.
+    #[serde(default)]
+    pub replaced_by: Option<String>,
 }
 
 impl InstanceInfo {
@@ -97,6 +127,8 @@ pub(crate) struct LocalStage {
 #[derive(Default)]
 pub struct Registry {
     pub instances: BTreeMap<String, InstanceInfo>,
+    /// How this node's own instances were launched, to place them again after a loss.
+    pub(crate) requests: HashMap<String, LaunchRequest>,
     pub(crate) local: HashMap<(String, usize), LocalStage>,
     /// Calls this node sent to another node's stage 0: where their events go, and which peer serves them.
     pub(crate) calls: HashMap<u64, (NodeId, UnboundedSender<FrontEvent>)>,

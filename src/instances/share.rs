@@ -81,7 +81,7 @@ pub async fn ensure_share(
         Arc::new(move || {
             let registry = agent.registry();
             let state = registry.instances.get(&instance).map(|i| i.state);
-            state.is_none_or(|s| matches!(s, InstanceState::Stopped | InstanceState::Failed))
+            state.is_none_or(|s| !matches!(s, InstanceState::Launching | InstanceState::Ready))
         })
     };
     let mut failures = Vec::new();

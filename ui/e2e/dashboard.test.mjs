@@ -6,8 +6,8 @@
  * the hub fails in view), the model file gamma has is copied to beta from beta's page (the cluster panel
  * names the nodes that have it, the copy row ends with its rate, the mesh shows it on the gamma–beta
  * edge), a model launched from the page splits over the three nodes and answers in the chat with its
- * rates, and a SIGKILLed node turns red within 5 s. Screenshots go to ui/e2e/out/; the mesh with
- * the model running also to assets/dashboard.png.
+ * rates, and a SIGKILLed node turns red within 5 s while its model is placed again on the others.
+ * Screenshots go to ui/e2e/out/; the mesh with the model running also to assets/dashboard.png.
  *
  * Needs target/release/shoal built after `npm run build` (it embeds ui/dist) and the test model
  * (scripts/fetch-test-model). SHOAL_BIN and SHOAL_E2E_PORT (the lowest port tried, default 17100) override the defaults.
@@ -353,7 +353,7 @@ test('the full-window dashboard screenshot, with the model running', async () =>
   await page.setViewportSize({ width: 1280, height: 900 });
 });
 
-test('a SIGKILLed node turns red within 5 s', async () => {
+test('a SIGKILLed node turns red within 5 s, and its model is placed again on the nodes that remain', async () => {
   assert.ok(cluster);
   const victim = cluster.nodes[2];
   assert.ok(victim);
@@ -379,6 +379,18 @@ test('a SIGKILLed node turns red within 5 s', async () => {
     const now = await api(basePort, '/api/cluster');
     return shown === now.pool.memory_total && now.pool.nodes_up === 2 ? true : undefined;
   }, 5_000);
+
+  // The model the three nodes ran is placed again on the two that remain, by itself, and says why.
+  await open('models');
+  const recovered = '[data-testid="instance"][data-state="ready"] [data-testid="instance-recovery"]';
+  await page.waitForSelector(recovered, { timeout: 60_000 });
+  assert.match((await page.textContent(recovered)) ?? '', /node gamma is down/);
+  const instances = await api(basePort, '/api/instances');
+  const ready = instances.filter((/** @type {any} */ i) => i.state === 'ready');
+  assert.equal(ready.length, 1, 'one instance serves the model again');
+  assert.deepEqual([...new Set(ready[0].stages.map((/** @type {any} */ s) => s.node_name))].sort(), ['alpha', 'beta']);
+  assert.ok(instances.some((/** @type {any} */ i) => i.state === 'replaced' && i.replaced_by === ready[0].id));
+  await shot('instance-recovered');
 });
 
 test('a node with an API token asks for it once, and is read-only without it', async () => {

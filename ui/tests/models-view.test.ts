@@ -238,3 +238,27 @@ describe('PullRow', () => {
     expect(screen.getByTestId('pull-row').textContent).toMatch(/Downloaded m-Q4_K_M\.gguf: it is in the library/);
   });
 });
+
+describe('an instance that lost a node', () => {
+  it('stays among the running ones while it is placed again, saying why, with Stop', async () => {
+    const [ready] = instancesFixture();
+    const lost = { ...ready!, state: 'recovering' as const, error: 'node node2 is down; waiting to place it again: 36.0 MB missing' };
+    const model = applySnapshot(emptyModel(), snapshotFixture(), [lost]);
+    mount({ 'GET /api/models/fit': ok(libraryFixture()) }, { model });
+    const card = await screen.findByTestId('instance');
+    expect(card.getAttribute('data-state')).toBe('recovering');
+    expect(within(card).getByTestId('instance-error').textContent).toContain('36.0 MB missing');
+    expect(within(card).getByRole('button', { name: 'Stop' })).toBeTruthy();
+  });
+
+  it('shows the instance that replaced it with the reason; the replaced one is not among the running', async () => {
+    const [ready] = instancesFixture();
+    const old = { ...ready!, id: 'old00001', state: 'replaced' as const, replaced_by: ready!.id, created_at_ms: ready!.created_at_ms - 1 };
+    const recovered = { ...ready!, recovery: { replaces: 'old00001', reason: 'node node2 is down', attempt: 1 } };
+    const model = applySnapshot(emptyModel(), snapshotFixture(), [old, recovered]);
+    mount({ 'GET /api/models/fit': ok(libraryFixture()) }, { model });
+    const cards = await screen.findAllByTestId('instance');
+    expect(cards.map((c) => c.getAttribute('data-state'))).toEqual(['ready']);
+    expect(within(cards[0]!).getByTestId('instance-recovery').textContent).toContain('after: node node2 is down');
+  });
+});

@@ -62,6 +62,35 @@ fn a_model_is_ready_once_and_fails_once() {
 }
 
 #[test]
+fn a_model_that_loses_a_node_is_told_once_and_again_when_it_serves_again() {
+    let mut board = NoticeBoard::new(&snapshot(&["alive", "alive"], 1));
+    let ready = ClusterEvent::Instance { info: Box::new(instance("SmolLM2", InstanceState::Ready, &[1.0, 1.0, 1.0])) };
+    assert!(board.on_event(&ready, 0).is_some());
+    let mut lost = instance("SmolLM2", InstanceState::Recovering, &[1.0, 1.0, 1.0]);
+    lost.error = Some("node node3 is down; placing it again".into());
+    let lost = ClusterEvent::Instance { info: Box::new(lost) };
+    let notice = board.on_event(&lost, 0).unwrap();
+    assert_eq!(
+        (notice.title.as_str(), notice.body.as_str()),
+        ("SmolLM2 lost part of its cluster", "node node3 is down; placing it again")
+    );
+    assert_eq!(board.on_event(&lost, 0), None, "a new reason to wait is not a new notice");
+
+    let mut again = instance("SmolLM2", InstanceState::Ready, &[1.0, 1.0]);
+    again.id = "SmolLM2-new".into();
+    again.recovery = Some(crate::instances::Recovery {
+        replaces: "SmolLM2-id".into(),
+        reason: "node node3 is down".into(),
+        attempt: 1,
+    });
+    let notice = board.on_event(&ClusterEvent::Instance { info: Box::new(again) }, 0).unwrap();
+    assert_eq!(
+        (notice.title.as_str(), notice.body.as_str()),
+        ("SmolLM2 is serving again", "Placed again across 2 nodes.")
+    );
+}
+
+#[test]
 fn a_link_that_keeps_failing_is_told_at_most_once_per_interval() {
     let mut board = NoticeBoard::new(&snapshot(&["alive", "alive"], 1));
     let report = |errors| ClusterEvent::Links { node: id(1), links: vec![link(id(2), errors)] };

@@ -149,7 +149,18 @@ export interface ClusterSnapshot {
   join_code_expires_at_ms: number | null;
 }
 
-export type InstanceState = 'launching' | 'ready' | 'failed' | 'stopped';
+/**
+ * `recovering`: it lost a node or a worker and its owner is placing it again (its `error` says what
+ * happened and what it lacks); `replaced`: placed again as the instance `replaced_by` names.
+ */
+export type InstanceState = 'launching' | 'ready' | 'recovering' | 'failed' | 'stopped' | 'replaced';
+
+/** Why an instance exists: it replaces one that lost a node or a worker. */
+export interface Recovery {
+  replaces: string;
+  reason: string;
+  attempt: number;
+}
 /** `fetching`: the stage's node is fetching its share of the model (see {@link StageFetch}) before it starts. */
 export type WorkerState = 'starting' | 'fetching' | 'loading' | 'connecting' | 'ready' | 'serving' | 'failed' | 'stopped';
 
@@ -242,6 +253,9 @@ export interface InstanceInfo {
   created_at_ms: number;
   plan: Plan;
   stages: StageStatus[];
+  ready_at_ms: number | null;
+  recovery: Recovery | null;
+  replaced_by: string | null;
 }
 
 export interface LaunchRequest {

@@ -218,7 +218,7 @@ export function applyEvent(model: ClusterModel, event: ClusterEvent, now: number
   }
 }
 
-/** Instances that hold or are taking memory (launching or ready). */
+/** Instances that serve the model or will: launching, ready, or recovering (being placed again). */
 export function activeInstances(model: Pick<ClusterModel, 'instances'>): InstanceInfo[] {
-  return model.instances.filter((i) => i.state === 'launching' || i.state === 'ready');
+  return model.instances.filter((i) => i.state === 'launching' || i.state === 'ready' || i.state === 'recovering');
 }

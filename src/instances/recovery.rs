@@ -1,0 +1,122 @@
+//! Recovery without a person. When an instance loses a node or a worker, its owner stops what is left
+//! of it and places the model again, with the request it was launched with, on the nodes that are up
+//! now: the shares they hold are reused and what a node lacks is fetched, as at any launch. While the
+//! model does not fit, the instance waits in the `recovering` state, its error saying what it lacks,
+//! and is tried again every [`RETRY_EVERY`]: a node that comes back is used at the next try. Once the
+//! new instance is placed, the old one is `replaced` and names it; requests for the model wait for it
+//! meanwhile ([`super::generate_when_ready`]).
+//!
+//! It does not loop on a model that cannot run: an instance that never became ready is placed again
+//! only after it lost a node, and at most [`MAX_ATTEMPTS`] times in a row without serving.
+
+use super::lifecycle::{launch_as, publish, LaunchError, LaunchRequest};
+use super::{InstanceInfo, InstanceState};
+use crate::cluster::Agent;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// How often a recovering instance tries to be placed again.
+pub const RETRY_EVERY: Duration = Duration::from_secs(1);
+/// Most replacements in a row that never became ready.
+pub const MAX_ATTEMPTS: u32 = 3;
+
+/// Why an instance exists: it replaces another one that lost a node or a worker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recovery {
+    /// The instance this one replaces.
+    pub replaces: String,
+    /// What happened to that one.
+    pub reason: String,
+    /// 1 when the instance it replaces had served; one more for each replacement in a row that had not.
+    pub attempt: u32,
+}
+
+/// The attempt number of placing `info` again after it lost a stage (`node_lost`: its node went
+/// down), or None when placing it again cannot help: a stage of a model that never served failed by
+/// itself (a file or memory error would fail again), or too many replacements in a row never served.
+pub(super) fn next_attempt(info: &InstanceInfo, node_lost: bool) -> Option<u32> {
+    let attempt = match (&info.recovery, info.ready_at_ms) {
+        (_, Some(_)) => 1,
+        (Some(previous), None) => previous.attempt + 1,
+        (None, None) if node_lost => 1,
+        (None, None) => return None,
+    };
+    (attempt <= MAX_ATTEMPTS).then_some(attempt)
+}
+
+/// Places the owner's instance `old` again in the background, until it is placed or stopped.
+pub(super) fn spawn(agent: &Agent, old: String, reason: String, attempt: u32) {
+    let agent = agent.clone();
+    tokio::spawn(async move { replace(&agent, &old, &reason, attempt).await });
+}
+
+async fn replace(agent: &Agent, old: &str, reason: &str, attempt: u32) {
+    // A replacement that failed before serving waits longer each time.
+    tokio::time::sleep(RETRY_EVERY * 5 * (attempt - 1)).await;
+    loop {
+        let request = {
+            let registry = agent.registry();
+            let recovering = registry.instances.get(old).is_some_and(|i| i.state == InstanceState::Recovering);
+            match registry.requests.get(old) {
+                Some(request) if recovering => request.clone(),
+                _ => return,
+            }
+        };
+        let recovery = Recovery { replaces: old.to_string(), reason: reason.to_string(), attempt };
+        match place_again(agent, &request, recovery).await {
+            Ok(new) => return replaced(agent, old, &new, request),
+            Err(why) => waiting(agent, old, format!("{reason}; waiting to place it again: {why}")),
+        }
+        tokio::time::sleep(RETRY_EVERY).await;
+    }
+}
+
+/// Launches `request` again: with the layers the user chose while the nodes they name can hold them,
+/// else where placement puts it now.
+async fn place_again(agent: &Agent, request: &LaunchRequest, recovery: Recovery) -> Result<InstanceInfo, LaunchError> {
+    if request.layers.is_some() {
+        if let Ok(info) = launch_as(agent, request.clone(), Some(recovery.clone())).await {
+            return Ok(info);
+        }
+    }
+    launch_as(agent, LaunchRequest { layers: None, ..request.clone() }, Some(recovery)).await
+}
+
+/// `old` is replaced by `new`, which keeps the request `old` was launched with. If `old` was stopped
+/// while `new` was being placed, `new` is stopped too.
+fn replaced(agent: &Agent, old: &str, new: &InstanceInfo, request: LaunchRequest) {
+    let info = {
+        let mut registry = agent.registry();
+        let Some(_) = registry.requests.remove(old) else {
+            drop(registry);
+            super::stop(agent, &new.id);
+            return;
+        };
+        registry.requests.insert(new.id.clone(), request);
+        let Some(info) = registry.instances.get_mut(old) else { return };
+        info.state = InstanceState::Replaced;
+        info.replaced_by = Some(new.id.clone());
+        info.clone()
+    };
+    tracing::info!("instance {old} ({}) is placed again as {}", info.model, new.id);
+    publish(agent, &info);
+}
+
+/// `old` is still waiting to be placed again, for the reason `why`.
+fn waiting(agent: &Agent, old: &str, why: String) {
+    let info = {
+        let mut registry = agent.registry();
+        let Some(info) = registry.instances.get_mut(old).filter(|i| i.state == InstanceState::Recovering) else {
+            return;
+        };
+        if info.error.as_ref() == Some(&why) {
+            return;
+        }
+        info.error = Some(why);
+        info.clone()
+    };
+    publish(agent, &info);
+}
+
+#[cfg(test)]
+mod tests;
