@@ -1,6 +1,6 @@
 //! Distributed inference with real processes: three `shoal node`s whose memory limits force SmolLM2 into
-//! three stages serve greedy completions identical to the single-process engine, stream through the
-//! official `openai` client, refuse bad requests with 4xx, and, when a worker is killed or nodes drop
+//! three stages serve greedy completions identical to the single-process engine, stop a request whose
+//! client hangs up, stream through the official `openai` client, refuse bad requests with 4xx, and, when a worker is killed or nodes drop
 //! off the network, end the request in flight with an error and place the model again by themselves.
 
 mod common;
@@ -94,6 +94,39 @@ fn three_nodes_serve_a_split_model_exactly_like_one_process() {
     for (case, handle) in cases[..2].iter().zip(concurrent) {
         assert_eq!(handle.join().unwrap(), common::single_process(&case.prompt, 24), "concurrent {:?}", case.prompt);
     }
+
+    // Clients that hang up mid-stream cancel their requests: neither runs on to the end of its context.
+    let head_stats = |c: &TestCluster| get(c, 0, "/api/instances")[0]["stages"][0]["stats"].clone();
+    let before = head_stats(&c);
+    let hang_ups: Vec<_> = (0..2)
+        .map(|_| {
+            let url = format!("http://127.0.0.1:{}/v1/completions", c.nodes[0].api_port);
+            let body = json!({ "model": model, "prompt": "Once upon a time", "max_tokens": 100_000, "temperature": 0, "ignore_eos": true, "stream": true });
+            c.in_network(0, move || {
+                use std::io::BufRead;
+                let response = ureq::post(&url).send_json(body).expect("the stream starts");
+                let mut reader = std::io::BufReader::new(response.into_body().into_reader());
+                let mut line = String::new();
+                // Read up to the first piece of text, then drop the connection.
+                while reader.read_line(&mut line).unwrap() > 0 && !line.contains(r#""text":"#) {
+                    line.clear();
+                }
+            })
+        })
+        .collect();
+    for hang_up in hang_ups {
+        hang_up.join().unwrap();
+    }
+    let requests = before["requests"].as_u64().unwrap_or(0) + 2;
+    let mut after = Value::Null;
+    c.wait_for(Duration::from_secs(30), "stage 0 to end both requests", || {
+        after = head_stats(&c);
+        after["requests"].as_u64() == Some(requests) && after["active_requests"] == 0
+    });
+    let generated = after["generated_tokens"].as_u64().unwrap() - before["generated_tokens"].as_u64().unwrap_or(0);
+    // Each would generate 250 tokens (a 256-token context) if its hang-up went unnoticed.
+    assert!(generated < 250, "the two requests went on for {generated} tokens after their clients hung up");
+    eprintln!("two requests whose clients hung up after their first text generated {generated} tokens in all");
 
     // Streaming through the official client, chunk by chunk.
     let script = format!(

@@ -449,7 +449,7 @@ fn lose(agent: &Agent, instance: &str, error: String, node_lost: bool) {
             tracing::warn!("instance {instance} ({model}) lost a stage: {error}; placing it again");
             publish(agent, &info);
             stop_stages(agent, &info);
-            super::recovery::spawn(agent, id, error, attempt);
+            super::recovery::spawn(agent, id, error, attempt, node_lost);
         }
         None => {
             tracing::warn!("instance {instance} ({model}) failed: {error}");

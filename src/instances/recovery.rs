@@ -45,14 +45,22 @@ pub(super) fn next_attempt(info: &InstanceInfo, node_lost: bool) -> Option<u32> 
 }
 
 /// Places the owner's instance `old` again in the background, until it is placed or stopped.
-pub(super) fn spawn(agent: &Agent, old: String, reason: String, attempt: u32) {
+/// `node_lost`: it lost a node, which the cluster already knows is down.
+pub(super) fn spawn(agent: &Agent, old: String, reason: String, attempt: u32, node_lost: bool) {
     let agent = agent.clone();
-    tokio::spawn(async move { replace(&agent, &old, &reason, attempt).await });
+    // A stage that failed may be the first sign of its own or a neighbour's node dying (the ring
+    // breaks at once; the node is known down only after `DOWN_AFTER` of silence): placing it again
+    // before then could pick that node.
+    let settle = if node_lost { Duration::ZERO } else { crate::cluster::health::DOWN_AFTER + RETRY_EVERY / 2 };
+    // A replacement that failed before serving waits longer each time.
+    let wait = settle + RETRY_EVERY * 5 * (attempt - 1);
+    tokio::spawn(async move {
+        tokio::time::sleep(wait).await;
+        replace(&agent, &old, &reason, attempt).await
+    });
 }
 
 async fn replace(agent: &Agent, old: &str, reason: &str, attempt: u32) {
-    // A replacement that failed before serving waits longer each time.
-    tokio::time::sleep(RETRY_EVERY * 5 * (attempt - 1)).await;
     loop {
         let request = {
             let registry = agent.registry();
