@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 fn all_alive(s: &ClusterSnapshot, n: usize) -> bool {
-    s.nodes.len() == n && s.nodes.iter().all(|node| node.status == "self" || node.status == "alive")
+    s.nodes.len() == n && s.nodes.iter().all(|node| node.status.is_up())
 }
 
 fn join_arg(c: &TestCluster, code: &str) -> String {
@@ -51,7 +51,10 @@ fn four_nodes_form_one_cluster_detect_failure_and_rejoin() {
     let killed = Instant::now();
     c.kill(3);
     let detected = c.wait_for(Duration::from_secs(10), "the others to mark node 3 down", || {
-        (0..3).all(|i| c.status(i).is_some_and(|s| s.nodes.iter().any(|n| n.id == id3 && n.status == "down")))
+        (0..3).all(|i| {
+            c.status(i)
+                .is_some_and(|s| s.nodes.iter().any(|n| n.id == id3 && n.status == shoal::cluster::NodeStatus::Down))
+        })
     });
     let detected = detected.max(killed.elapsed());
 

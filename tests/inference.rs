@@ -287,11 +287,7 @@ fn a_killed_worker_fails_its_request_and_the_instance_is_placed_again_by_itself(
     assert_eq!(stage_nodes(&new).len(), 3, "the memory limits still force three stages: {new:#}");
     for i in 0..3 {
         let s = c.status(i).unwrap();
-        assert!(
-            s.nodes.iter().all(|n| n.status == "self" || n.status == "alive"),
-            "the cluster stays healthy: {:?}",
-            s.nodes
-        );
+        assert!(s.nodes.iter().all(|n| n.status.is_up()), "the cluster stays healthy: {:?}", s.nodes);
     }
     // The old instance's workers are all gone: only the new instance's three run.
     c.wait_for(Duration::from_secs(10), "only the new instance's workers to run", || workers(&c).len() == 3);
@@ -343,7 +339,7 @@ fn a_lost_node_fails_its_request_and_the_instance_moves_to_the_nodes_that_remain
     assert_eq!(nodes, ["node0", "node1"], "{second:#}");
     for i in 0..2 {
         let s = c.status(i).unwrap();
-        let alive = s.nodes.iter().filter(|n| n.status == "self" || n.status == "alive").count();
+        let alive = s.nodes.iter().filter(|n| n.status.is_up()).count();
         assert_eq!(alive, 2, "the two connected nodes stay healthy: {:?}", s.nodes);
     }
 

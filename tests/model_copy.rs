@@ -46,8 +46,7 @@ fn a_node_copies_a_model_from_another_byte_for_byte_with_its_rate() {
     };
     c.start(1, &["--join", &join]);
     c.wait_for(Duration::from_secs(20), "both members alive", || {
-        c.status(1)
-            .is_some_and(|s| s.nodes.len() == 2 && s.nodes.iter().all(|n| n.status == "self" || n.status == "alive"))
+        c.status(1).is_some_and(|s| s.nodes.len() == 2 && s.nodes.iter().all(|n| n.status.is_up()))
     });
 
     // Who has what: the first node offers the file (with the repository it came from), the second none.

@@ -45,10 +45,8 @@ fn entry(c: &TestCluster, file_name: &str) -> Value {
 
 fn wait_for_members(c: &TestCluster, n: usize) {
     c.wait_for(Duration::from_secs(15), "every member alive with telemetry", || {
-        c.status(0).is_some_and(|s| {
-            s.nodes.len() == n
-                && s.nodes.iter().all(|m| m.telemetry.is_some() && (m.status == "self" || m.status == "alive"))
-        })
+        c.status(0)
+            .is_some_and(|s| s.nodes.len() == n && s.nodes.iter().all(|m| m.telemetry.is_some() && m.status.is_up()))
     });
 }
 

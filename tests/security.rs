@@ -362,8 +362,7 @@ fn strangers_can_neither_block_joins_nor_revoke_a_valid_code() {
     // Meanwhile the right code still lets a new node in.
     c.start(1, &["--join", &code]);
     c.wait_for(Duration::from_secs(20), "the new node to join during the flood", || {
-        c.status(1)
-            .is_some_and(|s| s.nodes.len() == 2 && s.nodes.iter().all(|n| n.status == "self" || n.status == "alive"))
+        c.status(1).is_some_and(|s| s.nodes.len() == 2 && s.nodes.iter().all(|n| n.status.is_up()))
     });
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     flood.join().unwrap();

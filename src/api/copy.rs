@@ -6,7 +6,7 @@
 //! events).
 
 use super::{ApiError, ApiState};
-use crate::cluster::{Agent, ClusterEvent};
+use crate::cluster::{Agent, ClusterEvent, NodeStatus};
 use crate::model::library::{split_part, Library};
 use crate::model::names;
 use crate::model::peer_copy::{self, CopyProgress, CopyReport, OfferedFile};
@@ -41,8 +41,11 @@ pub struct NodeFiles {
 pub async fn cluster_files(State(state): State<ApiState>) -> Json<Vec<NodeFiles>> {
     let agent = state.agent.clone();
     let snapshot = agent.snapshot();
-    let asks =
-        snapshot.nodes.into_iter().filter(|n| n.is_self || n.status == "alive" || n.status == "suspect").map(|node| {
+    let asks = snapshot
+        .nodes
+        .into_iter()
+        .filter(|n| matches!(n.status, NodeStatus::Myself | NodeStatus::Alive | NodeStatus::Suspect))
+        .map(|node| {
             let agent = agent.clone();
             async move {
                 let files = if node.is_self {

@@ -20,6 +20,51 @@ pub enum PeerStatus {
     Down,
 }
 
+/// A member's status as this node sees it, in the cluster's snapshot: this node itself, or a peer's
+/// [`PeerStatus`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeStatus {
+    /// This node.
+    #[serde(rename = "self")]
+    Myself,
+    Connecting,
+    Alive,
+    Suspect,
+    Down,
+}
+
+impl NodeStatus {
+    /// This node, or a peer heard from within the last second: it can be given work.
+    pub fn is_up(self) -> bool {
+        matches!(self, NodeStatus::Myself | NodeStatus::Alive)
+    }
+}
+
+impl std::fmt::Display for NodeStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self {
+            NodeStatus::Myself => "self",
+            NodeStatus::Connecting => "connecting",
+            NodeStatus::Alive => "alive",
+            NodeStatus::Suspect => "suspect",
+            NodeStatus::Down => "down",
+        };
+        f.pad(name)
+    }
+}
+
+impl From<PeerStatus> for NodeStatus {
+    fn from(status: PeerStatus) -> NodeStatus {
+        match status {
+            PeerStatus::Connecting => NodeStatus::Connecting,
+            PeerStatus::Alive => NodeStatus::Alive,
+            PeerStatus::Suspect => NodeStatus::Suspect,
+            PeerStatus::Down => NodeStatus::Down,
+        }
+    }
+}
+
 /// A peer's status after `silence` without hearing from it (`heard`: whether it was ever heard).
 pub fn status_after(silence: Duration, heard: bool) -> PeerStatus {
     match (heard, silence) {
@@ -33,6 +78,14 @@ pub fn status_after(silence: Duration, heard: bool) -> PeerStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_status_is_written_as_the_api_and_the_dashboard_name_it() {
+        for (status, name) in [(NodeStatus::Myself, "self"), (NodeStatus::Alive, "alive"), (NodeStatus::Down, "down")] {
+            assert_eq!(serde_json::to_value(status).unwrap(), name);
+            assert_eq!(format!("{status:<6}|"), format!("{name:<6}|"));
+        }
+    }
 
     #[test]
     fn silence_turns_alive_into_suspect_then_down() {

@@ -12,6 +12,6 @@ pub mod pairing;
 pub mod state;
 
 pub use agent::{Agent, AgentConfig, JoinTarget, DEFAULT_API_PORT};
-pub use health::PeerStatus;
+pub use health::{NodeStatus, PeerStatus};
 pub use membership::{ClusterSecret, MemberRecord, Membership};
 pub use state::{ClusterEvent, ClusterSnapshot, LinkView, NodeView, PoolView};

@@ -1,7 +1,7 @@
 //! The cluster as this node sees it — members, their health, telemetry and links, nearby clusters, the
 //! active join code — and the snapshot of it that the API and `shoal status` show.
 
-use super::health::PeerStatus;
+use super::health::{NodeStatus, PeerStatus};
 use super::membership::Membership;
 use super::messages::ControlMessage;
 use super::pairing::JoinCode;
@@ -130,8 +130,8 @@ pub struct NodeView {
     pub id: NodeId,
     pub name: String,
     pub is_self: bool,
-    /// "self" for this node, else the peer's status as this node sees it.
-    pub status: String,
+    /// `self` for this node, else the peer's status as this node sees it.
+    pub status: NodeStatus,
     pub control: Vec<SocketAddr>,
     pub api_port: u16,
     pub last_heard_ms_ago: Option<u64>,
@@ -237,12 +237,9 @@ impl ClusterState {
             let is_self = *id == self.me;
             let peer = self.peers.get(id);
             let status = if is_self {
-                "self".to_string()
+                NodeStatus::Myself
             } else {
-                serde_json::to_value(peer.map_or(PeerStatus::Connecting, |p| p.status))
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default()
+                NodeStatus::from(peer.map_or(PeerStatus::Connecting, |p| p.status))
             };
             let telemetry = if is_self { self.telemetry.clone() } else { peer.and_then(|p| p.telemetry.clone()) };
             let up = is_self || matches!(peer.map(|p| p.status), Some(PeerStatus::Alive | PeerStatus::Suspect));

@@ -1,6 +1,6 @@
 //! Snapshots and instances for the desktop module's tests, built from a few numbers.
 
-use crate::cluster::{ClusterSnapshot, NodeView, PoolView};
+use crate::cluster::{ClusterSnapshot, NodeStatus, NodeView, PoolView};
 use crate::instances::{InstanceInfo, InstanceState, StageStatus};
 use crate::node::NodeId;
 use crate::placement::Plan;
@@ -14,7 +14,7 @@ pub fn id(n: u8) -> NodeId {
 pub fn snapshot(statuses: &[&str], memory_each: u64) -> ClusterSnapshot {
     let mut nodes = vec![node(1, "self")];
     nodes.extend(statuses.iter().enumerate().map(|(i, s)| node(i as u8 + 2, s)));
-    let up = nodes.iter().filter(|n| n.status != "down").count();
+    let up = nodes.iter().filter(|n| n.status != NodeStatus::Down).count();
     ClusterSnapshot {
         cluster_id: "c".into(),
         node_id: id(1),
@@ -31,7 +31,7 @@ fn node(n: u8, status: &str) -> NodeView {
         id: id(n),
         name: format!("node{n}"),
         is_self: status == "self",
-        status: status.into(),
+        status: serde_json::from_value(serde_json::json!(status)).expect("a node status"),
         control: Vec::new(),
         api_port: 52520,
         last_heard_ms_ago: None,

@@ -4,7 +4,7 @@
 //! notice (a status is reported on its change only; a failing link at most once per
 //! [`LINK_NOTICE_INTERVAL_MS`]). Whether to show it (not while the window has focus) is the app's call.
 
-use crate::cluster::{ClusterEvent, ClusterSnapshot, PeerStatus};
+use crate::cluster::{ClusterEvent, ClusterSnapshot, NodeStatus, PeerStatus};
 use crate::instances::InstanceState;
 use crate::links::LinkReport;
 use crate::node::NodeId;
@@ -61,7 +61,7 @@ impl NoticeBoard {
         for node in &snapshot.nodes {
             self.names.insert(node.id, node.name.clone());
             self.members.insert(node.id);
-            if node.status == "down" {
+            if node.status == NodeStatus::Down {
                 self.down.insert(node.id);
             }
         }

@@ -1,7 +1,7 @@
 //! The tray icon's look and its menu's status lines, from the cluster snapshot, the model instances
 //! and the cluster-wide rates.
 
-use crate::cluster::ClusterSnapshot;
+use crate::cluster::{ClusterSnapshot, NodeStatus};
 use crate::instances::{InstanceInfo, InstanceState};
 use crate::metrics::ClusterRates;
 use crate::util::format_bytes;
@@ -33,7 +33,7 @@ pub struct TraySummary {
 
 pub fn summarize(snapshot: &ClusterSnapshot, instances: &[InstanceInfo], rates: &ClusterRates) -> TraySummary {
     let members = snapshot.nodes.len();
-    let troubled = snapshot.nodes.iter().filter(|n| n.status == "suspect" || n.status == "down").count();
+    let troubled = snapshot.nodes.iter().filter(|n| matches!(n.status, NodeStatus::Suspect | NodeStatus::Down)).count();
     let pool = format_bytes(snapshot.pool.memory_total);
     let cluster_line = match (members, troubled) {
         (0 | 1, _) => format!("Alone · {pool}"),

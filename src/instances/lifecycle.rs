@@ -54,7 +54,7 @@ pub(super) fn cluster_offers(agent: &Agent) -> (Vec<NodeOffer>, Vec<LinkCost>) {
     let offers = snapshot
         .nodes
         .iter()
-        .filter(|n| n.status == "self" || n.status == "alive")
+        .filter(|n| n.status.is_up())
         .filter_map(|n| {
             let t = n.telemetry.as_ref()?;
             Some(NodeOffer {

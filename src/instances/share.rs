@@ -11,7 +11,7 @@
 
 use super::lifecycle::StageReport;
 use super::InstanceState;
-use crate::cluster::{Agent, ClusterSnapshot};
+use crate::cluster::{Agent, ClusterSnapshot, NodeStatus};
 use crate::model::library::Library;
 use crate::model::names;
 use crate::model::peer_copy::{self, OfferedFile};
@@ -206,7 +206,7 @@ fn holds_share(paths: &[PathBuf], files: &[OfferedFile], layers: Range<usize>) -
 async fn members_offering(agent: &Agent, files: &[OfferedFile]) -> Vec<(NodeId, String, std::net::SocketAddr)> {
     let snapshot = agent.snapshot();
     let me = agent.id();
-    let asks = snapshot.nodes.iter().filter(|n| !n.is_self && n.status == "alive").filter_map(|n| {
+    let asks = snapshot.nodes.iter().filter(|n| n.status == NodeStatus::Alive).filter_map(|n| {
         let addr = agent.peer_control(n.id)?;
         let secret = agent.secret_bytes();
         let (id, name) = (n.id, n.name.clone());
@@ -302,7 +302,7 @@ pub async fn plan_fetches(agent: &Agent, model: &Model, plan: &Plan) -> Vec<Opti
     let Some(files) = peer_copy::describe_model(model) else { return vec![None; plan.stages.len()] };
     let me = agent.id();
     let snapshot = agent.snapshot();
-    let lists = snapshot.nodes.iter().filter(|n| n.is_self || n.status == "alive").map(|n| {
+    let lists = snapshot.nodes.iter().filter(|n| n.status.is_up()).map(|n| {
         let (id, name, addr, secret) = (n.id, n.name.clone(), agent.peer_control(n.id), agent.secret_bytes());
         let library = Library::new(&agent.config.data_dir);
         async move {

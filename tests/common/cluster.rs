@@ -290,8 +290,7 @@ impl TestCluster {
         self.wait_for(Duration::from_secs(15), "the cluster to form with telemetry", || {
             (0..n).all(|i| {
                 self.status(i).is_some_and(|s| {
-                    s.nodes.len() == n
-                        && s.nodes.iter().all(|m| m.telemetry.is_some() && (m.status == "self" || m.status == "alive"))
+                    s.nodes.len() == n && s.nodes.iter().all(|m| m.telemetry.is_some() && m.status.is_up())
                 })
             })
         });
