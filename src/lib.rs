@@ -24,6 +24,7 @@ pub mod net;
 pub mod node;
 pub mod placement;
 pub mod rdma;
+pub mod records;
 pub mod transport;
 pub mod util;
 pub mod worker;

@@ -1,7 +1,8 @@
 //! Distributed inference with real processes: three `shoal node`s whose memory limits force SmolLM2 into
 //! three stages serve greedy completions identical to the single-process engine, stop a request whose
-//! client hangs up, stream through the official `openai` client, refuse bad requests with 4xx, and, when a worker is killed or nodes drop
-//! off the network, end the request in flight with an error and place the model again by themselves.
+//! client hangs up, stream through the official `openai` client, refuse bad requests with 4xx, and, when a worker is killed, nodes drop
+//! off the network or the instance's owner dies, end the request in flight with an error and place the
+//! model again by themselves.
 
 mod common;
 
@@ -244,6 +245,37 @@ fn replacement_of(c: &TestCluster, i: usize, old: &str, within: Duration) -> Val
     new
 }
 
+/// Streams a long completion through node `client`, applies `fault` once tokens arrive, and checks
+/// that the stream then ends with an error within 5 s; returns when the fault happened.
+fn fault_mid_stream(
+    c: &mut TestCluster,
+    client: usize,
+    model: &str,
+    what: &str,
+    fault: impl FnOnce(&mut TestCluster),
+) -> Instant {
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let stream = stream_until_end(c, client, model, started_tx);
+    started.recv_timeout(Duration::from_secs(20)).expect("tokens arrive");
+    fault(c);
+    let at = Instant::now();
+    let (text, error, ended) = stream.join().unwrap();
+    let took = ended.duration_since(at);
+    assert!(!text.is_empty());
+    let error = error.expect("the stream ends with an error, not a silent stop");
+    eprintln!("the request ended {took:?} after {what}: {error}");
+    assert!(took <= Duration::from_secs(5), "the request took {took:?} to end");
+    at
+}
+
+/// The distinct nodes an instance's stages run on, sorted by name.
+fn distinct_stage_nodes(info: &Value) -> Vec<String> {
+    let mut nodes = stage_nodes(info);
+    nodes.sort();
+    nodes.dedup();
+    nodes
+}
+
 /// The names of the nodes an instance's stages run on, in ring order.
 fn stage_nodes(info: &Value) -> Vec<String> {
     info["stages"].as_array().unwrap().iter().map(|s| s["node_name"].as_str().unwrap().to_string()).collect()
@@ -261,23 +293,14 @@ fn a_killed_worker_fails_its_request_and_the_instance_is_placed_again_by_itself(
     let mut c = TestCluster::new(3);
     let model = launch(&mut c, LIMIT, &[]);
     let first_id = get(&c, 0, "/api/instances")[0]["id"].as_str().unwrap().to_string();
-    let (started_tx, started) = std::sync::mpsc::channel();
-    let stream = stream_until_end(&c, 0, &model, started_tx);
-    started.recv_timeout(Duration::from_secs(20)).expect("tokens arrive");
-
-    // This cluster's stage-1 worker, found among its nodes' own processes (never another test's).
-    let stage_1: Vec<u32> =
-        workers(&c).into_iter().filter(|(_, cmdline)| cmdline.contains("--stage 1 ")).map(|(pid, _)| pid).collect();
-    assert_eq!(stage_1.len(), 1, "one stage-1 worker runs in this cluster: {stage_1:?}");
-    let out = std::process::Command::new("kill").args(["-9", &stage_1[0].to_string()]).output().unwrap();
-    assert!(out.status.success(), "the stage-1 worker was killed");
-    let killed = Instant::now();
-    let (text, error, ended) = stream.join().unwrap();
-    let took = ended.duration_since(killed);
-    assert!(!text.is_empty());
-    let error = error.expect("the stream ends with an error, not a silent stop");
-    eprintln!("the request ended {took:?} after the worker was killed: {error}");
-    assert!(took <= Duration::from_secs(5), "the request took {took:?} to end");
+    let killed = fault_mid_stream(&mut c, 0, &model, "the stage-1 worker was killed", |c| {
+        // This cluster's stage-1 worker, found among its nodes' own processes (never another test's).
+        let stage_1: Vec<u32> =
+            workers(c).into_iter().filter(|(_, cmdline)| cmdline.contains("--stage 1 ")).map(|(pid, _)| pid).collect();
+        assert_eq!(stage_1.len(), 1, "one stage-1 worker runs in this cluster: {stage_1:?}");
+        let out = std::process::Command::new("kill").args(["-9", &stage_1[0].to_string()]).output().unwrap();
+        assert!(out.status.success(), "the stage-1 worker was killed");
+    });
 
     // Nobody relaunches anything: a request sent now waits for the instance placed again.
     completes(&c, 2, &model);
@@ -316,27 +339,14 @@ fn a_lost_node_fails_its_request_and_the_instance_moves_to_the_nodes_that_remain
     // Two of these nodes could hold the model; the explicit split uses all three.
     let model = launch(&mut c, "80MB", &["--layers", "node0:0-9,node1:10-19,node2:20-29"]);
     let first_id = get(&c, 0, "/api/instances")[0]["id"].as_str().unwrap().to_string();
-    let (started_tx, started) = std::sync::mpsc::channel();
-    let stream = stream_until_end(&c, 0, &model, started_tx);
-    started.recv_timeout(Duration::from_secs(20)).expect("tokens arrive");
-
-    set_link(&c, "p2", "down");
-    let cut = Instant::now();
-    let (_, error, ended) = stream.join().unwrap();
-    let took = ended.duration_since(cut);
-    let error = error.expect("the stream ends with an error");
-    eprintln!("the request ended {took:?} after node2 dropped off: {error}");
-    assert!(took <= Duration::from_secs(5), "the request took {took:?} to end");
+    let cut = fault_mid_stream(&mut c, 0, &model, "node2 dropped off", |c| set_link(c, "p2", "down"));
 
     // Placed again on the two nodes that remain, without a person; a request waits for it.
     completes(&c, 1, &model);
     eprintln!("a new request was served {:?} after node2 dropped off", cut.elapsed());
     let second = replacement_of(&c, 1, &first_id, Duration::from_secs(30));
     assert!(second["recovery"]["reason"].as_str().unwrap().contains("node2 is down"), "{second:#}");
-    let mut nodes = stage_nodes(&second);
-    nodes.sort();
-    nodes.dedup();
-    assert_eq!(nodes, ["node0", "node1"], "{second:#}");
+    assert_eq!(distinct_stage_nodes(&second), ["node0", "node1"], "{second:#}");
     for i in 0..2 {
         let s = c.status(i).unwrap();
         let alive = s.nodes.iter().filter(|n| n.status.is_up()).count();
@@ -373,4 +383,46 @@ fn a_lost_node_fails_its_request_and_the_instance_moves_to_the_nodes_that_remain
     let third = replacement_of(&c, 0, &second_id, Duration::from_secs(60));
     assert!(stage_nodes(&third).len() >= 2, "{third:#}");
     assert_eq!(request.join().unwrap(), common::single_process("The capital of France is", 8));
+}
+
+#[test]
+fn when_the_owner_dies_a_node_that_remains_takes_the_instance_over_and_places_it_again() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let mut c = TestCluster::new(3);
+    // Every node holds the whole model in its library, as the successor must.
+    for node in &c.nodes {
+        let models = node.data_dir.join("models");
+        std::fs::create_dir_all(&models).unwrap();
+        let copy = models.join(common::model_path().file_name().unwrap());
+        if std::fs::hard_link(common::model_path(), &copy).is_err() {
+            std::fs::copy(common::model_path(), &copy).unwrap();
+        }
+    }
+    // node0 launches the model, so node0 owns it; two of these nodes could hold it.
+    let model = launch(&mut c, "80MB", &["--layers", "node0:0-9,node1:10-19,node2:20-29"]);
+    let first_id = get(&c, 1, "/api/instances")[0]["id"].as_str().unwrap().to_string();
+    let killed = fault_mid_stream(&mut c, 1, &model, "the owner was killed", |c| c.kill(0));
+
+    // Nobody relaunches anything: a request sent now waits for the instance placed again by a node
+    // that remains.
+    completes(&c, 2, &model);
+    eprintln!("a new request was served {:?} after the owner was killed", killed.elapsed());
+    let new = replacement_of(&c, 2, &first_id, Duration::from_secs(30));
+    assert!(new["recovery"]["reason"].as_str().unwrap().contains("owner node0 is down"), "{new:#}");
+    assert_eq!(distinct_stage_nodes(&new), ["node1", "node2"], "{new:#}");
+    let owner = new["owner"].as_str().unwrap();
+    let old = get(&c, 1, &format!("/api/instances/{first_id}"));
+    assert_eq!(old["owner"], owner, "both nodes agree who took it over: {old:#}");
+    let (status, answer) = post(
+        &c,
+        1,
+        "/v1/completions",
+        json!({ "model": model, "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0 }),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["choices"][0]["text"].as_str().unwrap(),
+        common::single_process("The capital of France is", 8),
+        "the instance placed again answers as one process does"
+    );
 }

@@ -102,7 +102,8 @@ fn steps_go_back_and_forth_and_reset_forgets_everything() {
     w.act(&Action::Back, &healthy, &runner, Some(100)).unwrap();
     assert_eq!(w.state().step, Step::Recovery, "back from verification redoes the Recovery steps");
     let view = w.view(&healthy);
-    let statuses: Vec<&str> = view.steps.iter().map(|s| s.status.as_str()).collect();
+    // As the dashboard reads them: the JSON the API sends.
+    let statuses: Vec<serde_json::Value> = view.steps.iter().map(|s| serde_json::to_value(s.status).unwrap()).collect();
     assert_eq!(statuses, ["done", "done", "done", "current", "upcoming", "upcoming"]);
     let recovery = &view.steps[3];
     assert_eq!(recovery.commands, ["rdma_ctl enable"]);

@@ -6,7 +6,7 @@ use crate::{window, SharedNode};
 use shoal::desktop::autostart::Autostart;
 use shoal::desktop::icon::tray_icon;
 use shoal::desktop::tray::summarize;
-use shoal::desktop::{TrayLook, TraySummary};
+use shoal::desktop::{TrayAction, TrayLook, TraySummary};
 use std::time::Duration;
 use tauri::image::Image;
 use tauri::menu::{CheckMenuItem, Menu, MenuEvent, MenuItem, PredefinedMenuItem};
@@ -27,14 +27,17 @@ pub fn create(app: &AppHandle, node: SharedNode) -> anyhow::Result<()> {
     let summary = current(&node);
     let cluster = MenuItem::with_id(app, "cluster", &summary.cluster_line, false, None::<&str>)?;
     let model = MenuItem::with_id(app, "model", &summary.model_line, false, None::<&str>)?;
-    let open = MenuItem::with_id(app, "open", "Open dashboard", true, None::<&str>)?;
-    let join = MenuItem::with_id(app, "join", "Join a cluster…", true, None::<&str>)?;
-    let leave = MenuItem::with_id(app, "leave", "Leave cluster", summary.look != TrayLook::Alone, None::<&str>)?;
-    let rdma = MenuItem::with_id(app, "rdma", "RDMA setup…", true, None::<&str>)?;
+    let item =
+        |action: TrayAction, enabled: bool| MenuItem::with_id(app, action.id(), action.label(), enabled, None::<&str>);
+    let open = item(TrayAction::OpenDashboard, true)?;
+    let join = item(TrayAction::Join, true)?;
+    let leave = item(TrayAction::Leave, summary.look != TrayLook::Alone)?;
+    let rdma = item(TrayAction::RdmaSetup, true)?;
     let autostart = Autostart::for_current_user().ok();
     let login_on = autostart.as_ref().is_some_and(Autostart::is_enabled);
-    let login = CheckMenuItem::with_id(app, "login", "Start at login", autostart.is_some(), login_on, None::<&str>)?;
-    let quit = MenuItem::with_id(app, "quit", "Quit shoal", true, None::<&str>)?;
+    let login = TrayAction::StartAtLogin;
+    let login = CheckMenuItem::with_id(app, login.id(), login.label(), autostart.is_some(), login_on, None::<&str>)?;
+    let quit = item(TrayAction::Quit, true)?;
     let separator = || PredefinedMenuItem::separator(app);
     let menu = Menu::with_items(
         app,
@@ -57,16 +60,18 @@ pub fn create(app: &AppHandle, node: SharedNode) -> anyhow::Result<()> {
 }
 
 fn on_menu(app: &AppHandle, event: &MenuEvent, node: &SharedNode, login: &CheckMenuItem<Wry>) {
-    match event.id().as_ref() {
-        "open" => window::show(app, None),
-        "join" => window::show(app, Some("mesh/join")),
-        "rdma" => window::show(app, Some("setup")),
-        "leave" => {
+    let Some(action) = TrayAction::from_id(event.id().as_ref()) else { return };
+    if let Some(route) = action.dashboard_route() {
+        window::show(app, route);
+        return;
+    }
+    match action {
+        TrayAction::Leave => {
             let node = node.lock().expect("node");
             let agent = node.agent.clone();
             node.spawn(async move { agent.leave().await });
         }
-        "login" => {
+        TrayAction::StartAtLogin => {
             let wanted = login.is_checked().unwrap_or(false);
             let result = Autostart::for_current_user().and_then(|a| a.set_enabled(wanted));
             if let Err(e) = result {
@@ -74,16 +79,15 @@ fn on_menu(app: &AppHandle, event: &MenuEvent, node: &SharedNode, login: &CheckM
                 let _ = login.set_checked(!wanted);
             }
         }
-        "quit" => app.exit(0),
-        _ => {}
+        TrayAction::Quit => app.exit(0),
+        TrayAction::OpenDashboard | TrayAction::Join | TrayAction::RdmaSetup => {}
     }
 }
 
 fn current(node: &SharedNode) -> TraySummary {
     let node = node.lock().expect("node");
-    let agent = &node.agent;
-    let instances: Vec<_> = agent.registry().instances.values().cloned().collect();
-    summarize(&agent.snapshot(), &instances, &agent.rates())
+    let instances: Vec<_> = node.instances.registry().instances.values().cloned().collect();
+    summarize(&node.agent.snapshot(), &instances, &node.instances.rates())
 }
 
 async fn refresh_every_second(node: SharedNode, tray: TrayIcon, menus: Menus, mut shown: TraySummary) {

@@ -102,7 +102,7 @@ impl Content {
 
 /// The ready instances, one per model name, as the APIs list them.
 pub fn ready_instances(state: &ApiState) -> Vec<InstanceInfo> {
-    let registry = state.agent.registry();
+    let registry = state.instances.registry();
     let mut seen = std::collections::BTreeSet::new();
     registry
         .instances
@@ -136,12 +136,13 @@ pub async fn start(
     let mut tries = 0;
     loop {
         let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let mut events =
-            instances::generate_when_ready(&state.agent, model, front.clone(), wait).await.map_err(|e| match e {
+        let mut events = instances::generate_when_ready(&state.instances, model, front.clone(), wait).await.map_err(
+            |e| match e {
                 GenerateError::UnknownModel(_) => ApiError::not_found(e.to_string(), "model_not_found"),
                 GenerateError::NotReady(..) => ApiError::unavailable(e.to_string()),
                 GenerateError::Failed(m) => ApiError::failed(m),
-            })?;
+            },
+        )?;
         let failure = match events.recv().await {
             Some(FrontEvent::Started { prompt_tokens }) => return Ok((events, prompt_tokens)),
             Some(FrontEvent::Error { message, client_error: true }) => return Err(ApiError::bad_request(message)),
@@ -151,7 +152,9 @@ pub async fn start(
         // Nothing reached the client yet: a request its instance dropped as it was lost is sent again
         // to the instance that replaces it.
         tries += 1;
-        if tries >= RETRIES_ON_LOSS || !instances::lost_and_recovering(&state.agent, model, NOTICE_LOSS_WITHIN).await {
+        if tries >= RETRIES_ON_LOSS
+            || !instances::lost_and_recovering(&state.instances, model, NOTICE_LOSS_WITHIN).await
+        {
             return Err(ApiError::failed(failure));
         }
         tracing::info!(
@@ -183,7 +186,7 @@ pub async fn collect(
         match events.recv().await {
             Some(FrontEvent::Text { text: t }) => text.push_str(&t),
             Some(FrontEvent::Done { finish_reason, report }) => {
-                state.agent.record_request(model, &report);
+                state.instances.record_request(model, &report);
                 return Ok(Finished { text, reason: finish_reason, report });
             }
             Some(FrontEvent::Error { message, .. }) => return Err(ApiError::failed(message)),
@@ -224,7 +227,7 @@ where
                 Some(FrontEvent::Started { .. }) => continue,
                 Some(FrontEvent::Text { text }) => (Piece::Text(text), false),
                 Some(FrontEvent::Done { finish_reason, report }) => {
-                    state.agent.record_request(&model, &report);
+                    state.instances.record_request(&model, &report);
                     (Piece::Done(finish_reason, report), true)
                 }
                 Some(FrontEvent::Error { message, .. }) => (Piece::Failed(message), true),

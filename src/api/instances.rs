@@ -37,8 +37,8 @@ pub async fn preview(
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Json<Preview>, ApiError> {
     let request = launch_request(body)?;
-    let (plan, model) = instances::preview(&state.agent, &request).await.map_err(launch_error)?;
-    let fetches = instances::preview_fetches(&state.agent, &request, &plan).await;
+    let (plan, model) = instances::preview(&state.instances, &request).await.map_err(launch_error)?;
+    let fetches = instances::preview_fetches(&state.instances, &request, &plan).await;
     Ok(Json(Preview { model, plan, fetches }))
 }
 
@@ -47,20 +47,20 @@ pub async fn launch(
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Json<InstanceInfo>, ApiError> {
     let request = launch_request(body)?;
-    Ok(Json(instances::launch(&state.agent, request).await.map_err(launch_error)?))
+    Ok(Json(instances::launch(&state.instances, request).await.map_err(launch_error)?))
 }
 
 pub async fn list(State(state): State<ApiState>) -> Json<Vec<InstanceInfo>> {
-    Json(state.agent.registry().instances.values().cloned().collect())
+    Json(state.instances.registry().instances.values().cloned().collect())
 }
 
 pub async fn get(State(state): State<ApiState>, Path(id): Path<String>) -> Result<Json<InstanceInfo>, ApiError> {
-    let info = state.agent.registry().instances.get(&id).cloned();
+    let info = state.instances.registry().instances.get(&id).cloned();
     info.map(Json).ok_or_else(|| ApiError::not_found(format!("no instance {id}"), "instance_not_found"))
 }
 
 pub async fn stop(State(state): State<ApiState>, Path(id): Path<String>) -> Result<Json<InstanceInfo>, ApiError> {
-    instances::stop(&state.agent, &id)
+    instances::stop(&state.instances, &id)
         .map(Json)
         .ok_or_else(|| ApiError::not_found(format!("no instance {id}"), "instance_not_found"))
 }

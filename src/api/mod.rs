@@ -25,6 +25,7 @@ pub mod ui;
 pub use error::{ApiError, Dialect};
 
 use crate::cluster::Agent;
+use crate::instances::Instances;
 use axum::extract::{Request, State};
 use axum::http::{header, Method};
 use axum::middleware::{self, Next};
@@ -45,6 +46,7 @@ pub struct ApiConfig {
 #[derive(Clone)]
 pub struct ApiState {
     pub agent: Agent,
+    pub instances: Arc<Instances>,
     pub token: Option<Arc<str>>,
     /// The address the API listens on (a `Host` naming it is this node).
     pub listen: SocketAddr,
@@ -86,7 +88,7 @@ fn guarded(router: Router<ApiState>, state: ApiState) -> Router {
 
 /// Binds the API and serves it in the background. Refuses to expose it beyond this machine without a
 /// token.
-pub async fn serve(agent: Agent, config: ApiConfig) -> anyhow::Result<SocketAddr> {
+pub async fn serve(instances: Arc<Instances>, config: ApiConfig) -> anyhow::Result<SocketAddr> {
     if !config.listen.ip().is_loopback() && config.token.is_none() {
         anyhow::bail!(
             "--listen {} would let anyone on the network control this node; pass --api-token TOKEN as well",
@@ -105,9 +107,11 @@ pub async fn serve(agent: Agent, config: ApiConfig) -> anyhow::Result<SocketAddr
     };
     let addr = listener.local_addr()?;
     let token: Option<Arc<str>> = config.token.map(Into::into);
-    tokio::spawn(server::run(listener, router(ApiState { agent: agent.clone(), token: token.clone(), listen: addr })));
+    let agent = instances.agent.clone();
+    let state = ApiState { agent, instances, token, listen: addr };
+    tokio::spawn(server::run(listener, router(state.clone())));
     if let Some(listener) = ollama {
-        let state = ApiState { agent, token, listen: listener.local_addr()? };
+        let state = ApiState { listen: listener.local_addr()?, ..state };
         tokio::spawn(server::run(
             listener,
             guarded(ollama::routes(Router::new()).route("/", get(ollama::running)), state),

@@ -137,7 +137,7 @@ impl Common {
 
 /// The instance a client means: the name as given, or without Ollama's default tag `:latest`.
 fn resolve(state: &ApiState, name: String) -> String {
-    let known = |n: &str| state.agent.registry().instances.values().any(|i| i.model == n || i.id == n);
+    let known = |n: &str| state.instances.registry().instances.values().any(|i| i.model == n || i.id == n);
     match name.strip_suffix(":latest") {
         Some(bare) if !known(&name) && known(bare) => bare.to_string(),
         _ => name,

@@ -17,6 +17,34 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
+/// Why a control connection ended.
+#[derive(Debug)]
+enum CloseReason {
+    /// This node joined or left a cluster: connections of the old one end.
+    ChangedCluster,
+    Silent,
+    ClosedByPeer,
+    /// The peer said it is leaving for good (the only ending that is not a fault).
+    Left,
+    SecondHello,
+    Network(NetError),
+    Malformed(messages::MessageError),
+}
+
+impl std::fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CloseReason::ChangedCluster => write!(f, "this node changed cluster"),
+            CloseReason::Silent => write!(f, "silent for {:?}", health::DOWN_AFTER),
+            CloseReason::ClosedByPeer => write!(f, "closed by the peer"),
+            CloseReason::Left => write!(f, "left the cluster"),
+            CloseReason::SecondHello => write!(f, "a second Hello"),
+            CloseReason::Network(e) => write!(f, "{e}"),
+            CloseReason::Malformed(e) => write!(f, "{e}"),
+        }
+    }
+}
+
 /// How a connection came about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Origin {
@@ -115,28 +143,31 @@ pub async fn run(shared: Agent, mut reader: SecureReader, mut writer: SecureWrit
     if let Some(telemetry) = telemetry {
         let _ = tx.send(ControlMessage::Telemetry { telemetry });
     }
+    if let Some(service) = shared.service() {
+        service.on_peer_connected(peer_id);
+    }
 
     let reason = loop {
         let frame = tokio::select! {
             frame = tokio::time::timeout(health::DOWN_AFTER, reader.read_frame(MAX_CONTROL_FRAME)) => frame,
-            _ = epoch.changed() => break "this node changed cluster".to_string(),
+            _ = epoch.changed() => break CloseReason::ChangedCluster,
         };
         let frame = match frame {
-            Err(_) => break format!("silent for {:?}", health::DOWN_AFTER),
-            Ok(Err(NetError::Closed)) => break "closed by the peer".into(),
-            Ok(Err(e)) => break e.to_string(),
+            Err(_) => break CloseReason::Silent,
+            Ok(Err(NetError::Closed)) => break CloseReason::ClosedByPeer,
+            Ok(Err(e)) => break CloseReason::Network(e),
             Ok(Ok(frame)) => frame,
         };
         let message = match messages::decode::<ControlMessage>(&frame) {
             Ok(m) => m,
-            Err(e) => break e.to_string(),
+            Err(e) => break CloseReason::Malformed(e),
         };
         if let Some(reason) = handle(&shared, peer_id, message, &tx, &pings) {
             break reason;
         }
     };
     ping_task.abort();
-    let graceful = reason == "left the cluster";
+    let graceful = matches!(reason, CloseReason::Left);
     {
         let mut state = shared.state.locked();
         if let Some(peer) = state.peers.get_mut(&peer_id) {
@@ -153,14 +184,14 @@ pub async fn run(shared: Agent, mut reader: SecureReader, mut writer: SecureWrit
     tracing::info!("connection to {} ended: {reason}", peer_id.short());
 }
 
-/// Handles one message; returns a reason to close the connection.
+/// Handles one message; returns why to close the connection, if it must close.
 fn handle(
     shared: &Agent,
     peer_id: NodeId,
     message: ControlMessage,
     tx: &mpsc::UnboundedSender<ControlMessage>,
     pings: &Mutex<HashMap<u64, (Instant, bool)>>,
-) -> Option<String> {
+) -> Option<CloseReason> {
     let now = Instant::now();
     {
         let mut state = shared.state.locked();
@@ -170,7 +201,7 @@ fn handle(
         }
     }
     match message {
-        ControlMessage::Hello { .. } => return Some("a second Hello".into()),
+        ControlMessage::Hello { .. } => return Some(CloseReason::SecondHello),
         ControlMessage::Ping { seq } => {
             let _ = tx.send(ControlMessage::Pong { seq, busy: shared.in_bulk_transfer() });
         }
@@ -209,9 +240,13 @@ fn handle(
         ControlMessage::LinkMeasured { request, bps } => shared.measured(request, bps),
         ControlMessage::Leaving => {
             shared.forget(peer_id);
-            return Some("left the cluster".into());
+            return Some(CloseReason::Left);
         }
-        other => crate::instances::on_message(shared, peer_id, other),
+        other => {
+            if let Some(service) = shared.service() {
+                service.on_message(peer_id, other);
+            }
+        }
     }
     None
 }

@@ -2,10 +2,9 @@
 //! then JSON. Anything that does not parse is an error that closes the connection.
 
 use super::membership::{ClusterSecret, MemberRecord};
-use crate::instances::lifecycle_types::StageReport;
-use crate::instances::InstanceInfo;
 use crate::links::LinkReport;
 use crate::node::{NodeId, NodeTelemetry};
+use crate::records::{InstanceInfo, StageReport};
 use crate::worker::supervisor::StageSpec;
 use crate::worker::{FrontEvent, FrontRequest};
 use serde::{Deserialize, Serialize};

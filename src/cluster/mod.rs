@@ -9,9 +9,11 @@ pub mod join;
 pub mod membership;
 pub mod messages;
 pub mod pairing;
+pub mod service;
 pub mod state;
 
 pub use agent::{Agent, AgentConfig, JoinTarget, DEFAULT_API_PORT};
 pub use health::{NodeStatus, PeerStatus};
 pub use membership::{ClusterSecret, MemberRecord, Membership};
+pub use service::ClusterService;
 pub use state::{ClusterEvent, ClusterSnapshot, LinkView, NodeView, PoolView};

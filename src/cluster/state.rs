@@ -350,7 +350,7 @@ pub enum ClusterEvent {
     },
     /// An instance as its owner sees it (launch progress, stage states, stats).
     Instance {
-        info: Box<crate::instances::InstanceInfo>,
+        info: Box<crate::records::InstanceInfo>,
     },
     /// An instance failed (for notifications).
     InstanceFailed {

@@ -80,5 +80,6 @@ pub fn instance(model: &str, state: InstanceState, progress: &[f32]) -> Instance
         ready_at_ms: None,
         recovery: None,
         replaced_by: None,
+        request: None,
     }
 }

@@ -13,4 +13,4 @@ pub mod tray;
 
 pub use notices::{Notice, NoticeBoard};
 pub use runner::BackgroundNode;
-pub use tray::{TrayLook, TraySummary};
+pub use tray::{TrayAction, TrayLook, TraySummary};

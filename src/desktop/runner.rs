@@ -3,13 +3,16 @@
 //! kills its worker processes.
 
 use crate::cluster::Agent;
+use crate::instances::Instances;
 use crate::node::NodeOptions;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::runtime::Runtime;
 
 pub struct BackgroundNode {
     pub agent: Agent,
+    pub instances: Arc<Instances>,
     pub api_addr: SocketAddr,
     runtime: Option<Runtime>,
 }
@@ -23,7 +26,12 @@ impl BackgroundNode {
             .enable_all()
             .build()?;
         let node = runtime.block_on(options.start())?;
-        Ok(BackgroundNode { agent: node.agent, api_addr: node.api_addr, runtime: Some(runtime) })
+        Ok(BackgroundNode {
+            agent: node.agent,
+            instances: node.instances,
+            api_addr: node.api_addr,
+            runtime: Some(runtime),
+        })
     }
 
     /// The dashboard's address on this node.

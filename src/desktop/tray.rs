@@ -31,6 +31,66 @@ pub struct TraySummary {
     pub tooltip: String,
 }
 
+/// What the tray menu offers; a menu item's id is its action's [`TrayAction::id`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrayAction {
+    OpenDashboard,
+    Join,
+    Leave,
+    RdmaSetup,
+    StartAtLogin,
+    Quit,
+}
+
+impl TrayAction {
+    pub const ALL: [TrayAction; 6] = [
+        TrayAction::OpenDashboard,
+        TrayAction::Join,
+        TrayAction::Leave,
+        TrayAction::RdmaSetup,
+        TrayAction::StartAtLogin,
+        TrayAction::Quit,
+    ];
+
+    /// The menu item's id (what the menu event carries back).
+    pub fn id(self) -> &'static str {
+        match self {
+            TrayAction::OpenDashboard => "open",
+            TrayAction::Join => "join",
+            TrayAction::Leave => "leave",
+            TrayAction::RdmaSetup => "rdma",
+            TrayAction::StartAtLogin => "login",
+            TrayAction::Quit => "quit",
+        }
+    }
+
+    pub fn from_id(id: &str) -> Option<TrayAction> {
+        TrayAction::ALL.into_iter().find(|a| a.id() == id)
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            TrayAction::OpenDashboard => "Open dashboard",
+            TrayAction::Join => "Join a cluster…",
+            TrayAction::Leave => "Leave cluster",
+            TrayAction::RdmaSetup => "RDMA setup…",
+            TrayAction::StartAtLogin => "Start at login",
+            TrayAction::Quit => "Quit shoal",
+        }
+    }
+
+    /// The dashboard view the action opens in the window (None: the action opens no window; Some(None):
+    /// the dashboard's first view).
+    pub fn dashboard_route(self) -> Option<Option<&'static str>> {
+        match self {
+            TrayAction::OpenDashboard => Some(None),
+            TrayAction::Join => Some(Some("mesh/join")),
+            TrayAction::RdmaSetup => Some(Some("setup")),
+            TrayAction::Leave | TrayAction::StartAtLogin | TrayAction::Quit => None,
+        }
+    }
+}
+
 pub fn summarize(snapshot: &ClusterSnapshot, instances: &[InstanceInfo], rates: &ClusterRates) -> TraySummary {
     let members = snapshot.nodes.len();
     let troubled = snapshot.nodes.iter().filter(|n| matches!(n.status, NodeStatus::Suspect | NodeStatus::Down)).count();

@@ -3,7 +3,8 @@
 //! placement's own (`ModelNeeds` and `placement::plan`, `placement::shortfall`), the ones a preview or a
 //! launch computes.
 
-use super::lifecycle::{cluster_offers, needs_for, LaunchRequest};
+use super::lifecycle::{cluster_offers, needs_for};
+use super::LaunchRequest;
 use crate::cluster::Agent;
 use crate::model::{Model, ModelError};
 use crate::placement::{self, LinkCost, NodeOffer};

@@ -2,11 +2,12 @@
 //! worker's front port, or through the control connection to the node that hosts stage 0, which
 //! streams the events back. Dropping the receiver cancels the request.
 
+use super::service::Instances;
 use super::InstanceState;
 use crate::cluster::messages::ControlMessage;
-use crate::cluster::Agent;
 use crate::node::NodeId;
 use crate::worker::{FrontEvent, FrontRequest};
+use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
@@ -22,12 +23,12 @@ pub enum GenerateError {
 
 /// Starts `request` on the instance called `model` (its name or id); events arrive on the receiver.
 pub fn generate(
-    agent: &Agent,
+    instances: &Arc<Instances>,
     model: &str,
     request: FrontRequest,
 ) -> Result<UnboundedReceiver<FrontEvent>, GenerateError> {
     let (instance, head) = {
-        let registry = agent.registry();
+        let registry = instances.registry();
         let mut matching: Vec<_> = registry.instances.values().filter(|i| i.model == model || i.id == model).collect();
         matching.sort_by_key(|i| (i.state != InstanceState::Ready, std::cmp::Reverse(i.created_at_ms)));
         let Some(info) = matching.first() else { return Err(GenerateError::UnknownModel(model.to_string())) };
@@ -41,13 +42,13 @@ pub fn generate(
         (info.id.clone(), head)
     };
     let (tx, rx) = mpsc::unbounded_channel();
-    if head == agent.id() {
-        call_local(agent, &instance, request, tx)?;
+    if head == instances.agent.id() {
+        call_local(instances, &instance, request, tx)?;
     } else {
         let call = rand::random::<u64>();
-        agent.registry().calls.insert(call, (head, tx));
-        if !agent.send_to(head, ControlMessage::Generate { call, instance, request }) {
-            agent.registry().calls.remove(&call);
+        instances.registry().calls.insert(call, (head, tx));
+        if !instances.agent.send_to(head, ControlMessage::Generate { call, instance, request }) {
+            instances.registry().calls.remove(&call);
             return Err(GenerateError::Failed("the node running the model's first stage is unreachable".into()));
         }
     }
@@ -57,15 +58,17 @@ pub fn generate(
 /// [`generate`], waiting up to `wait` while the model's instance is launching or recovering (placed
 /// again after it lost a node) rather than refusing the request.
 pub async fn generate_when_ready(
-    agent: &Agent,
+    instances: &Arc<Instances>,
     model: &str,
     request: FrontRequest,
     wait: std::time::Duration,
 ) -> Result<UnboundedReceiver<FrontEvent>, GenerateError> {
     let deadline = tokio::time::Instant::now() + wait;
     loop {
-        match generate(agent, model, request.clone()) {
-            Err(GenerateError::NotReady(..)) if tokio::time::Instant::now() < deadline && starting(agent, model) => {
+        match generate(instances, model, request.clone()) {
+            Err(GenerateError::NotReady(..))
+                if tokio::time::Instant::now() < deadline && starting(instances, model) =>
+            {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
             other => return other,
@@ -77,15 +80,15 @@ pub async fn generate_when_ready(
 /// was lost and is being placed again (no instance of it is ready, and one is recovering or
 /// launching). Its owner may learn of the loss a moment after the request failed, so this watches for
 /// up to `within`.
-pub async fn lost_and_recovering(agent: &Agent, model: &str, within: std::time::Duration) -> bool {
+pub async fn lost_and_recovering(instances: &Arc<Instances>, model: &str, within: std::time::Duration) -> bool {
     let deadline = tokio::time::Instant::now() + within;
     loop {
-        let ready = agent
+        let ready = instances
             .registry()
             .instances
             .values()
             .any(|i| (i.model == model || i.id == model) && i.state == InstanceState::Ready);
-        if !ready && starting(agent, model) {
+        if !ready && starting(instances, model) {
             return true;
         }
         if tokio::time::Instant::now() >= deadline {
@@ -96,21 +99,21 @@ pub async fn lost_and_recovering(agent: &Agent, model: &str, within: std::time::
 }
 
 /// Whether an instance called `model` is launching or recovering: it will be ready, or fail, soon.
-fn starting(agent: &Agent, model: &str) -> bool {
-    agent.registry().instances.values().any(|i| {
+fn starting(instances: &Arc<Instances>, model: &str) -> bool {
+    instances.registry().instances.values().any(|i| {
         (i.model == model || i.id == model) && matches!(i.state, InstanceState::Launching | InstanceState::Recovering)
     })
 }
 
 /// Sends `request` to this node's stage-0 worker of `instance`; its events go to `events`.
 fn call_local(
-    agent: &Agent,
+    instances: &Arc<Instances>,
     instance: &str,
     request: FrontRequest,
     events: UnboundedSender<FrontEvent>,
 ) -> Result<tokio::task::AbortHandle, GenerateError> {
     let (port, token) = {
-        let registry = agent.registry();
+        let registry = instances.registry();
         let local = registry.local.get(&(instance.to_string(), 0));
         match local.and_then(|l| l.front_port.map(|p| (p, l.handle.front_token.clone()))) {
             Some(found) => found,
@@ -159,47 +162,48 @@ fn call_local(
 }
 
 /// Generation messages on the control connections.
-pub fn on_message(agent: &Agent, from: NodeId, message: ControlMessage) {
+pub fn on_message(instances: &Arc<Instances>, from: NodeId, message: ControlMessage) {
     match message {
         ControlMessage::Generate { call, instance, request } => {
             let (tx, mut rx) = mpsc::unbounded_channel();
-            match call_local(agent, &instance, request, tx) {
+            match call_local(instances, &instance, request, tx) {
                 Ok(abort) => {
-                    agent.registry().serving.insert((from, call), abort);
-                    let agent = agent.clone();
+                    instances.registry().serving.insert((from, call), abort);
+                    let instances = instances.clone();
                     tokio::spawn(async move {
                         while let Some(event) = rx.recv().await {
                             let end = matches!(event, FrontEvent::Done { .. } | FrontEvent::Error { .. });
-                            if !agent.send_to(from, ControlMessage::GenerateEvent { call, event }) || end {
+                            if !instances.agent.send_to(from, ControlMessage::GenerateEvent { call, event }) || end {
                                 break;
                             }
                         }
-                        agent.registry().serving.remove(&(from, call));
+                        instances.registry().serving.remove(&(from, call));
                     });
                 }
                 Err(e) => {
                     let event = FrontEvent::Error { message: e.to_string(), client_error: false };
-                    agent.send_to(from, ControlMessage::GenerateEvent { call, event });
+                    instances.agent.send_to(from, ControlMessage::GenerateEvent { call, event });
                 }
             }
         }
         ControlMessage::GenerateEvent { call, event } => {
             let end = matches!(event, FrontEvent::Done { .. } | FrontEvent::Error { .. });
             // Only the node serving a call sends its events.
-            let sender = agent.registry().calls.get(&call).filter(|(node, _)| *node == from).map(|(_, tx)| tx.clone());
+            let sender =
+                instances.registry().calls.get(&call).filter(|(node, _)| *node == from).map(|(_, tx)| tx.clone());
             let delivered = sender.is_some_and(|tx| tx.send(event).is_ok());
             if end || !delivered {
-                let mut registry = agent.registry();
+                let mut registry = instances.registry();
                 if registry.calls.get(&call).is_some_and(|(node, _)| *node == from) {
                     registry.calls.remove(&call);
                 }
             }
             if !delivered && !end {
-                agent.send_to(from, ControlMessage::CancelGenerate { call });
+                instances.agent.send_to(from, ControlMessage::CancelGenerate { call });
             }
         }
         ControlMessage::CancelGenerate { call } => {
-            if let Some(abort) = agent.registry().serving.remove(&(from, call)) {
+            if let Some(abort) = instances.registry().serving.remove(&(from, call)) {
                 abort.abort();
             }
         }
@@ -208,8 +212,8 @@ pub fn on_message(agent: &Agent, from: NodeId, message: ControlMessage) {
 }
 
 /// Calls routed through `peer` end with an error; calls served for it are dropped.
-pub fn fail_calls_through(agent: &Agent, peer: NodeId) {
-    let mut registry = agent.registry();
+pub fn fail_calls_through(instances: &Arc<Instances>, peer: NodeId) {
+    let mut registry = instances.registry();
     let lost: Vec<u64> = registry.calls.iter().filter(|(_, (p, _))| *p == peer).map(|(c, _)| *c).collect();
     for call in lost {
         if let Some((_, tx)) = registry.calls.remove(&call) {

@@ -1,6 +1,7 @@
 //! Launching, wiring, watching and stopping instances, on the owner and on the nodes that run stages.
 
-use super::{InstanceInfo, InstanceState, LocalStage, StageStatus};
+use super::service::Instances;
+use super::{InstanceInfo, InstanceState, LaunchRequest, LocalStage, StageReport, StageStatus};
 use crate::cluster::messages::ControlMessage;
 use crate::cluster::state::ClusterEvent;
 use crate::cluster::Agent;
@@ -9,34 +10,11 @@ use crate::node::NodeId;
 use crate::placement::{self, LinkCost, ModelNeeds, NodeOffer, PlacementError, Plan};
 use crate::worker::supervisor::{self, StageSpec};
 use crate::worker::{WorkerCommand, WorkerEvent, WorkerState};
-use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Prompt chunk size of every stage.
 const BATCH: usize = 512;
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct LaunchRequest {
-    /// Path of the GGUF file (the same path on every node that runs a stage).
-    pub model: PathBuf,
-    /// Explicit placement, `NODE:0-9,NODE:10-29`.
-    #[serde(default)]
-    pub layers: Option<String>,
-    /// Context of each request, in tokens (default 2048).
-    #[serde(default)]
-    pub context: Option<usize>,
-    /// Requests served at once (default 4).
-    #[serde(default)]
-    pub sequences: Option<usize>,
-    /// Compute threads per stage (default: the node's cores divided by its stages).
-    #[serde(default)]
-    pub threads: Option<usize>,
-    /// The name clients use (default: the file name without `.gguf`).
-    #[serde(default)]
-    pub name: Option<String>,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
@@ -89,13 +67,13 @@ pub(super) fn needs_for(model: &Model, request: &LaunchRequest) -> ModelNeeds {
 }
 
 /// The plan a launch would use.
-pub async fn preview(agent: &Agent, request: &LaunchRequest) -> Result<(Plan, String), LaunchError> {
+pub async fn preview(instances: &Arc<Instances>, request: &LaunchRequest) -> Result<(Plan, String), LaunchError> {
     let path = request.model.clone();
     let model = tokio::task::spawn_blocking(move || Model::open(&path))
         .await
         .map_err(|e| LaunchError::Invalid(e.to_string()))??;
     let needs = needs_for(&model, request);
-    let (offers, links) = cluster_offers(agent);
+    let (offers, links) = cluster_offers(&instances.agent);
     let plan = match &request.layers {
         Some(spec) => placement::plan_override(&needs, &offers, &links, &placement::parse_layers(spec)?)?,
         None => placement::plan(&needs, &offers, &links)?,
@@ -107,29 +85,33 @@ pub async fn preview(agent: &Agent, request: &LaunchRequest) -> Result<(Plan, St
 }
 
 /// What each stage's node would fetch of the model at launch (None: it holds its share already).
-pub async fn preview_fetches(agent: &Agent, request: &LaunchRequest, plan: &Plan) -> Vec<Option<super::ShareNeed>> {
+pub async fn preview_fetches(
+    instances: &Arc<Instances>,
+    request: &LaunchRequest,
+    plan: &Plan,
+) -> Vec<Option<super::ShareNeed>> {
     let path = request.model.clone();
     let Ok(Ok(model)) = tokio::task::spawn_blocking(move || Model::open(&path)).await else {
         return vec![None; plan.stages.len()];
     };
-    super::share::plan_fetches(agent, &model, plan).await
+    super::share::plan_fetches(&instances.agent, &model, plan).await
 }
 
 /// Launches an instance; this node owns it. Returns as soon as the stages are starting.
-pub async fn launch(agent: &Agent, request: LaunchRequest) -> Result<InstanceInfo, LaunchError> {
-    launch_as(agent, request, None).await
+pub async fn launch(instances: &Arc<Instances>, request: LaunchRequest) -> Result<InstanceInfo, LaunchError> {
+    launch_as(instances, request, None).await
 }
 
 /// Launches an instance, placed with the cluster as it is now; `recovery` names the instance it
 /// replaces, if any.
 pub(super) async fn launch_as(
-    agent: &Agent,
+    instances: &Arc<Instances>,
     request: LaunchRequest,
     recovery: Option<super::Recovery>,
 ) -> Result<InstanceInfo, LaunchError> {
-    let (plan, name) = preview(agent, &request).await?;
+    let (plan, name) = preview(instances, &request).await?;
     let id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
-    let me = agent.id();
+    let me = instances.agent.id();
     let info = InstanceInfo {
         id: id.clone(),
         model: name,
@@ -160,13 +142,14 @@ pub(super) async fn launch_as(
         ready_at_ms: None,
         recovery,
         replaced_by: None,
+        request: Some(request.clone()),
     };
     {
-        let mut registry = agent.registry();
+        let mut registry = instances.registry();
         registry.instances.insert(id.clone(), info.clone());
         registry.requests.insert(id.clone(), request.clone());
     }
-    publish(agent, &info);
+    publish(instances, &info);
     let path = request.model.clone();
     // Every file of the model (each part of a split set), as the stages' nodes find or fetch them.
     let files = tokio::task::spawn_blocking(move || {
@@ -192,68 +175,68 @@ pub(super) async fn launch_as(
             parts: parts.clone(),
         };
         if stage.node == me {
-            start_local(agent, spec, me);
-        } else if !agent.send_to(stage.node, ControlMessage::StartStage { spec }) {
-            lose(agent, &id, format!("cannot reach {} to start stage {i}", stage.node_name), false);
+            start_local(instances, spec, me);
+        } else if !instances.agent.send_to(stage.node, ControlMessage::StartStage { spec }) {
+            lose(instances, &id, format!("cannot reach {} to start stage {i}", stage.node_name), false);
         }
     }
     Ok(info)
 }
 
 /// Sends the owner's view of an instance to every node and to the local event stream.
-pub(super) fn publish(agent: &Agent, info: &InstanceInfo) {
-    agent.broadcast(ControlMessage::Instance { info: Box::new(info.clone()) });
-    agent.emit(ClusterEvent::Instance { info: Box::new(info.clone()) });
+pub(super) fn publish(instances: &Arc<Instances>, info: &InstanceInfo) {
+    instances.agent.broadcast(ControlMessage::Instance { info: Box::new(info.clone()) });
+    instances.agent.emit(ClusterEvent::Instance { info: Box::new(info.clone()) });
 }
 
 /// Starts a stage on this node: fetches its share of the model if this node lacks it, then starts its
 /// worker — unless the instance ended meanwhile.
-fn start_local(agent: &Agent, spec: StageSpec, owner: NodeId) {
-    let agent = agent.clone();
+fn start_local(instances: &Arc<Instances>, spec: StageSpec, owner: NodeId) {
+    let instances = instances.clone();
     tokio::spawn(async move {
         let (instance, stage) = (spec.instance.clone(), spec.stage);
         let reporter = {
-            let (agent, instance) = (agent.clone(), instance.clone());
-            move |r| report(&agent, owner, &instance, stage, r)
+            let (instances, instance) = (instances.clone(), instance.clone());
+            move |r| report(&instances, owner, &instance, stage, r)
         };
-        match super::share::ensure_share(&agent, &spec, reporter).await {
+        match super::share::ensure_share(&instances, &spec, reporter).await {
             Ok(path) => {
-                let ended = agent.registry().instances.get(&instance).is_none_or(|i| !running(i.state));
+                let ended = instances.registry().instances.get(&instance).is_none_or(|i| !running(i.state));
                 if !ended {
-                    start_worker(&agent, StageSpec { model_path: path, ..spec }, owner);
+                    start_worker(&instances, StageSpec { model_path: path, ..spec }, owner);
                 }
             }
             Err(error) => {
                 tracing::warn!("stage {stage} of instance {instance} does not start: {error}");
                 let failed = StageReport { state: WorkerState::Failed, error: Some(error), ..Default::default() };
-                report(&agent, owner, &instance, stage, failed);
+                report(&instances, owner, &instance, stage, failed);
             }
         }
     });
 }
 
 /// Starts a worker for a stage on this node and relays its events to the owner.
-fn start_worker(agent: &Agent, spec: StageSpec, owner: NodeId) {
+fn start_worker(instances: &Arc<Instances>, spec: StageSpec, owner: NodeId) {
     let key = (spec.instance.clone(), spec.stage);
     let threads = if spec.threads > 0 { spec.threads } else { crate::engine::default_threads() };
-    let secret = agent.secret_bytes();
-    let log_dir = agent.config.data_dir.file("logs");
-    let (events_agent, exit_agent) = (agent.clone(), agent.clone());
+    let secret = instances.agent.secret_bytes();
+    let log_dir = instances.agent.config.data_dir.file("logs");
+    let (events_agent, exit_instances) = (instances.clone(), instances.clone());
     let (instance, stage) = (spec.instance.clone(), spec.stage);
     let (instance2, stage2) = (spec.instance.clone(), spec.stage);
     let spawned = supervisor::spawn(
         &spec,
         threads,
-        // The data port listens where the agent's control port does (--bind), never wider.
-        agent.config.control_bind,
+        // The data port listens where the instances's control port does (--bind), never wider.
+        instances.agent.config.control_bind,
         &secret,
         &log_dir,
         move |event| on_worker_event(&events_agent, owner, &instance, stage, event),
         move |ended| {
-            let stopped = exit_agent.registry().local.remove(&(instance2.clone(), stage2)).is_none();
+            let stopped = exit_instances.registry().local.remove(&(instance2.clone(), stage2)).is_none();
             let update = if stopped { (WorkerState::Stopped, None) } else { (WorkerState::Failed, Some(ended)) };
             report(
-                &exit_agent,
+                &exit_instances,
                 owner,
                 &instance2,
                 stage2,
@@ -264,12 +247,15 @@ fn start_worker(agent: &Agent, spec: StageSpec, owner: NodeId) {
     match spawned {
         Ok(handle) => {
             if let Some(pid) = handle.pid {
-                agent.track_process(pid);
+                instances.agent.track_process(pid);
             }
-            agent.registry().local.insert(key, LocalStage { handle: Arc::new(handle), front_port: None, next: None });
+            instances
+                .registry()
+                .local
+                .insert(key, LocalStage { handle: Arc::new(handle), front_port: None, next: None });
         }
         Err(e) => report(
-            agent,
+            instances,
             owner,
             &spec.instance,
             spec.stage,
@@ -278,25 +264,13 @@ fn start_worker(agent: &Agent, spec: StageSpec, owner: NodeId) {
     }
 }
 
-/// A stage's change of state, as its node reports it to the owner.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct StageReport {
-    pub state: WorkerState,
-    pub progress: Option<f32>,
-    pub data_port: Option<u16>,
-    pub memory: Option<crate::engine::StageMemory>,
-    pub stats: Option<crate::worker::StageStats>,
-    pub error: Option<String>,
-    pub fetch: Option<super::StageFetch>,
-}
-
-fn on_worker_event(agent: &Agent, owner: NodeId, instance: &str, stage: usize, event: WorkerEvent) {
+fn on_worker_event(instances: &Arc<Instances>, owner: NodeId, instance: &str, stage: usize, event: WorkerEvent) {
     let report_of = match event {
         WorkerEvent::Loading { progress } => {
             StageReport { state: WorkerState::Loading, progress: Some(progress), ..Default::default() }
         }
         WorkerEvent::Listening { data_port, front_port, memory } => {
-            if let Some(local) = agent.registry().local.get_mut(&(instance.to_string(), stage)) {
+            if let Some(local) = instances.registry().local.get_mut(&(instance.to_string(), stage)) {
                 local.front_port = front_port;
             }
             StageReport {
@@ -316,31 +290,31 @@ fn on_worker_event(agent: &Agent, owner: NodeId, instance: &str, stage: usize, e
             StageReport { state: WorkerState::Failed, error: Some(error), ..Default::default() }
         }
         WorkerEvent::RingLink { transport } => {
-            let next = agent.registry().local.get(&(instance.to_string(), stage)).and_then(|l| l.next);
+            let next = instances.registry().local.get(&(instance.to_string(), stage)).and_then(|l| l.next);
             if let Some(next) = next {
-                agent.ring_link_changed(next, instance, transport);
+                instances.agent.ring_link_changed(next, instance, transport);
             }
             return;
         }
     };
-    report(agent, owner, instance, stage, report_of);
+    report(instances, owner, instance, stage, report_of);
 }
 
-fn report(agent: &Agent, owner: NodeId, instance: &str, stage: usize, report: StageReport) {
-    if owner == agent.id() {
-        apply_report(agent, instance, stage, report);
+fn report(instances: &Arc<Instances>, owner: NodeId, instance: &str, stage: usize, report: StageReport) {
+    if owner == instances.agent.id() {
+        apply_report(instances, instance, stage, report);
     } else {
-        agent.send_to(owner, ControlMessage::StageUpdate { instance: instance.to_string(), stage, report });
+        instances.agent.send_to(owner, ControlMessage::StageUpdate { instance: instance.to_string(), stage, report });
     }
 }
 
 /// The owner takes in a stage's report: wires the ring once every stage listens, marks the instance
 /// ready once every stage is, and fails it when a stage fails.
-fn apply_report(agent: &Agent, instance: &str, stage: usize, report: StageReport) {
+fn apply_report(instances: &Arc<Instances>, instance: &str, stage: usize, report: StageReport) {
     let mut failed = None;
     let mut wire = None;
     let info = {
-        let mut registry = agent.registry();
+        let mut registry = instances.registry();
         let Some(info) = registry.instances.get_mut(instance) else { return };
         let Some(s) = info.stages.get_mut(stage) else { return };
         if !running(info.state) && report.state != WorkerState::Stopped {
@@ -384,34 +358,37 @@ fn apply_report(agent: &Agent, instance: &str, stage: usize, report: StageReport
         info.clone()
     };
     if let Some(error) = failed {
-        return lose(agent, instance, error, false);
+        return lose(instances, instance, error, false);
     }
     if let Some(ring) = wire.filter(|r| r.len() > 1) {
         for (i, &(node, _)) in ring.iter().enumerate() {
             let (next_node, next_port) = ring[(i + 1) % ring.len()];
             let message =
                 ControlMessage::ConnectStage { instance: instance.to_string(), stage: i, next_node, next_port };
-            if node == agent.id() {
-                connect_local(agent, instance, i, next_node, next_port);
+            if node == instances.agent.id() {
+                connect_local(instances, instance, i, next_node, next_port);
             } else {
-                agent.send_to(node, message);
+                instances.agent.send_to(node, message);
             }
         }
     }
-    publish(agent, &info);
+    publish(instances, &info);
 }
 
 /// Tells a local worker where the next stage listens.
-fn connect_local(agent: &Agent, instance: &str, stage: usize, next_node: NodeId, next_port: u16) {
-    let ip =
-        if next_node == agent.id() { Some(std::net::IpAddr::from([127, 0, 0, 1])) } else { agent.peer_ip(next_node) };
-    let handle = agent.registry().local.get_mut(&(instance.to_string(), stage)).map(|l| {
+fn connect_local(instances: &Arc<Instances>, instance: &str, stage: usize, next_node: NodeId, next_port: u16) {
+    let ip = if next_node == instances.agent.id() {
+        Some(std::net::IpAddr::from([127, 0, 0, 1]))
+    } else {
+        instances.agent.peer_ip(next_node)
+    };
+    let handle = instances.registry().local.get_mut(&(instance.to_string(), stage)).map(|l| {
         l.next = Some(next_node);
         l.handle.clone()
     });
     let (Some(ip), Some(handle)) = (ip, handle) else { return };
     let next = SocketAddr::new(ip, next_port);
-    let rdma = if next_node == agent.id() { None } else { agent.ring_route(next_node) };
+    let rdma = if next_node == instances.agent.id() { None } else { instances.agent.ring_route(next_node) };
     tokio::spawn(async move {
         let _ = handle.command(&WorkerCommand::Connect { next, rdma }).await;
     });
@@ -424,9 +401,9 @@ fn running(state: InstanceState) -> bool {
 
 /// The owner's instance lost a stage (`node_lost`: its node went down): its stages are stopped
 /// everywhere, and it is placed again when [`super::recovery`] says that can help, or marked failed.
-fn lose(agent: &Agent, instance: &str, error: String, node_lost: bool) {
+fn lose(instances: &Arc<Instances>, instance: &str, error: String, node_lost: bool) {
     let (info, attempt) = {
-        let mut registry = agent.registry();
+        let mut registry = instances.registry();
         let relaunchable = registry.requests.contains_key(instance);
         let Some(info) = registry.instances.get_mut(instance) else { return };
         if !running(info.state) {
@@ -447,36 +424,36 @@ fn lose(agent: &Agent, instance: &str, error: String, node_lost: bool) {
     match attempt {
         Some(attempt) => {
             tracing::warn!("instance {instance} ({model}) lost a stage: {error}; placing it again");
-            publish(agent, &info);
-            stop_stages(agent, &info);
-            super::recovery::spawn(agent, id, error, attempt, node_lost);
+            publish(instances, &info);
+            stop_stages(instances, &info);
+            super::recovery::spawn(instances, id, error, attempt, node_lost);
         }
         None => {
             tracing::warn!("instance {instance} ({model}) failed: {error}");
-            agent.emit(ClusterEvent::InstanceFailed { instance: id, model, error });
-            publish(agent, &info);
-            stop_stages(agent, &info);
+            instances.agent.emit(ClusterEvent::InstanceFailed { instance: id, model, error });
+            publish(instances, &info);
+            stop_stages(instances, &info);
         }
     }
 }
 
-fn stop_stages(agent: &Agent, info: &InstanceInfo) {
+pub(super) fn stop_stages(instances: &Arc<Instances>, info: &InstanceInfo) {
     let mut nodes: Vec<NodeId> = info.stages.iter().map(|s| s.node).collect();
     nodes.sort();
     nodes.dedup();
     for node in nodes {
-        if node == agent.id() {
-            stop_local(agent, &info.id);
+        if node == instances.agent.id() {
+            stop_local(instances, &info.id);
         } else {
-            agent.send_to(node, ControlMessage::StopInstance { instance: info.id.clone() });
+            instances.agent.send_to(node, ControlMessage::StopInstance { instance: info.id.clone() });
         }
     }
 }
 
-fn stop_local(agent: &Agent, instance: &str) {
-    agent.forget_ring_links(instance);
+pub(super) fn stop_local(instances: &Arc<Instances>, instance: &str) {
+    instances.agent.forget_ring_links(instance);
     let handles: Vec<_> = {
-        let mut registry = agent.registry();
+        let mut registry = instances.registry();
         let keys: Vec<_> = registry.local.keys().filter(|(i, _)| i == instance).cloned().collect();
         keys.into_iter().filter_map(|k| registry.local.remove(&k)).map(|l| l.handle).collect()
     };
@@ -486,41 +463,43 @@ fn stop_local(agent: &Agent, instance: &str) {
 }
 
 /// Stops an instance (any node may ask; the owner records it).
-pub fn stop(agent: &Agent, instance: &str) -> Option<InstanceInfo> {
-    let info = agent.registry().instances.get(instance).cloned()?;
-    if info.owner == agent.id() {
+pub fn stop(instances: &Arc<Instances>, instance: &str) -> Option<InstanceInfo> {
+    let info = instances.registry().instances.get(instance).cloned()?;
+    if info.owner == instances.agent.id() {
         let updated = {
-            let mut registry = agent.registry();
+            let mut registry = instances.registry();
             registry.requests.remove(instance);
             let i = registry.instances.get_mut(instance)?;
             i.state = InstanceState::Stopped;
             i.clone()
         };
-        publish(agent, &updated);
-        stop_stages(agent, &updated);
+        publish(instances, &updated);
+        stop_stages(instances, &updated);
         Some(updated)
     } else {
-        agent.send_to(info.owner, ControlMessage::StopInstance { instance: instance.to_string() });
-        stop_stages(agent, &info);
+        instances.agent.send_to(info.owner, ControlMessage::StopInstance { instance: instance.to_string() });
+        stop_stages(instances, &info);
         Some(info)
     }
 }
 
 /// Instance messages on the control connections. Each is checked against what this node knows before
 /// it is used (see [`super::validate`]); a message that fails is logged and dropped.
-pub fn on_message(agent: &Agent, from: NodeId, message: ControlMessage) {
+pub fn on_message(instances: &Arc<Instances>, from: NodeId, message: ControlMessage) {
     let refuse = |what: &str, why: String| tracing::warn!("ignoring {what} from {}: {why}", from.short());
     match message {
         ControlMessage::StartStage { spec } => {
             let known = {
-                let registry = agent.registry();
+                let registry = instances.registry();
                 registry.instances.get(&spec.instance).map(|i| {
                     let node = i.stages.get(spec.stage).map(|s| s.node);
                     (i.owner, node, i.stages.len())
                 })
             };
             let checked = super::validate::stage_spec(&spec).and_then(|()| match known {
-                Some((owner, Some(node), stages)) if owner == from && node == agent.id() && stages == spec.stages => {
+                Some((owner, Some(node), stages))
+                    if owner == from && node == instances.agent.id() && stages == spec.stages =>
+                {
                     Ok(())
                 }
                 Some(_) => {
@@ -529,80 +508,81 @@ pub fn on_message(agent: &Agent, from: NodeId, message: ControlMessage) {
                 None => Err(format!("instance {} is unknown", spec.instance)),
             });
             match checked {
-                Ok(()) => start_local(agent, spec, from),
+                Ok(()) => start_local(instances, spec, from),
                 Err(why) => {
                     refuse("a stage to start", why.clone());
                     let failed = StageReport { state: WorkerState::Failed, error: Some(why), ..Default::default() };
-                    report(agent, from, &spec.instance, spec.stage, failed);
+                    report(instances, from, &spec.instance, spec.stage, failed);
                 }
             }
         }
         ControlMessage::StageUpdate { instance, stage, report } => {
             // Only the node that runs a stage reports on it, and only to the instance's owner.
-            let runs_it = agent
-                .registry()
-                .instances
-                .get(&instance)
-                .is_some_and(|i| i.owner == agent.id() && i.stages.get(stage).is_some_and(|s| s.node == from));
+            let runs_it = instances.registry().instances.get(&instance).is_some_and(|i| {
+                i.owner == instances.agent.id() && i.stages.get(stage).is_some_and(|s| s.node == from)
+            });
             if runs_it {
-                apply_report(agent, &instance, stage, report);
+                apply_report(instances, &instance, stage, report);
             } else {
                 refuse("a stage update", format!("it does not run stage {stage} of an instance of this node"));
             }
         }
         ControlMessage::ConnectStage { instance, stage, next_node, next_port } => {
-            let owned_by_sender = agent.registry().instances.get(&instance).is_some_and(|i| i.owner == from);
+            let owned_by_sender = instances.registry().instances.get(&instance).is_some_and(|i| i.owner == from);
             if owned_by_sender {
-                connect_local(agent, &instance, stage, next_node, next_port)
+                connect_local(instances, &instance, stage, next_node, next_port)
             } else {
                 refuse("a ring connection", format!("instance {instance} is not the sender's"));
             }
         }
         ControlMessage::StopInstance { instance } => {
-            let owned = agent.registry().instances.get(&instance).is_some_and(|i| i.owner == agent.id());
+            let owned = instances.registry().instances.get(&instance).is_some_and(|i| i.owner == instances.agent.id());
             if owned {
-                stop(agent, &instance);
+                stop(instances, &instance);
             } else {
-                stop_local(agent, &instance);
+                stop_local(instances, &instance);
             }
         }
         ControlMessage::Instance { info } => {
             let checked = {
-                let mut registry = agent.registry();
-                let checked = super::validate::instance(&info, from, registry.instances.get(&info.id));
+                let mut registry = instances.registry();
+                let existing = registry.instances.get(&info.id);
+                let owner_gone = existing.is_some_and(|e| !instances.agent.is_up(e.owner));
+                let checked = super::validate::instance(&info, from, existing, owner_gone);
                 if checked.is_ok() {
                     registry.instances.insert(info.id.clone(), (*info).clone());
                 }
                 checked
             };
             match checked {
-                Ok(()) => agent.emit(ClusterEvent::Instance { info }),
+                Ok(()) => instances.agent.emit(ClusterEvent::Instance { info }),
                 Err(why) => refuse("an instance", why),
             }
         }
-        other => super::generate::on_message(agent, from, other),
+        other => super::generate::on_message(instances, from, other),
     }
 }
 
-/// A node went down: instances that used it fail; instances it owned end here; calls through it fail.
-pub fn on_peer_down(agent: &Agent, peer: NodeId) {
-    let me = agent.id();
-    let affected: Vec<InstanceInfo> =
-        agent.registry().instances.values().filter(|i| i.uses(peer) && i.state.is_active()).cloned().collect();
+/// A node went down: the instances this node owns that used it are placed again (or fail); those whose
+/// owner is down are taken over by a node that remains ([`super::takeover`]); calls through it fail.
+pub fn on_peer_down(instances: &Arc<Instances>, peer: NodeId) {
+    let me = instances.agent.id();
+    let owner_down = |i: &InstanceInfo| i.owner != me && !instances.agent.is_up(i.owner);
+    let affected: Vec<InstanceInfo> = instances
+        .registry()
+        .instances
+        .values()
+        .filter(|i| i.state.is_active() && (i.uses(peer) || owner_down(i)))
+        .cloned()
+        .collect();
     for info in affected {
-        let name = info.stages.iter().find(|s| s.node == peer).map_or_else(|| peer.short(), |s| s.node_name.clone());
         if info.owner == me {
-            lose(agent, &info.id, format!("node {name} is down"), true);
-        } else if info.owner == peer {
-            {
-                let mut registry = agent.registry();
-                if let Some(i) = registry.instances.get_mut(&info.id) {
-                    i.state = InstanceState::Failed;
-                    i.error = Some("its owner node is down".into());
-                }
-            }
-            stop_local(agent, &info.id);
+            let name =
+                info.stages.iter().find(|s| s.node == peer).map_or_else(|| peer.short(), |s| s.node_name.clone());
+            lose(instances, &info.id, format!("node {name} is down"), true);
+        } else if owner_down(&info) {
+            super::takeover::owner_down(instances, &info);
         }
     }
-    super::generate::fail_calls_through(agent, peer);
+    super::generate::fail_calls_through(instances, peer);
 }

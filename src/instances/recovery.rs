@@ -9,27 +9,16 @@
 //! It does not loop on a model that cannot run: an instance that never became ready is placed again
 //! only after it lost a node, and at most [`MAX_ATTEMPTS`] times in a row without serving.
 
-use super::lifecycle::{launch_as, publish, LaunchError, LaunchRequest};
-use super::{InstanceInfo, InstanceState};
-use crate::cluster::Agent;
-use serde::{Deserialize, Serialize};
+use super::lifecycle::{launch_as, publish, LaunchError};
+use super::service::Instances;
+use super::{InstanceInfo, InstanceState, LaunchRequest, Recovery};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How often a recovering instance tries to be placed again.
 pub const RETRY_EVERY: Duration = Duration::from_secs(1);
 /// Most replacements in a row that never became ready.
 pub const MAX_ATTEMPTS: u32 = 3;
-
-/// Why an instance exists: it replaces another one that lost a node or a worker.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Recovery {
-    /// The instance this one replaces.
-    pub replaces: String,
-    /// What happened to that one.
-    pub reason: String,
-    /// 1 when the instance it replaces had served; one more for each replacement in a row that had not.
-    pub attempt: u32,
-}
 
 /// The attempt number of placing `info` again after it lost a stage (`node_lost`: its node went
 /// down), or None when placing it again cannot help: a stage of a model that never served failed by
@@ -46,8 +35,8 @@ pub(super) fn next_attempt(info: &InstanceInfo, node_lost: bool) -> Option<u32> 
 
 /// Places the owner's instance `old` again in the background, until it is placed or stopped.
 /// `node_lost`: it lost a node, which the cluster already knows is down.
-pub(super) fn spawn(agent: &Agent, old: String, reason: String, attempt: u32, node_lost: bool) {
-    let agent = agent.clone();
+pub(super) fn spawn(instances: &Arc<Instances>, old: String, reason: String, attempt: u32, node_lost: bool) {
+    let instances = instances.clone();
     // A stage that failed may be the first sign of its own or a neighbour's node dying (the ring
     // breaks at once; the node is known down only after `DOWN_AFTER` of silence): placing it again
     // before then could pick that node.
@@ -56,14 +45,14 @@ pub(super) fn spawn(agent: &Agent, old: String, reason: String, attempt: u32, no
     let wait = settle + RETRY_EVERY * 5 * (attempt - 1);
     tokio::spawn(async move {
         tokio::time::sleep(wait).await;
-        replace(&agent, &old, &reason, attempt).await
+        replace(&instances, &old, &reason, attempt).await
     });
 }
 
-async fn replace(agent: &Agent, old: &str, reason: &str, attempt: u32) {
+async fn replace(instances: &Arc<Instances>, old: &str, reason: &str, attempt: u32) {
     loop {
         let request = {
-            let registry = agent.registry();
+            let registry = instances.registry();
             let recovering = registry.instances.get(old).is_some_and(|i| i.state == InstanceState::Recovering);
             match registry.requests.get(old) {
                 Some(request) if recovering => request.clone(),
@@ -71,9 +60,9 @@ async fn replace(agent: &Agent, old: &str, reason: &str, attempt: u32) {
             }
         };
         let recovery = Recovery { replaces: old.to_string(), reason: reason.to_string(), attempt };
-        match place_again(agent, &request, recovery).await {
-            Ok(new) => return replaced(agent, old, &new, request),
-            Err(why) => waiting(agent, old, format!("{reason}; waiting to place it again: {why}")),
+        match place_again(instances, &request, recovery).await {
+            Ok(new) => return replaced(instances, old, &new, request),
+            Err(why) => waiting(instances, old, format!("{reason}; waiting to place it again: {why}")),
         }
         tokio::time::sleep(RETRY_EVERY).await;
     }
@@ -81,23 +70,27 @@ async fn replace(agent: &Agent, old: &str, reason: &str, attempt: u32) {
 
 /// Launches `request` again: with the layers the user chose while the nodes they name can hold them,
 /// else where placement puts it now.
-async fn place_again(agent: &Agent, request: &LaunchRequest, recovery: Recovery) -> Result<InstanceInfo, LaunchError> {
+async fn place_again(
+    instances: &Arc<Instances>,
+    request: &LaunchRequest,
+    recovery: Recovery,
+) -> Result<InstanceInfo, LaunchError> {
     if request.layers.is_some() {
-        if let Ok(info) = launch_as(agent, request.clone(), Some(recovery.clone())).await {
+        if let Ok(info) = launch_as(instances, request.clone(), Some(recovery.clone())).await {
             return Ok(info);
         }
     }
-    launch_as(agent, LaunchRequest { layers: None, ..request.clone() }, Some(recovery)).await
+    launch_as(instances, LaunchRequest { layers: None, ..request.clone() }, Some(recovery)).await
 }
 
 /// `old` is replaced by `new`, which keeps the request `old` was launched with. If `old` was stopped
 /// while `new` was being placed, `new` is stopped too.
-fn replaced(agent: &Agent, old: &str, new: &InstanceInfo, request: LaunchRequest) {
+fn replaced(instances: &Arc<Instances>, old: &str, new: &InstanceInfo, request: LaunchRequest) {
     let info = {
-        let mut registry = agent.registry();
+        let mut registry = instances.registry();
         let Some(_) = registry.requests.remove(old) else {
             drop(registry);
-            super::stop(agent, &new.id);
+            super::stop(instances, &new.id);
             return;
         };
         registry.requests.insert(new.id.clone(), request);
@@ -107,13 +100,13 @@ fn replaced(agent: &Agent, old: &str, new: &InstanceInfo, request: LaunchRequest
         info.clone()
     };
     tracing::info!("instance {old} ({}) is placed again as {}", info.model, new.id);
-    publish(agent, &info);
+    publish(instances, &info);
 }
 
 /// `old` is still waiting to be placed again, for the reason `why`.
-fn waiting(agent: &Agent, old: &str, why: String) {
+fn waiting(instances: &Arc<Instances>, old: &str, why: String) {
     let info = {
-        let mut registry = agent.registry();
+        let mut registry = instances.registry();
         let Some(info) = registry.instances.get_mut(old).filter(|i| i.state == InstanceState::Recovering) else {
             return;
         };
@@ -123,7 +116,7 @@ fn waiting(agent: &Agent, old: &str, why: String) {
         info.error = Some(why);
         info.clone()
     };
-    publish(agent, &info);
+    publish(instances, &info);
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@
 //! serve it. Progress goes to the owner as the stage's `fetch`; the fetch ends when its instance does.
 //! Before a launch, [`plan_fetches`] tells the preview which node would fetch how much, and from where.
 
-use super::lifecycle::StageReport;
-use super::InstanceState;
+use super::service::Instances;
+use super::{InstanceState, StageFetch, StageReport};
 use crate::cluster::{Agent, ClusterSnapshot, NodeStatus};
 use crate::model::library::Library;
 use crate::model::names;
@@ -31,22 +31,6 @@ use std::time::Duration;
 /// How long a member may take to list its files.
 const LIST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A stage's fetch of its share, as the instance shows it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct StageFetch {
-    /// The member the bytes come from (None: the hub).
-    pub from_node: Option<NodeId>,
-    /// Its name, or the hub's address.
-    pub from: String,
-    pub bytes_done: u64,
-    /// The header and the stage's tensors.
-    pub bytes_total: u64,
-    /// Bytes that came over the network (not those already here).
-    pub bytes_fetched: u64,
-    pub bytes_per_second: u64,
-    pub done: bool,
-}
-
 /// Where a stage's node finds the model: a file here that holds the stage's share already, or the
 /// files to complete (shards of other layers of the same files, or nothing yet): one, or each part of a
 /// split set, side by side.
@@ -58,13 +42,13 @@ enum Found {
 /// Makes sure this node holds what the stage `spec` reads, fetching its share if needed (of a split
 /// set, each part's share), reporting progress through `report`. Returns the path the worker opens.
 pub async fn ensure_share(
-    agent: &Agent,
+    instances: &Arc<Instances>,
     spec: &StageSpec,
     report: impl Fn(StageReport) + Send + Sync + 'static,
 ) -> Result<PathBuf, String> {
     let files = spec.files();
     let Some(file) = files.first().cloned() else { return Ok(spec.model_path.clone()) };
-    let library = Library::new(&agent.config.data_dir);
+    let library = Library::new(&instances.agent.config.data_dir);
     let (path, layers) = (spec.model_path.clone(), spec.layers.clone());
     let wanted = files.clone();
     let found = tokio::task::spawn_blocking(move || find_here(&library, &path, &wanted, layers))
@@ -77,21 +61,26 @@ pub async fn ensure_share(
     let report = Arc::new(report);
     // The fetch ends with its instance (stopped, or failed elsewhere meanwhile).
     let stop: Arc<dyn Fn() -> bool + Send + Sync> = {
-        let (agent, instance) = (agent.clone(), spec.instance.clone());
+        let (instances, instance) = (instances.clone(), spec.instance.clone());
         Arc::new(move || {
-            let registry = agent.registry();
+            let registry = instances.registry();
             let state = registry.instances.get(&instance).map(|i| i.state);
             state.is_none_or(|s| !matches!(s, InstanceState::Launching | InstanceState::Ready))
         })
     };
     let mut failures = Vec::new();
-    for (node, name, addr) in members_offering(agent, &files).await {
+    for (node, name, addr) in members_offering(&instances.agent, &files).await {
         let parts = files
             .iter()
             .zip(&destinations)
             .map(|(file, destination)| {
-                let reader =
-                    PeerRanges::new(&name, addr, agent.secret_bytes(), file.clone(), tokio::runtime::Handle::current());
+                let reader = PeerRanges::new(
+                    &name,
+                    addr,
+                    instances.agent.secret_bytes(),
+                    file.clone(),
+                    tokio::runtime::Handle::current(),
+                );
                 let url = PeerRanges::url(&name, file);
                 Part::new(Stoppable::new(reader, stop.clone(), destination), url, file, destination)
             })

@@ -91,13 +91,19 @@ fn split_parts(file: &OfferedFile, parts: &[OfferedFile]) -> Result<(), String> 
     Ok(())
 }
 
-/// An instance as its owner `from` describes it. `existing` is this node's record of the same id.
-pub fn instance(info: &InstanceInfo, from: NodeId, existing: Option<&InstanceInfo>) -> Result<(), String> {
+/// An instance as its owner `from` describes it. `existing` is this node's record of the same id;
+/// `owner_gone`: its owner is down, so another member may take it over.
+pub fn instance(
+    info: &InstanceInfo,
+    from: NodeId,
+    existing: Option<&InstanceInfo>,
+    owner_gone: bool,
+) -> Result<(), String> {
     instance_id(&info.id)?;
     if info.owner != from {
         return Err(format!("it names {} as the owner, not the sender", info.owner.short()));
     }
-    if let Some(existing) = existing.filter(|e| e.owner != from) {
+    if let Some(existing) = existing.filter(|e| e.owner != from && !owner_gone) {
         return Err(format!("instance {} belongs to {}", info.id, existing.owner.short()));
     }
     if info.stages.is_empty() || info.stages.len() > MAX_STAGES {
@@ -108,6 +114,22 @@ pub fn instance(info: &InstanceInfo, from: NodeId, existing: Option<&InstanceInf
     }
     if info.stages.iter().any(|s| s.layers.start >= s.layers.end || s.layers.end > MAX_LAYERS) {
         return Err("a stage has no layers".into());
+    }
+    if let Some(request) = &info.request {
+        let sizes = [
+            ("context", request.context, MAX_CONTEXT),
+            ("sequences", request.sequences, MAX_SEQUENCES),
+            ("threads", request.threads, MAX_THREADS),
+        ];
+        if let Some((what, value, max)) =
+            sizes.into_iter().find_map(|(w, v, max)| v.filter(|v| *v > max).map(|v| (w, v, max)))
+        {
+            return Err(format!("it was launched with {what} {value}, more than {max}"));
+        }
+        let long = |text: &Option<String>| text.as_ref().is_some_and(|t| t.len() > MAX_NAME * 16);
+        if long(&request.name) || long(&request.layers) {
+            return Err("its launch request's name or layers are too long".into());
+        }
     }
     Ok(())
 }
@@ -170,6 +192,24 @@ mod tests {
         let mut shard = set_spec(&good);
         shard.parts[1].layers = Some("0-3".into());
         assert!(stage_spec(&shard).is_err());
+    }
+
+    #[test]
+    fn a_member_takes_over_an_instance_only_when_its_owner_is_gone() {
+        use crate::desktop::fixtures::{id, instance as record};
+        let mine = record("m", crate::records::InstanceState::Ready, &[1.0, 1.0]);
+        let taken = InstanceInfo { owner: id(2), ..mine.clone() };
+        assert_eq!(instance(&mine, id(1), Some(&mine), false), Ok(()), "the owner speaks for its instance");
+        assert!(instance(&taken, id(2), Some(&mine), false).is_err(), "a member cannot take a live owner's instance");
+        assert_eq!(
+            instance(&taken, id(2), Some(&mine), true),
+            Ok(()),
+            "a member takes over an instance whose owner is down"
+        );
+        assert!(instance(&taken, id(3), Some(&mine), true).is_err(), "only in its own name");
+        let mut greedy = taken.clone();
+        greedy.request = Some(crate::records::LaunchRequest { threads: Some(1 << 20), ..Default::default() });
+        assert!(instance(&greedy, id(2), Some(&mine), true).is_err(), "its launch request is checked too");
     }
 
     #[test]

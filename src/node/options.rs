@@ -3,9 +3,11 @@
 
 use crate::api::{self, ApiConfig};
 use crate::cluster::{self, Agent, AgentConfig, JoinTarget};
+use crate::instances::Instances;
 use crate::node::DataDir;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct NodeOptions {
@@ -54,6 +56,8 @@ pub struct NodeOptions {
 /// A node agent that runs, with the address its API answers on.
 pub struct StartedNode {
     pub agent: Agent,
+    /// The model instances service running on it.
+    pub instances: Arc<Instances>,
     pub api_addr: SocketAddr,
 }
 
@@ -85,9 +89,9 @@ impl NodeOptions {
             memory_limit: self.memory_limit,
             forget_down_after: std::time::Duration::from_secs(self.forget_down_after),
         };
-        let agent = cluster::agent::start(config, self.join).await?;
-        let api_addr = api::serve(agent.clone(), api).await?;
-        Ok(StartedNode { agent, api_addr })
+        let (agent, instances) = cluster::agent::start(config, self.join, Instances::start).await?;
+        let api_addr = api::serve(instances.clone(), api).await?;
+        Ok(StartedNode { agent, instances, api_addr })
     }
 }
 

@@ -202,15 +202,15 @@ impl Wizard {
             .map(|(i, step)| {
                 let (title, body) = super::wizard_text::step_text(*step);
                 let status = match i.cmp(&current) {
-                    std::cmp::Ordering::Less => "done",
-                    std::cmp::Ordering::Equal => "current",
-                    std::cmp::Ordering::Greater => "upcoming",
+                    std::cmp::Ordering::Less => StepStatus::Done,
+                    std::cmp::Ordering::Equal => StepStatus::Current,
+                    std::cmp::Ordering::Greater => StepStatus::Upcoming,
                 };
                 let commands = match step {
                     Step::Recovery => vec![super::wizard_text::ENABLE_COMMAND.to_string()],
                     _ => Vec::new(),
                 };
-                StepView { id: *step, title: title.into(), body, commands, status: status.into() }
+                StepView { id: *step, title: title.into(), body, commands, status }
             })
             .collect();
         WizardView {
@@ -244,8 +244,16 @@ pub struct StepView {
     /// Commands the step asks the user to type (shown for copying).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub commands: Vec<String>,
-    /// "done", "current" or "upcoming".
-    pub status: String,
+    pub status: StepStatus,
+}
+
+/// Where the user is relative to a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepStatus {
+    Done,
+    Current,
+    Upcoming,
 }
 
 /// The doctor's findings in brief, for the wizard.

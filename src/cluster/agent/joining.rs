@@ -69,7 +69,7 @@ impl Shared {
         self.broadcast(ControlMessage::Leaving);
         // Let the writers flush the goodbye before the connections close.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        *self.static_peers.locked() = false;
+        self.static_peers.stop();
         self.replace_membership(Membership::new_cluster(self.my_record()));
     }
 

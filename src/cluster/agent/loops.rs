@@ -54,8 +54,7 @@ pub(super) async fn handle_incoming(
         ConnectionKind::LinkProbe => {
             let (reader, writer) = pre_auth(secure::respond(stream, preamble, &shared.secret())).await?;
             drop(permit);
-            let _busy = shared.bulk_guard();
-            probe::serve(reader, writer, &shared.inbound_probe).await
+            shared.serve_probe(reader, writer).await
         }
         // The join exchange (key agreement, handshake, the joiner's introduction) keeps its slot; it is
         // rate-limited per address inside.
@@ -72,6 +71,30 @@ pub(super) async fn handle_incoming(
             let library = crate::model::library::Library::new(&shared.config.data_dir);
             crate::model::peer_copy::serve(reader, writer, library).await
         }
+    }
+}
+
+/// The --peer addresses: whether they are dialed still (joining a cluster stops that), which are being
+/// dialed now, and which were tried at least once.
+pub(super) struct StaticPeers {
+    on: std::sync::atomic::AtomicBool,
+    pub dialing: Mutex<BTreeSet<SocketAddr>>,
+    pub tried: Mutex<BTreeSet<String>>,
+}
+
+impl Default for StaticPeers {
+    fn default() -> StaticPeers {
+        StaticPeers { on: true.into(), dialing: Mutex::default(), tried: Mutex::default() }
+    }
+}
+
+impl StaticPeers {
+    pub fn is_on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    pub fn stop(&self) {
+        self.on.store(false, Ordering::Relaxed);
     }
 }
 
@@ -109,18 +132,18 @@ pub(super) async fn dial_loop(shared: Agent) {
         }
         // --peer addresses are the user's explicit routes: members are dialed by their other addresses
         // only once each of them has been tried.
-        let statics_tried = shared.config.peers.iter().all(|p| shared.static_tried.locked().contains(p));
+        let statics_tried = shared.config.peers.iter().all(|p| shared.static_peers.tried.locked().contains(p));
         for (id, candidates) in to_dial {
-            if statics_tried || !*shared.static_peers.locked() {
+            if statics_tried || !shared.static_peers.is_on() {
                 tokio::spawn(dial_member(shared.clone(), id, candidates));
             } else if let Some(p) = shared.state.locked().peers.get_mut(&id) {
                 p.dialing = false;
             }
         }
-        if *shared.static_peers.locked() {
+        if shared.static_peers.is_on() {
             for address in &shared.config.peers {
                 let Ok(addr) = resolve(address, shared.config.control_port()).await else {
-                    shared.static_tried.locked().insert(address.clone());
+                    shared.static_peers.tried.locked().insert(address.clone());
                     continue;
                 };
                 let connected = {
@@ -130,7 +153,7 @@ pub(super) async fn dial_loop(shared: Agent) {
                         .iter()
                         .any(|(id, a)| *a == addr && state.peers.get(id).is_some_and(|p| p.connection.is_some()))
                 };
-                if connected || !shared.dialing_static.locked().insert(addr) {
+                if connected || !shared.static_peers.dialing.locked().insert(addr) {
                     continue;
                 }
                 tokio::spawn(dial_static(shared.clone(), addr, address.clone()));
@@ -164,16 +187,16 @@ pub(super) async fn dial_static(shared: Agent, addr: SocketAddr, address: String
     let secret = shared.secret();
     match secure::connect(addr, ConnectionKind::Member, &secret).await {
         Ok((reader, writer)) => {
-            shared.static_tried.locked().insert(address);
+            shared.static_peers.tried.locked().insert(address);
             connection::run(shared.clone(), reader, writer, connection::Origin::DialedPeerOption(addr)).await
         }
         Err(e) => {
-            shared.static_tried.locked().insert(address);
+            shared.static_peers.tried.locked().insert(address);
             tracing::debug!("dialing --peer {addr}: {e}")
         }
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    shared.dialing_static.locked().remove(&addr);
+    shared.static_peers.dialing.locked().remove(&addr);
 }
 
 /// Moves peers through alive → suspect → down as silence grows, and expires the join code.
@@ -209,8 +232,10 @@ pub(super) async fn health_loop(shared: Agent) {
         if code_expired {
             shared.emit(ClusterEvent::CodeRevoked { reason: "expired".into() });
         }
-        for peer in went_down {
-            crate::instances::on_peer_down(&shared, peer);
+        if let Some(service) = shared.service() {
+            for peer in went_down {
+                service.clone().on_peer_down(peer);
+            }
         }
         for peer in expired {
             tracing::info!(
@@ -245,7 +270,6 @@ pub(super) async fn telemetry_loop(shared: Agent) {
         shared.broadcast(ControlMessage::Links { links: links.clone() });
         shared.emit(ClusterEvent::Telemetry { node: shared.id(), telemetry: Box::new(telemetry) });
         shared.emit(ClusterEvent::Links { node: shared.id(), links });
-        shared.emit(ClusterEvent::Rates { rates: shared.sample_rates() });
     }
 }
 

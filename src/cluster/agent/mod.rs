@@ -9,6 +9,7 @@ use super::join::{self, AcceptError};
 use super::membership::{MemberRecord, Membership};
 use super::messages::ControlMessage;
 use super::pairing::{self, JoinCode, Refusal};
+use super::service::{ClusterService, ServiceSlot};
 use super::state::{ClusterEvent, ClusterSnapshot, ClusterState, Peer};
 use crate::discovery::{Advertisement, DiscoveredNode, Discovery, DiscoveryEvent};
 use crate::links::probe;
@@ -28,11 +29,14 @@ use tokio::sync::{broadcast, oneshot, watch, Semaphore};
 mod budget;
 mod joining;
 mod loops;
+mod measurements;
 mod nearby;
 mod ring_links;
 
 use joining::*;
 use loops::*;
+use measurements::LinkMeasurements;
+pub(super) use measurements::{measure_to, spawn_measurement};
 use nearby::*;
 
 /// The API port when none is given; the control port is the next one.
@@ -83,6 +87,11 @@ impl AgentConfig {
     }
 }
 
+/// What the cluster runtime of one node owns: who it is, the membership and the view of every peer
+/// (`state`, the one lock most of it is behind, never held across an `.await`), the event stream, the
+/// pairing limiter, link measurements, the --peer dialing, the worker processes it counts in its
+/// memory and the RDMA doctor's report. Model instances are not here: they are the service attached to
+/// it ([`ServiceSlot`]), which gets the messages and member failures that concern it.
 pub struct Shared {
     pub identity: NodeIdentity,
     pub config: AgentConfig,
@@ -95,40 +104,26 @@ pub struct Shared {
     epoch: watch::Sender<u64>,
     /// Members that left recently: gossip about them is ignored.
     departed: Mutex<BTreeSet<NodeId>>,
-    /// One outgoing link measurement at a time.
-    measuring: Semaphore,
-    /// --peer addresses being dialed.
-    dialing_static: Mutex<BTreeSet<SocketAddr>>,
-    static_peers: Mutex<bool>,
-    /// --peer addresses dialed at least once.
-    static_tried: Mutex<BTreeSet<String>>,
-    /// Bulk transfers (link measurements) this node takes part in right now.
-    bulk: AtomicUsize,
-    /// Link measurements asked of other members, by request id.
-    pending_measurements: Mutex<HashMap<u64, oneshot::Sender<Option<u64>>>>,
-    /// One cluster-wide measurement round at a time.
-    measuring_round: tokio::sync::Mutex<()>,
-    /// One incoming link measurement at a time.
-    inbound_probe: tokio::sync::Mutex<()>,
-    /// Model instances, local workers and generation calls.
-    registry: Mutex<crate::instances::Registry>,
+    measurements: LinkMeasurements,
+    static_peers: StaticPeers,
     /// Worker processes whose memory counts as shoal's.
     tracked: Mutex<Vec<u32>>,
-    /// Requests finished through this node's API, for requests per minute.
-    finished: Mutex<crate::metrics::RequestWindow>,
-    /// The rates sampled last (every second, by the telemetry loop).
-    latest_rates: Mutex<crate::metrics::ClusterRates>,
-    /// Stage-0 token counters over the last seconds, for cluster-wide rates.
-    counters: Mutex<crate::metrics::CounterWindow>,
     /// The RDMA doctor's latest report on this node.
     rdma: Mutex<Option<Box<crate::rdma::NodeReport>>>,
+    /// The service that owns model instances, once attached.
+    service: ServiceSlot,
 }
 
 pub type Agent = Arc<Shared>;
 
-/// Starts the cluster runtime: loads or creates the identity and membership, binds the control port
-/// and spawns the loops. With `join`, first joins that cluster (and fails if it cannot).
-pub async fn start(config: AgentConfig, join: Option<JoinTarget>) -> anyhow::Result<Agent> {
+/// Starts the cluster runtime: loads or creates the identity and membership, binds the control port,
+/// starts the service built on it (`service`, which attaches itself before any member can send it
+/// anything) and spawns the loops. With `join`, first joins that cluster (and fails if it cannot).
+pub async fn start<S>(
+    config: AgentConfig,
+    join: Option<JoinTarget>,
+    service: impl FnOnce(Agent) -> Arc<S>,
+) -> anyhow::Result<(Agent, Arc<S>)> {
     let identity = NodeIdentity::load_or_create(&config.data_dir, config.name.as_deref())?;
     let bind = SocketAddr::new(config.control_bind, config.control_port());
     let listener = TcpListener::bind(bind).await.map_err(|e| {
@@ -180,21 +175,13 @@ pub async fn start(config: AgentConfig, join: Option<JoinTarget>) -> anyhow::Res
         next_connection: AtomicU64::new(1),
         epoch,
         departed: Mutex::new(BTreeSet::new()),
-        measuring: Semaphore::new(1),
-        dialing_static: Mutex::new(BTreeSet::new()),
-        static_peers: Mutex::new(true),
-        static_tried: Mutex::new(BTreeSet::new()),
-        bulk: AtomicUsize::new(0),
-        pending_measurements: Mutex::new(HashMap::new()),
-        measuring_round: tokio::sync::Mutex::new(()),
-        inbound_probe: tokio::sync::Mutex::new(()),
-        registry: Mutex::new(Default::default()),
+        measurements: LinkMeasurements::default(),
+        static_peers: StaticPeers::default(),
         tracked: Mutex::new(Vec::new()),
-        finished: Mutex::new(Default::default()),
-        latest_rates: Mutex::new(Default::default()),
-        counters: Mutex::new(Default::default()),
         rdma: Mutex::new(None),
+        service: ServiceSlot::default(),
     });
+    let service = service(shared.clone());
     if let Some(target) = join {
         shared.join(target).await?;
     }
@@ -213,7 +200,7 @@ pub async fn start(config: AgentConfig, join: Option<JoinTarget>) -> anyhow::Res
         shared.cluster_id(),
         shared.config.control_port()
     );
-    Ok(shared)
+    Ok((shared, service))
 }
 
 /// The control addresses this node can be reached at.
@@ -253,8 +240,20 @@ impl Shared {
         self.events.subscribe()
     }
 
-    pub fn registry(&self) -> std::sync::MutexGuard<'_, crate::instances::Registry> {
-        self.registry.locked()
+    /// Attaches the service that owns model instances: the runtime hands it the messages it does not
+    /// handle itself and the members it finds down.
+    pub fn attach(&self, service: std::sync::Weak<dyn ClusterService>) {
+        self.service.attach(service);
+    }
+
+    pub(super) fn service(&self) -> Option<Arc<dyn ClusterService>> {
+        self.service.get()
+    }
+
+    /// Whether `node` is this node or a member the failure detector has not found down.
+    pub fn is_up(&self, node: NodeId) -> bool {
+        let state = self.state.locked();
+        node == state.me || state.peers.get(&node).is_some_and(|p| p.status != PeerStatus::Down)
     }
 
     /// Sends `message` to `peer` on its control connection; false when there is none.
@@ -287,37 +286,6 @@ impl Shared {
 
     pub fn secret_bytes(&self) -> [u8; 32] {
         self.secret()
-    }
-
-    /// Records a request finished through this node's API (its rates go to the event stream).
-    pub fn record_request(&self, model: &str, report: &crate::worker::GenerationReport) {
-        self.finished.locked().record();
-        self.emit(ClusterEvent::RequestFinished { model: model.to_string(), report: report.clone() });
-    }
-
-    /// Samples the cluster-wide rates (stage 0 of every instance counts the tokens it serves; requests
-    /// per minute are those finished through this node's API) and keeps them for [`Shared::rates`].
-    pub(super) fn sample_rates(&self) -> crate::metrics::ClusterRates {
-        let counters: Vec<(String, u64, u64)> = self
-            .registry()
-            .instances
-            .values()
-            .filter_map(|i| {
-                i.stages
-                    .first()
-                    .and_then(|s| s.stats.as_ref())
-                    .map(|s| (i.id.clone(), s.tokens.saturating_sub(s.generated_tokens), s.generated_tokens))
-            })
-            .collect();
-        let mut rates = self.counters.locked().rates(&counters);
-        rates.requests_per_minute = self.finished.locked().per_minute();
-        *self.latest_rates.locked() = rates.clone();
-        rates
-    }
-
-    /// The cluster-wide rates as last sampled (at most a second old).
-    pub fn rates(&self) -> crate::metrics::ClusterRates {
-        self.latest_rates.locked().clone()
     }
 
     /// Counts process `pid` (a worker) in this node's shoal memory.
@@ -381,72 +349,6 @@ impl Shared {
                 tracing::warn!("{e}");
             }
         }
-    }
-
-    /// Measures every link in both directions, one transfer at a time across the cluster (transfers
-    /// running at once would share links and CPUs and understate each other). Runs in the background.
-    pub fn measure_links(self: &Arc<Self>) {
-        let shared = self.clone();
-        tokio::spawn(async move {
-            let _round = shared.measuring_round.lock().await;
-            let me = shared.id();
-            let up: Vec<NodeId> = {
-                let state = shared.state.locked();
-                let mut up: Vec<NodeId> =
-                    state.peers.iter().filter(|(_, p)| p.connection.is_some()).map(|(id, _)| *id).collect();
-                up.push(me);
-                up
-            };
-            for &from in &up {
-                for &to in up.iter().filter(|&&to| to != from) {
-                    if from == me {
-                        measure_to(&shared, to).await;
-                    } else {
-                        shared.ask_measurement(from, to).await;
-                    }
-                }
-            }
-        });
-    }
-
-    /// Asks member `from` to measure its link to `to`, and waits for the answer (or 30 s).
-    async fn ask_measurement(&self, from: NodeId, to: NodeId) -> Option<u64> {
-        let request = self.next_connection_id();
-        let (tx, rx) = oneshot::channel();
-        self.pending_measurements.locked().insert(request, tx);
-        let sent = {
-            let state = self.state.locked();
-            state
-                .peers
-                .get(&from)
-                .and_then(|p| p.connection.as_ref())
-                .is_some_and(|c| c.tx.send(ControlMessage::MeasureLink { peer: to, request }).is_ok())
-        };
-        let answer = if sent {
-            tokio::time::timeout(Duration::from_secs(30), rx).await.ok().and_then(|r| r.ok()).flatten()
-        } else {
-            None
-        };
-        self.pending_measurements.locked().remove(&request);
-        answer
-    }
-
-    /// A member answered a measurement request.
-    pub(super) fn measured(&self, request: u64, bps: Option<u64>) {
-        if let Some(tx) = self.pending_measurements.locked().remove(&request) {
-            let _ = tx.send(bps);
-        }
-    }
-
-    /// Whether this node is sending or receiving a bulk transfer right now.
-    pub fn in_bulk_transfer(&self) -> bool {
-        self.bulk.load(Ordering::Relaxed) > 0
-    }
-
-    /// Marks a bulk transfer for as long as the guard lives.
-    pub(super) fn bulk_guard(self: &Arc<Self>) -> BulkGuard {
-        self.bulk.fetch_add(1, Ordering::Relaxed);
-        BulkGuard(self.clone())
     }
 
     /// A peer proved it holds the secret: make sure it is a member (and tell the others if it is new).
@@ -530,53 +432,5 @@ impl Shared {
 
     fn secret(&self) -> [u8; 32] {
         *self.state.locked().membership.secret.bytes()
-    }
-}
-
-/// Measures this node's outgoing throughput to `peer` after `delay` (at join).
-pub(super) fn spawn_measurement(shared: Agent, peer: NodeId, delay: Duration) {
-    tokio::spawn(async move {
-        tokio::time::sleep(delay).await;
-        measure_to(&shared, peer).await;
-    });
-}
-
-/// Measures and records this node's outgoing throughput to `peer`, one measurement at a time.
-pub(super) async fn measure_to(shared: &Agent, peer: NodeId) -> Option<u64> {
-    let _permit = shared.measuring.acquire().await.ok()?;
-    let target = {
-        let mut state = shared.state.locked();
-        let p = state.peers.get_mut(&peer)?;
-        let target = p.connection.as_ref()?.peer_control;
-        p.measuring = true;
-        target
-    };
-    let result = {
-        let _busy = shared.bulk_guard();
-        probe::measure_outgoing(target, &shared.secret()).await
-    };
-    let mut state = shared.state.locked();
-    let p = state.peers.get_mut(&peer)?;
-    p.measuring = false;
-    match result {
-        Ok(bps) => {
-            p.throughput_bps = Some(bps);
-            p.throughput_at_ms = Some(crate::util::now_ms());
-            Some(bps)
-        }
-        Err(e) => {
-            p.errors += 1;
-            tracing::info!("measuring the link to {}: {e}", peer.short());
-            None
-        }
-    }
-}
-
-/// Counts a bulk transfer while alive.
-pub(super) struct BulkGuard(Agent);
-
-impl Drop for BulkGuard {
-    fn drop(&mut self) {
-        self.0.bulk.fetch_sub(1, Ordering::Relaxed);
     }
 }

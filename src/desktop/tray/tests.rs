@@ -55,3 +55,15 @@ fn an_unreachable_member_or_failed_model_degrades_the_icon() {
     assert_eq!(s.look, TrayLook::Degraded);
     assert_eq!(s.model_line, "SmolLM2 · ready (+1 more)", "the ready model is named first");
 }
+
+#[test]
+fn every_tray_action_is_found_again_by_its_menu_id() {
+    let ids: Vec<&str> = TrayAction::ALL.iter().map(|a| a.id()).collect();
+    assert_eq!(ids, ["open", "join", "leave", "rdma", "login", "quit"]);
+    for action in TrayAction::ALL {
+        assert_eq!(TrayAction::from_id(action.id()), Some(action));
+    }
+    assert_eq!(TrayAction::from_id("cluster"), None, "status lines are not actions");
+    assert_eq!(TrayAction::Join.dashboard_route(), Some(Some("mesh/join")));
+    assert_eq!(TrayAction::Quit.dashboard_route(), None);
+}
