@@ -136,21 +136,22 @@ pub async fn start(
     let mut tries = 0;
     loop {
         let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let mut events = instances::generate_when_ready(&state.instances, model, front.clone(), wait).await.map_err(
-            |e| match e {
-                GenerateError::UnknownModel(_) => ApiError::not_found(e.to_string(), "model_not_found"),
-                GenerateError::NotReady(..) => ApiError::unavailable(e.to_string()),
-                GenerateError::Failed(m) => ApiError::failed(m),
+        let failure = match instances::generate_when_ready(&state.instances, model, front.clone(), wait).await {
+            Ok(mut events) => match events.recv().await {
+                Some(FrontEvent::Started { prompt_tokens }) => return Ok((events, prompt_tokens)),
+                Some(FrontEvent::Error { message, client_error: true }) => return Err(ApiError::bad_request(message)),
+                Some(FrontEvent::Error { message, .. }) => message,
+                _ => "the model's first stage ended the request before it started".to_string(),
             },
-        )?;
-        let failure = match events.recv().await {
-            Some(FrontEvent::Started { prompt_tokens }) => return Ok((events, prompt_tokens)),
-            Some(FrontEvent::Error { message, client_error: true }) => return Err(ApiError::bad_request(message)),
-            Some(FrontEvent::Error { message, .. }) => message,
-            _ => "the model's first stage ended the request before it started".to_string(),
+            // The node of its first stage is gone (and may not be known down yet).
+            Err(GenerateError::Failed(message)) => message,
+            Err(e @ GenerateError::UnknownModel(_)) => {
+                return Err(ApiError::not_found(e.to_string(), "model_not_found"))
+            }
+            Err(e @ GenerateError::NotReady(..)) => return Err(ApiError::unavailable(e.to_string())),
         };
-        // Nothing reached the client yet: a request its instance dropped as it was lost is sent again
-        // to the instance that replaces it.
+        // Nothing reached the client yet: a request its instance dropped as it was lost, or could not
+        // send to a node that is gone, is sent again to the instance that replaces it.
         tries += 1;
         if tries >= RETRIES_ON_LOSS
             || !instances::lost_and_recovering(&state.instances, model, NOTICE_LOSS_WITHIN).await
