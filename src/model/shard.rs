@@ -34,7 +34,7 @@ mod sparse;
 
 pub use http::{Failure, HubRanges, Sink};
 pub use peer::PeerRanges;
-pub use record::{check_present, is_shard, read_record, sidecar, ShardRecord, SIDECAR_SUFFIX};
+pub use record::{check_present, is_shard, parse_record, read_record, sidecar, ShardRecord, SIDECAR_SUFFIX};
 
 use super::gguf::GgufHeader;
 use super::pull::{choose_files, sha256_of, Hub, HubFile, PullProgress, PullRequest, PullState};
