@@ -162,7 +162,6 @@ pub fn gguf(data: &[u8]) {
     let file = scratch_file(data);
     let Ok(file) = GgufFile::open(&file) else { return };
     let Ok(config) = ModelConfig::from_gguf(&file) else { return };
-    let _ = config.bytes_per_position();
     for layer in 0..config.layers.min(256) {
         let _ = (config.is_sliding(layer), config.cache_row(layer));
         let _ = shoal::model::layout::layer_tensors(&config, layer);

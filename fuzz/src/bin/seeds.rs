@@ -1,6 +1,9 @@
 //! Writes the seed corpora, `fuzz/corpus/<target>/`, from real messages made with the core crate's own
-//! encoders, plus a small GGUF file built from the metadata of the test model when it is given:
-//! `seeds [MODEL.gguf]`. Run by hand when a format changes; the corpora are committed.
+//! encoders, plus a small GGUF file built from the metadata of the test model when `SHOAL_SEED_MODEL`
+//! names it. Run by hand when a format changes; the corpora are committed. It is built with the
+//! harness's instrumentation, so it links libFuzzer and does its work in libFuzzer's init hook.
+#![no_main]
+#![allow(unreachable_code)]
 
 use shoal::cluster::membership::{ClusterSecret, MemberRecord};
 use shoal::cluster::messages::{self, ControlMessage, JoinMessage};
@@ -14,9 +17,17 @@ use shoal::transport::frame::RingFrame;
 use shoal::transport::ring::wire::{Backward, Forward};
 use std::path::{Path, PathBuf};
 
-fn main() {
+libfuzzer_sys::fuzz_target!(
+    init: {
+        write_seeds();
+        std::process::exit(0);
+    },
+    |_data: &[u8]| {}
+);
+
+fn write_seeds() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
-    let model = std::env::args().nth(1);
+    let model = std::env::var("SHOAL_SEED_MODEL").ok();
     let mut n = 0;
     let mut put = |target: &str, name: &str, bytes: &[u8]| {
         let dir = root.join(target);
