@@ -105,8 +105,9 @@ pub fn ring(data: &[u8]) {
     if let Ok(message) = wire::Forward::decode(data) {
         let mut out = Vec::new();
         message.encode(&mut out);
-        assert_eq!(out, data, "a forward ring message changed on a round trip");
+        // A switch carries nothing after its frame number, and what follows is ignored.
         if let wire::Forward::Frame { bytes, .. } = message {
+            assert_eq!(out, data, "a forward ring frame changed on a round trip");
             ring_frame(bytes);
         }
     }

@@ -167,7 +167,7 @@ pub fn parse_layers(spec: &str) -> Result<Range<usize>, ShardError> {
     if last < first {
         return Err(bad());
     }
-    Ok(first..last + 1)
+    Ok(first..last.checked_add(1).ok_or_else(bad)?)
 }
 
 /// Fetches the shard of `layers` of the hub model `request` names into `models_dir`, where `pull`
