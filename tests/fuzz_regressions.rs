@@ -52,6 +52,9 @@ fn a_shard_record_with_an_empty_or_reversed_layer_range_is_refused() {
 #[test]
 fn a_ring_switch_with_trailing_bytes_decodes_as_the_switch() {
     let input = fixture("ring-switch-trailing-bytes");
-    assert_eq!(Forward::decode(&input).unwrap(), Forward::Switch { from: u64::from_le_bytes([0, 0, 0, 6, 0, 0, 0, 4]) });
+    assert_eq!(
+        Forward::decode(&input).unwrap(),
+        Forward::Switch { from: u64::from_le_bytes([0, 0, 0, 6, 0, 0, 0, 4]) }
+    );
     targets::ring(&input);
 }

@@ -155,7 +155,9 @@ async fn chat(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejec
 }
 
 /// A chat body as `chat` checks it: the model as named, the request, whether to stream, and the route.
-pub(super) fn check_chat(body: Result<Json<Value>, JsonRejection>) -> Result<(String, FrontRequest, bool, Route), ApiError> {
+pub(super) fn check_chat(
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<(String, FrontRequest, bool, Route), ApiError> {
     let request: ChatRequest = super::openai::parse(body)?;
     let tools = tools::offered(request.tools, None)?;
     let messages = request
@@ -168,7 +170,11 @@ pub(super) fn check_chat(body: Result<Json<Value>, JsonRejection>) -> Result<(St
             return Err(ApiError::bad_param("messages", format!("unknown role {:?}", m.role)));
         }
         refuse_unsupported(&[(!m.images.is_empty(), "images", "images")])?;
-        chat.push(Turn { message: ChatMessage { role: m.role, content: m.content }, calls: m.tool_calls, answers: None });
+        chat.push(Turn {
+            message: ChatMessage { role: m.role, content: m.content },
+            calls: m.tool_calls,
+            answers: None,
+        });
     }
     let route = if tools.is_empty() { Route::Chat } else { Route::ChatWithTools };
     let (model, front) = request.common.to_front(tools::prompt(chat, tools))?;

@@ -52,7 +52,10 @@ fn write_seeds() {
         ("measured", ControlMessage::LinkMeasured { request: 7, bps: Some(9_400_000_000) }),
         ("leaving", ControlMessage::Leaving),
         ("stop", ControlMessage::StopInstance { instance: "inst-1".into() }),
-        ("connect", ControlMessage::ConnectStage { instance: "inst-1".into(), stage: 1, next_node: member.id, next_port: 7421 }),
+        (
+            "connect",
+            ControlMessage::ConnectStage { instance: "inst-1".into(), stage: 1, next_node: member.id, next_port: 7421 },
+        ),
         ("cancel", ControlMessage::CancelGenerate { call: 3 }),
     ];
     for (name, message) in &controls {
@@ -91,7 +94,15 @@ fn write_seeds() {
         ("begin", RingFrame::Begin { request: 9, slot: 1, sampling: SamplingParams::default(), recent: vec![1, 2, 3] }),
         (
             "forward",
-            RingFrame::Forward { request: 9, slot: 1, start: 0, tokens: 2, sample: true, compute_us: 310, hidden: &hidden32 },
+            RingFrame::Forward {
+                request: 9,
+                slot: 1,
+                start: 0,
+                tokens: 2,
+                sample: true,
+                compute_us: 310,
+                hidden: &hidden32,
+            },
         ),
         ("token", RingFrame::Token { request: 9, slot: 1, token: 1234, compute_us: 80 }),
         ("end", RingFrame::End { request: 9, slot: 1 }),
@@ -162,7 +173,8 @@ fn gguf_seeds(model: &Path) -> (Vec<u8>, Vec<u8>) {
     let mut out = b"GGUF".to_vec();
     out.extend_from_slice(&3u32.to_le_bytes());
     let metadata: Vec<_> = header.metadata.iter().filter(|(k, _)| !k.starts_with("tokenizer.")).collect();
-    let embedding = header.metadata.iter().find(|(k, _)| k.ends_with(".embedding_length")).and_then(|(_, v)| v.as_u64());
+    let embedding =
+        header.metadata.iter().find(|(k, _)| k.ends_with(".embedding_length")).and_then(|(_, v)| v.as_u64());
     let width = embedding.expect("the model names its embedding length");
     out.extend_from_slice(&2u64.to_le_bytes());
     out.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
