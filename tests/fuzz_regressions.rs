@@ -58,3 +58,13 @@ fn a_ring_switch_with_trailing_bytes_decodes_as_the_switch() {
     );
     targets::ring(&input);
 }
+
+#[test]
+fn hidden_states_with_a_nonzero_reserved_field_are_refused() {
+    let input = fixture("hidden-reserved-nonzero");
+    assert_eq!(&input[2..4], &[0, 58]);
+    let err = shoal::engine::HiddenStates::decode(&input).unwrap_err();
+    assert_eq!(err, shoal::engine::hidden::HiddenError::Reserved(0x3a00));
+    assert!(err.to_string().contains("reserved field"), "{err}");
+    targets::ring(&input);
+}
