@@ -160,8 +160,10 @@ pub fn gguf(data: &[u8]) {
     for t in &header.tensors {
         assert!(t.offset >= header.data_offset);
     }
-    let file = scratch_file(data);
-    let Ok(file) = GgufFile::open(&file) else { return };
+    let path = scratch_file(data);
+    let opened = GgufFile::open(&path);
+    let _ = std::fs::remove_file(&path); // the mapping outlives the name
+    let Ok(file) = opened else { return };
     let Ok(config) = ModelConfig::from_gguf(&file) else { return };
     for layer in 0..config.layers.min(256) {
         let _ = (config.is_sliding(layer), config.cache_row(layer));
