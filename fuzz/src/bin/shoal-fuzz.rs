@@ -8,8 +8,8 @@ mod targets;
 
 use std::sync::OnceLock;
 
-fn target() -> fn(&[u8]) {
-    static TARGET: OnceLock<fn(&[u8])> = OnceLock::new();
+fn target() -> targets::Target {
+    static TARGET: OnceLock<targets::Target> = OnceLock::new();
     *TARGET.get_or_init(|| {
         let name = std::env::var("SHOAL_FUZZ_TARGET").unwrap_or_default();
         let found = targets::TARGETS.iter().find(|(n, _)| *n == name);
