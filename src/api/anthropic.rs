@@ -120,7 +120,13 @@ pub async fn messages(State(state): State<ApiState>, body: Result<Json<Value>, J
     }
 }
 
-/// The model, whether to stream, whether tools are offered, and the request for the instance.
+/// A messages body as `messages` checks it: the model, whether to stream, whether tools are offered, and
+/// the request for the instance.
+pub(super) fn check(body: Result<Json<Value>, JsonRejection>) -> Result<(String, bool, bool, FrontRequest), ApiError> {
+    to_front(super::openai::parse(body)?)
+}
+
+/// The checks of `check` on a parsed request.
 fn to_front(request: MessagesRequest) -> Result<(String, bool, bool, FrontRequest), ApiError> {
     let model = model_name(request.model.as_deref())?;
     let max_tokens = match request.max_tokens {
@@ -196,7 +202,7 @@ fn content(text: String, with_tools: bool, reason: FinishReason, report: &Genera
 }
 
 async fn respond(state: ApiState, body: Result<Json<Value>, JsonRejection>) -> Result<Response, ApiError> {
-    let (model, stream, with_tools, front) = to_front(super::openai::parse(body)?)?;
+    let (model, stream, with_tools, front) = check(body)?;
     let (events, prompt_tokens) = generation::start(&state, &model, front).await?;
     let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
     if !stream {

@@ -54,12 +54,17 @@ pub struct JoinRequest {
     pub code: String,
 }
 
+/// A join body as `join` checks it: where to join and with which code.
+pub(super) fn check_join(body: Result<Json<JoinRequest>, JsonRejection>) -> Result<JoinTarget, ApiError> {
+    let Json(body) = body.map_err(|e| ApiError::bad_request(format!("expected {{\"code\": \"ABCD-EFGH\"}}: {e}")))?;
+    body.code.parse().map_err(ApiError::bad_request)
+}
+
 pub async fn join(
     State(state): State<ApiState>,
     body: Result<Json<JoinRequest>, JsonRejection>,
 ) -> Result<Json<ClusterSnapshot>, ApiError> {
-    let Json(body) = body.map_err(|e| ApiError::bad_request(format!("expected {{\"code\": \"ABCD-EFGH\"}}: {e}")))?;
-    let target: JoinTarget = body.code.parse().map_err(ApiError::bad_request)?;
+    let target = check_join(body)?;
     state.agent.join(target).await.map_err(|e| ApiError::failed(format!("{e:#}")))?;
     Ok(Json(state.agent.snapshot()))
 }

@@ -89,14 +89,20 @@ pub struct CopyStarted {
     pub path: PathBuf,
 }
 
+/// A copy body as `copy` checks it before it asks the member.
+pub(super) fn check_copy(body: Result<Json<CopyRequest>, JsonRejection>) -> Result<CopyRequest, ApiError> {
+    let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    // A file name is one plain name: never a path (which could lead anywhere the node's user can write).
+    names::plain(&request.file).map_err(|e| ApiError::bad_param("file", e.to_string()))?;
+    Ok(request)
+}
+
 /// Starts copying `{"from", "file"}` into this node's models directory.
 pub async fn copy(
     State(state): State<ApiState>,
     body: Result<Json<CopyRequest>, JsonRejection>,
 ) -> Result<Json<CopyStarted>, ApiError> {
-    let Json(request) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    // A file name is one plain name: never a path (which could lead anywhere the node's user can write).
-    names::plain(&request.file).map_err(|e| ApiError::bad_param("file", e.to_string()))?;
+    let request = check_copy(body)?;
     let agent = state.agent.clone();
     let from = agent
         .snapshot()

@@ -9,7 +9,7 @@ use axum::extract::{Path, State};
 use axum::Json;
 use serde_json::Value;
 
-fn launch_request(body: Result<Json<Value>, JsonRejection>) -> Result<LaunchRequest, ApiError> {
+pub(super) fn launch_request(body: Result<Json<Value>, JsonRejection>) -> Result<LaunchRequest, ApiError> {
     let Json(value) =
         body.map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {}", e.body_text())))?;
     serde_json::from_value(value)

@@ -153,3 +153,38 @@ async fn require_token(State(state): State<ApiState>, request: Request, next: Ne
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
+
+/// The endpoints whose JSON bodies [`check_body`] knows, by the name it takes.
+#[doc(hidden)]
+pub const CHECKED_BODIES: [&str; 10] = [
+    "chat_completions",
+    "completions",
+    "messages",
+    "ollama_chat",
+    "ollama_generate",
+    "ollama_show",
+    "launch",
+    "copy",
+    "pull",
+    "join",
+];
+
+/// Runs the checks an endpoint makes of its JSON body before it touches the node, on raw bytes (the
+/// fuzz targets and their corpus test use it): `Ok` when the body would be acted on.
+#[doc(hidden)]
+pub fn check_body(endpoint: &str, body: &[u8]) -> Result<(), ApiError> {
+    let json = || axum::Json::<serde_json::Value>::from_bytes(body);
+    match endpoint {
+        "chat_completions" => openai::check_chat(json()).map(drop),
+        "completions" => openai::check_completion(json()).map(drop),
+        "messages" => anthropic::check(json()).map(drop),
+        "ollama_chat" => ollama::check_chat(json()).map(drop),
+        "ollama_generate" => ollama::check_generate(json()).map(drop),
+        "ollama_show" => ollama::check_show(json()).map(drop),
+        "launch" => instances::launch_request(json()).map(drop),
+        "copy" => copy::check_copy(axum::Json::from_bytes(body)).map(drop),
+        "pull" => models::check_pull(axum::Json::from_bytes(body)).map(drop),
+        "join" => cluster::check_join(axum::Json::from_bytes(body)).map(drop),
+        _ => Err(ApiError::bad_request(format!("no endpoint {endpoint}"))),
+    }
+}

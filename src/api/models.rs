@@ -37,12 +37,10 @@ pub struct PullBody {
     layers: Option<String>,
 }
 
-/// Starts downloading `{"repo", "file"?, "revision"?, "layers"?}` into this node's models directory.
-/// `repo` may name the file or quantization itself, as `shoal pull` does: `ORG/NAME:Q4_K_M`.
-pub async fn pull(
-    State(state): State<ApiState>,
+/// A pull body as `pull` checks it: the hub request, the layers, and the repository as given.
+pub(super) fn check_pull(
     body: Result<Json<PullBody>, JsonRejection>,
-) -> Result<Json<PullStarted>, ApiError> {
+) -> Result<(PullRequest, Option<std::ops::Range<usize>>, String), ApiError> {
     let Json(PullBody { request: body, layers }) = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let layers = layers
         .as_deref()
@@ -55,7 +53,16 @@ pub async fn pull(
     }
     request.file = request.file.or(body.file);
     request.revision = body.revision;
-    let spec = body.repo.trim().to_string();
+    Ok((request, layers, body.repo.trim().to_string()))
+}
+
+/// Starts downloading `{"repo", "file"?, "revision"?, "layers"?}` into this node's models directory.
+/// `repo` may name the file or quantization itself, as `shoal pull` does: `ORG/NAME:Q4_K_M`.
+pub async fn pull(
+    State(state): State<ApiState>,
+    body: Result<Json<PullBody>, JsonRejection>,
+) -> Result<Json<PullStarted>, ApiError> {
+    let (request, layers, spec) = check_pull(body)?;
     let id = uuid::Uuid::new_v4().to_string();
     let agent = state.agent.clone();
     let models_dir = Library::new(&agent.config.data_dir).models_dir();

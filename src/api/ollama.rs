@@ -111,7 +111,8 @@ fn refuse_unsupported(checks: &[(bool, &'static str, &str)]) -> Result<(), ApiEr
 }
 
 impl Common {
-    fn to_front(&self, state: &ApiState, prompt: PromptInput) -> Result<(String, FrontRequest), ApiError> {
+    /// The model as named (`resolve` finds the instance it means) and the request for the instance.
+    fn to_front(&self, prompt: PromptInput) -> Result<(String, FrontRequest), ApiError> {
         let format = self.format.as_ref().is_some_and(|f| !(f.is_null() || f == ""));
         refuse_unsupported(&[
             (format, "format", "`format` (structured output) and its schemas"),
@@ -131,7 +132,7 @@ impl Common {
             stop: self.options.stop.clone(),
             ignore_eos: false,
         };
-        Ok((resolve(state, generation::model_name(self.model.as_deref())?), front))
+        Ok((generation::model_name(self.model.as_deref())?, front))
     }
 }
 
@@ -147,64 +148,85 @@ fn resolve(state: &ApiState, name: String) -> String {
 async fn chat(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejection>) -> Response {
     let started = Instant::now();
     let result = async {
-        let request: ChatRequest = super::openai::parse(body)?;
-        let tools = tools::offered(request.tools, None)?;
-        let messages = request
-            .messages
-            .filter(|m| !m.is_empty())
-            .ok_or_else(|| ApiError::bad_param("messages", "`messages` must be a non-empty list"))?;
-        let mut chat = Vec::with_capacity(messages.len());
-        for m in messages {
-            if !matches!(m.role.as_str(), "system" | "user" | "assistant" | "tool") {
-                return Err(ApiError::bad_param("messages", format!("unknown role {:?}", m.role)));
-            }
-            refuse_unsupported(&[(!m.images.is_empty(), "images", "images")])?;
-            chat.push(Turn {
-                message: ChatMessage { role: m.role, content: m.content },
-                calls: m.tool_calls,
-                answers: None,
-            });
-        }
-        let route = if tools.is_empty() { Route::Chat } else { Route::ChatWithTools };
-        let (model, front) = request.common.to_front(&state, tools::prompt(chat, tools))?;
-        respond(state, model, front, request.common.stream.unwrap_or(true), started, route).await
+        let (model, front, stream, route) = check_chat(body)?;
+        respond(state.clone(), resolve(&state, model), front, stream, started, route).await
     };
     result.await.unwrap_or_else(|e| e.into_response_as(Dialect::Ollama))
+}
+
+/// A chat body as `chat` checks it: the model as named, the request, whether to stream, and the route.
+pub(super) fn check_chat(
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<(String, FrontRequest, bool, Route), ApiError> {
+    let request: ChatRequest = super::openai::parse(body)?;
+    let tools = tools::offered(request.tools, None)?;
+    let messages = request
+        .messages
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| ApiError::bad_param("messages", "`messages` must be a non-empty list"))?;
+    let mut chat = Vec::with_capacity(messages.len());
+    for m in messages {
+        if !matches!(m.role.as_str(), "system" | "user" | "assistant" | "tool") {
+            return Err(ApiError::bad_param("messages", format!("unknown role {:?}", m.role)));
+        }
+        refuse_unsupported(&[(!m.images.is_empty(), "images", "images")])?;
+        chat.push(Turn {
+            message: ChatMessage { role: m.role, content: m.content },
+            calls: m.tool_calls,
+            answers: None,
+        });
+    }
+    let route = if tools.is_empty() { Route::Chat } else { Route::ChatWithTools };
+    let (model, front) = request.common.to_front(tools::prompt(chat, tools))?;
+    Ok((model, front, request.common.stream.unwrap_or(true), route))
 }
 
 async fn generate(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejection>) -> Response {
     let started = Instant::now();
     let result = async {
-        let request: GenerateRequest = super::openai::parse(body)?;
-        refuse_unsupported(&[
-            (request.suffix.as_ref().is_some_and(|s| !s.is_empty()), "suffix", "suffixes (fill in the middle)"),
-            (request.template.as_ref().is_some_and(|t| !t.is_empty()), "template", "custom templates"),
-            (!request.context.is_empty(), "context", "`context` token lists"),
-        ])?;
-        let prompt = request.prompt.unwrap_or_default();
-        if prompt.is_empty() {
+        let (model, front, stream) = check_generate(body)?;
+        let model = resolve(&state, model);
+        let Some(front) = front else {
             // Ollama loads the model and answers at once; here it is loaded when it runs at all.
-            let model = resolve(&state, generation::model_name(request.common.model.as_deref())?);
             ready_instance(&state, &model)?;
             let body =
                 json!({ "model": model, "created_at": now(), "response": "", "done": true, "done_reason": "load" });
             return Ok(Json(body).into_response());
-        }
-        let input = if request.raw {
-            PromptInput::Text(prompt)
-        } else {
-            let mut messages: Vec<ChatMessage> = request.system.iter().map(|s| ChatMessage::new("system", s)).collect();
-            messages.push(ChatMessage::new("user", &prompt));
-            PromptInput::Messages(messages)
         };
-        let (model, front) = request.common.to_front(&state, input)?;
-        respond(state, model, front, request.common.stream.unwrap_or(true), started, Route::Generate).await
+        respond(state, model, front, stream, started, Route::Generate).await
     };
     result.await.unwrap_or_else(|e| e.into_response_as(Dialect::Ollama))
 }
 
+/// A generate body as `generate` checks it: the model as named, the request (none for an empty prompt,
+/// which only loads the model), and whether to stream.
+pub(super) fn check_generate(
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<(String, Option<FrontRequest>, bool), ApiError> {
+    let request: GenerateRequest = super::openai::parse(body)?;
+    refuse_unsupported(&[
+        (request.suffix.as_ref().is_some_and(|s| !s.is_empty()), "suffix", "suffixes (fill in the middle)"),
+        (request.template.as_ref().is_some_and(|t| !t.is_empty()), "template", "custom templates"),
+        (!request.context.is_empty(), "context", "`context` token lists"),
+    ])?;
+    let prompt = request.prompt.unwrap_or_default();
+    let stream = request.common.stream.unwrap_or(true);
+    if prompt.is_empty() {
+        return Ok((generation::model_name(request.common.model.as_deref())?, None, stream));
+    }
+    let input = if request.raw {
+        PromptInput::Text(prompt)
+    } else {
+        let mut messages: Vec<ChatMessage> = request.system.iter().map(|s| ChatMessage::new("system", s)).collect();
+        messages.push(ChatMessage::new("user", &prompt));
+        PromptInput::Messages(messages)
+    };
+    let (model, front) = request.common.to_front(input)?;
+    Ok((model, Some(front), stream))
+}
+
 #[derive(Clone, Copy, PartialEq)]
-enum Route {
+pub(super) enum Route {
     Chat,
     /// A chat whose reply may call the tools the request offers.
     ChatWithTools,
@@ -360,10 +382,15 @@ struct ShowRequest {
     name: Option<String>,
 }
 
+/// A show body as `show` checks it: the model as named.
+pub(super) fn check_show(body: Result<Json<Value>, JsonRejection>) -> Result<String, ApiError> {
+    let request: ShowRequest = super::openai::parse(body)?;
+    generation::model_name(request.model.or(request.name).as_deref())
+}
+
 async fn show(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejection>) -> Response {
     let result = async {
-        let request: ShowRequest = super::openai::parse(body)?;
-        let name = resolve(&state, generation::model_name(request.model.or(request.name).as_deref())?);
+        let name = resolve(&state, check_show(body)?);
         let instance = ready_instance(&state, &name)?;
         let model = describe(&instance).await;
         let arch = model.as_ref().and_then(|m| m.architecture.clone()).unwrap_or_default();

@@ -128,19 +128,37 @@ pub async fn chat_completions(
     State(state): State<ApiState>,
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Response, ApiError> {
+    let (model, front, stream, include_usage, kind) = check_chat(body)?;
+    respond(state, model, front, stream, include_usage, kind).await
+}
+
+/// A chat body as `chat_completions` checks it: the model, the request, whether to stream and to report
+/// usage, and the kind of answer.
+pub(super) fn check_chat(
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<(String, FrontRequest, bool, bool, Kind), ApiError> {
     let request: ChatRequest = parse(body)?;
     let messages = chat_messages(request.messages)?;
     let tools = tools::offered(request.tools, request.tool_choice.as_ref())?;
     let kind = if tools.is_empty() { Kind::Chat } else { Kind::ChatWithTools };
     let (model, front) = request.common.to_front(tools::prompt(messages, tools))?;
     let include_usage = request.common.stream_options.as_ref().is_some_and(|o| o.include_usage);
-    respond(state, model, front, request.common.stream, include_usage, kind).await
+    Ok((model, front, request.common.stream, include_usage, kind))
 }
 
 pub async fn completions(
     State(state): State<ApiState>,
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Response, ApiError> {
+    let (model, front, stream, include_usage) = check_completion(body)?;
+    respond(state, model, front, stream, include_usage, Kind::Completion).await
+}
+
+/// A completion body as `completions` checks it: the model, the request, whether to stream and to
+/// report usage.
+pub(super) fn check_completion(
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<(String, FrontRequest, bool, bool), ApiError> {
     let request: CompletionRequest = parse(body)?;
     let prompt = match request.prompt {
         Some(PromptField::Text(t)) => PromptInput::Text(t),
@@ -151,11 +169,11 @@ pub async fn completions(
     };
     let (model, front) = request.common.to_front(prompt)?;
     let include_usage = request.common.stream_options.as_ref().is_some_and(|o| o.include_usage);
-    respond(state, model, front, request.common.stream, include_usage, Kind::Completion).await
+    Ok((model, front, request.common.stream, include_usage))
 }
 
 #[derive(Clone, Copy, PartialEq)]
-enum Kind {
+pub(super) enum Kind {
     Chat,
     /// A chat whose reply may call the tools the request offers.
     ChatWithTools,

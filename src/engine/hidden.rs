@@ -45,6 +45,8 @@ pub enum HiddenError {
     Version(u8),
     #[error("hidden-state message has unknown element format {0}")]
     Format(u8),
+    #[error("hidden-state message has {0:#06x} in its reserved field, which must be 0")]
+    Reserved(u16),
     #[error("hidden-state message says {width}×{tokens} values but carries {bytes} bytes of them")]
     Length { width: usize, tokens: usize, bytes: usize },
 }
@@ -85,6 +87,10 @@ impl HiddenStates {
             1 => WireFormat::F16,
             other => return Err(HiddenError::Format(other)),
         };
+        let reserved = u16::from_le_bytes([bytes[2], bytes[3]]);
+        if reserved != 0 {
+            return Err(HiddenError::Reserved(reserved));
+        }
         let width = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes")) as usize;
         let tokens = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) as usize;
         let payload = &bytes[HEADER_BYTES..];

@@ -197,6 +197,26 @@ async fn recv_json<T: for<'de> Deserialize<'de>>(reader: &mut SecureReader) -> R
     serde_json::from_slice(&bytes).map_err(|e| CopyError::Protocol(e.to_string()))
 }
 
+/// The first of `ranges` (offset, length) that reaches past a file of `size` bytes.
+fn outside(ranges: &[(u64, u64)], size: u64) -> Option<&(u64, u64)> {
+    ranges.iter().find(|(o, l)| o.checked_add(*l).is_none_or(|end| end > size))
+}
+
+/// Decodes `frame` as each message of the protocol, with the checks the server makes of a request (a
+/// fetch of a file of the size it names) and the client of a header; for the fuzz targets.
+#[doc(hidden)]
+pub fn decode_messages(frame: &[u8]) -> Vec<bool> {
+    let request = match serde_json::from_slice::<Request>(frame) {
+        Ok(Request::Fetch { size, ranges, .. }) => outside(&ranges, size).is_none(),
+        Ok(Request::List) => true,
+        Err(_) => false,
+    };
+    let header = serde_json::from_slice::<Header>(frame).is_ok_and(|h| h.error.is_none() && h.file.is_some());
+    let trailer = serde_json::from_slice::<Trailer>(frame).is_ok();
+    let list = serde_json::from_slice::<Vec<OfferedFile>>(frame).is_ok();
+    vec![request, header, trailer, list]
+}
+
 /// Serves one copy connection (after its handshake).
 pub async fn serve(mut reader: SecureReader, mut writer: SecureWriter, library: Library) -> Result<(), NetError> {
     let request: Request = match reader.read_frame(MAX_MESSAGE).await.map(|b| serde_json::from_slice(&b)) {
@@ -216,7 +236,7 @@ pub async fn serve(mut reader: SecureReader, mut writer: SecureWriter, library: 
         let error = format!("no complete file {name} of {size} bytes here");
         return send_json(&mut writer, &Header { error: Some(error), file: None }).await;
     };
-    if let Some((offset, length)) = ranges.iter().find(|(o, l)| o.checked_add(*l).is_none_or(|end| end > size)) {
+    if let Some((offset, length)) = outside(&ranges, size) {
         let error = format!("bytes {offset}+{length} are outside the file's {size}");
         return send_json(&mut writer, &Header { error: Some(error), file: None }).await;
     }

@@ -34,7 +34,7 @@ mod sparse;
 
 pub use http::{Failure, HubRanges, Sink};
 pub use peer::PeerRanges;
-pub use record::{check_present, is_shard, read_record, sidecar, ShardRecord, SIDECAR_SUFFIX};
+pub use record::{check_present, is_shard, parse_record, read_record, sidecar, ShardRecord, SIDECAR_SUFFIX};
 
 use super::gguf::GgufHeader;
 use super::pull::{choose_files, sha256_of, Hub, HubFile, PullProgress, PullRequest, PullState};
@@ -167,7 +167,7 @@ pub fn parse_layers(spec: &str) -> Result<Range<usize>, ShardError> {
     if last < first {
         return Err(bad());
     }
-    Ok(first..last + 1)
+    Ok(first..last.checked_add(1).ok_or_else(bad)?)
 }
 
 /// Fetches the shard of `layers` of the hub model `request` names into `models_dir`, where `pull`

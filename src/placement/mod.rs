@@ -98,7 +98,7 @@ pub fn parse_layers(spec: &str) -> Result<Vec<LayerAssignment>, PlacementError> 
             if node.is_empty() || b < a {
                 return Err(bad());
             }
-            Ok(LayerAssignment { node: node.to_string(), layers: a..b + 1 })
+            Ok(LayerAssignment { node: node.to_string(), layers: a..b.checked_add(1).ok_or_else(bad)? })
         })
         .collect()
 }

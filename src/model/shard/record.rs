@@ -116,14 +116,23 @@ pub fn read_record(path: &Path) -> Result<Option<ShardRecord>, ModelError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(ModelError::ShardRecord { path: record_path, reason: e.to_string() }),
     };
-    let record: ShardRecord = serde_json::from_slice(&bytes)
-        .map_err(|e| ModelError::ShardRecord { path: record_path.clone(), reason: e.to_string() })?;
+    parse_record(&bytes).map(Some).map_err(|reason| ModelError::ShardRecord { path: record_path, reason })
+}
+
+/// A record from its JSON, checked: byte ranges sorted, disjoint and inside the file; layer ranges sorted,
+/// apart and not empty.
+pub fn parse_record(bytes: &[u8]) -> Result<ShardRecord, String> {
+    let record: ShardRecord = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
     let sorted = record.present.windows(2).all(|w| w[0].end < w[1].start);
     if !sorted || record.present.iter().any(|r| r.start >= r.end || r.end > record.size) {
-        let reason = "its byte ranges are out of order or outside the file".to_string();
-        return Err(ModelError::ShardRecord { path: record_path, reason });
+        return Err("its byte ranges are out of order or outside the file".to_string());
     }
-    Ok(Some(record))
+    // Empty or reversed layer ranges would underflow where the layers are written out.
+    let sorted = record.layers.windows(2).all(|w| w[0].end < w[1].start);
+    if !sorted || record.layers.iter().any(|r| r.start >= r.end) {
+        return Err("its layer ranges are empty, reversed or out of order".to_string());
+    }
+    Ok(record)
 }
 
 /// Writes `record` (merged with what is on disk, in case another fetch added ranges meanwhile) through

@@ -13,7 +13,8 @@
 
 mod receiver;
 mod sender;
-mod wire;
+#[doc(hidden)]
+pub mod wire;
 
 pub use receiver::FailoverSource;
 pub use sender::FailoverSink;
@@ -97,6 +98,15 @@ fn recv_json<T: for<'de> Deserialize<'de>>(source: &mut TcpSource, what: &str) -
     let mut bytes = Vec::new();
     source.recv_into(&mut bytes)?;
     serde_json::from_slice(&bytes).map_err(|e| NetError::BadPreamble(format!("a malformed ring {what}: {e}")))
+}
+
+/// Decodes `bytes` as the link's opening messages, the previous stage's hello and the next stage's
+/// answer, as `open_inbound` and `open_outbound` do (for the fuzz targets).
+#[doc(hidden)]
+pub fn decode_opening(bytes: &[u8]) -> (bool, bool) {
+    let hello = serde_json::from_slice::<Hello>(bytes).is_ok();
+    let answer = serde_json::from_slice::<Answer>(bytes).is_ok();
+    (hello, answer)
 }
 
 /// Opens the link to the next stage over its TCP connection (`tcp`), with RDMA on `route` if given.
