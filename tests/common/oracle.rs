@@ -49,6 +49,9 @@ pub fn runs_the_recording_kernels() -> bool {
 pub fn check_logits(file: &Model, name: &str, cases: &[Recorded]) {
     let tokenizer = file.tokenizer().unwrap();
     let mut pipeline = LocalPipeline::load(file, &[], &options(), WireFormat::F32).unwrap();
+    // Other kernels than the recording machine's (AVX2 without AVX-512) round dot products differently:
+    // on one such EPYC a random gpt-oss logit of 30.10 came out 30.06 (MXFP4 experts).
+    let relative = if runs_the_recording_kernels() { 1e-3 } else { 3e-3 };
     let mut largest_difference = 0f32;
     for case in cases {
         assert_eq!(tokenizer.encode(&case.prompt).unwrap(), case.prompt_ids, "{name} prompt {:?}", case.prompt);
@@ -58,12 +61,12 @@ pub fn check_logits(file: &Model, name: &str, cases: &[Recorded]) {
                 let got = logits[id as usize];
                 largest_difference = largest_difference.max((got - value).abs());
                 assert!(
-                    (got - value).abs() <= 1e-2 + 1e-3 * value.abs(),
+                    (got - value).abs() <= 1e-2 + relative * value.abs(),
                     "{name} prompt {:?} position {pos}: logit of token {id} is {got}, llama.cpp's {value}",
                     case.prompt
                 );
             }
-            if top[0].1 - top[1].1 > 0.05 {
+            if top[0].1 - top[1].1 > 0.05f32.max(2.0 * relative * top[0].1.abs()) {
                 assert_eq!(engine::argmax(logits), top[0].0, "{name} prompt {:?} position {pos}", case.prompt);
             }
         }
