@@ -268,6 +268,22 @@ fn fault_mid_stream(
     at
 }
 
+/// Node `i` answers a greedy completion exactly as the single-process engine does.
+fn answers_as_one_process(c: &TestCluster, i: usize, model: &str) {
+    let (status, answer) = post(
+        c,
+        i,
+        "/v1/completions",
+        json!({ "model": model, "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0 }),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["choices"][0]["text"].as_str().unwrap(),
+        common::single_process("The capital of France is", 8),
+        "the instance placed again answers as one process does"
+    );
+}
+
 /// The distinct nodes an instance's stages run on, sorted by name.
 fn distinct_stage_nodes(info: &Value) -> Vec<String> {
     let mut nodes = stage_nodes(info);
@@ -314,18 +330,7 @@ fn a_killed_worker_fails_its_request_and_the_instance_is_placed_again_by_itself(
     }
     // The old instance's workers are all gone: only the new instance's three run.
     c.wait_for(Duration::from_secs(10), "only the new instance's workers to run", || workers(&c).len() == 3);
-    let (status, answer) = post(
-        &c,
-        1,
-        "/v1/completions",
-        json!({ "model": model, "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0 }),
-    );
-    assert_eq!(status, 200, "{answer}");
-    assert_eq!(
-        answer["choices"][0]["text"].as_str().unwrap(),
-        common::single_process("The capital of France is", 8),
-        "the instance placed again answers as one process does"
-    );
+    answers_as_one_process(&c, 1, &model);
 }
 
 #[test]
@@ -413,16 +418,5 @@ fn when_the_owner_dies_a_node_that_remains_takes_the_instance_over_and_places_it
     let owner = new["owner"].as_str().unwrap();
     let old = get(&c, 1, &format!("/api/instances/{first_id}"));
     assert_eq!(old["owner"], owner, "both nodes agree who took it over: {old:#}");
-    let (status, answer) = post(
-        &c,
-        1,
-        "/v1/completions",
-        json!({ "model": model, "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0 }),
-    );
-    assert_eq!(status, 200, "{answer}");
-    assert_eq!(
-        answer["choices"][0]["text"].as_str().unwrap(),
-        common::single_process("The capital of France is", 8),
-        "the instance placed again answers as one process does"
-    );
+    answers_as_one_process(&c, 1, &model);
 }

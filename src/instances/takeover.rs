@@ -27,8 +27,10 @@ pub(super) fn successor(info: &InstanceInfo, up: &[NodeId]) -> Option<NodeId> {
 /// its own stages and waits for the successor.
 pub(super) fn owner_down(instances: &Arc<Instances>, info: &InstanceInfo) {
     let me = instances.agent.id();
-    let up: Vec<NodeId> = instances.agent.snapshot().nodes.iter().filter(|n| n.status.is_up()).map(|n| n.id).collect();
-    let owner = owner_name(instances, info.owner);
+    let nodes = instances.agent.snapshot().nodes;
+    let up: Vec<NodeId> = nodes.iter().filter(|n| n.status.is_up()).map(|n| n.id).collect();
+    let name = |node: NodeId| nodes.iter().find(|n| n.id == node).map_or_else(|| node.short(), |n| n.name.clone());
+    let owner = name(info.owner);
     let Some(successor) = successor(info, &up) else { return };
     if successor == me {
         adopt(instances, info, format!("its owner {owner} is down"));
@@ -38,7 +40,7 @@ pub(super) fn owner_down(instances: &Arc<Instances>, info: &InstanceInfo) {
         let mut registry = instances.registry();
         let Some(i) = registry.instances.get_mut(&info.id).filter(|i| i.owner == info.owner) else { return };
         i.state = InstanceState::Recovering;
-        i.error = Some(format!("its owner {owner} is down; {} takes it over", owner_name(instances, successor)));
+        i.error = Some(format!("its owner {owner} is down; {} takes it over", name(successor)));
         i.clone()
     };
     instances.agent.emit(ClusterEvent::Instance { info: Box::new(waiting) });
@@ -114,10 +116,6 @@ fn whole_model_here(library: &Library, owner_path: &Path) -> Option<PathBuf> {
 
 fn file_name(path: &Path) -> String {
     path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
-}
-
-fn owner_name(instances: &Instances, node: NodeId) -> String {
-    instances.agent.snapshot().nodes.iter().find(|n| n.id == node).map_or_else(|| node.short(), |n| n.name.clone())
 }
 
 #[cfg(test)]
