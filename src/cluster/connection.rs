@@ -7,7 +7,6 @@ use super::agent::{measure_to, spawn_measurement, Agent};
 use super::health::{self, PeerStatus};
 use super::messages::{self, ControlMessage, MAX_CONTROL_FRAME};
 use super::state::{ClusterEvent, Connection};
-use crate::links::kind;
 use crate::net::{NetError, SecureReader, SecureWriter};
 use crate::node::NodeId;
 use crate::util::LockExt;
@@ -106,7 +105,7 @@ pub async fn run(shared: Agent, mut reader: SecureReader, mut writer: SecureWrit
     let (tx, rx) = mpsc::unbounded_channel();
     let connection_id = shared.next_connection_id();
     let local = reader.local_addr();
-    let first_contact = {
+    {
         let mut state = shared.state.locked();
         if let Origin::DialedPeerOption(_) = origin {
             state.static_routes.insert(peer_id, peer_control);
@@ -119,17 +118,10 @@ pub async fn run(shared: Agent, mut reader: SecureReader, mut writer: SecureWrit
             }
         }
         peer.connection = Some(Connection { id: connection_id, dialer, tx: tx.clone(), peer_control });
-        // A new connection may take another path: its round trips start afresh.
-        peer.rtt = Default::default();
-        peer.local_addr = local;
-        peer.remote_addr = remote;
-        let (interface, kind) = local.map_or((None, kind::LinkKind::Unknown), |a| kind::classify(a.ip()));
-        peer.interface = interface;
-        peer.kind = kind;
         peer.last_heard = Some(Instant::now());
         shared.set_status(peer, peer_id, PeerStatus::Alive);
-        peer.throughput_bps.is_none()
     };
+    let first_contact = shared.links.connected(peer_id, local, remote);
     tracing::info!("connected to {} ({:?})", peer_id.short(), remote);
     if first_contact {
         let jitter = Duration::from_millis(200 + rand::random_range(0..800));
@@ -168,16 +160,13 @@ pub async fn run(shared: Agent, mut reader: SecureReader, mut writer: SecureWrit
     };
     ping_task.abort();
     let graceful = matches!(reason, CloseReason::Left);
-    {
+    let was_current = {
         let mut state = shared.state.locked();
-        if let Some(peer) = state.peers.get_mut(&peer_id) {
-            if peer.connection.as_ref().is_some_and(|c| c.id == connection_id) {
-                peer.connection = None;
-                if !graceful {
-                    peer.errors += 1;
-                }
-            }
-        }
+        let peer = state.peers.get_mut(&peer_id);
+        peer.filter(|p| p.connection.as_ref().is_some_and(|c| c.id == connection_id)).map(|p| p.connection = None)
+    };
+    if was_current.is_some() {
+        shared.links.disconnected(peer_id, !graceful);
     }
     drop(tx);
     let _ = writer_task.await;
@@ -203,17 +192,14 @@ fn handle(
     match message {
         ControlMessage::Hello { .. } => return Some(CloseReason::SecondHello),
         ControlMessage::Ping { seq } => {
-            let _ = tx.send(ControlMessage::Pong { seq, busy: shared.in_bulk_transfer() });
+            let _ = tx.send(ControlMessage::Pong { seq, busy: shared.links.in_bulk_transfer() });
         }
         ControlMessage::Pong { seq, busy } => {
             let sent = pings.locked().remove(&seq);
             // A round trip that overlapped a bulk transfer at either end measures the queue, not the link.
-            if let Some((sent, busy_then)) = sent.filter(|_| !busy && !shared.in_bulk_transfer()) {
+            if let Some((sent, busy_then)) = sent.filter(|_| !busy && !shared.links.in_bulk_transfer()) {
                 if !busy_then {
-                    let mut state = shared.state.locked();
-                    if let Some(peer) = state.peers.get_mut(&peer_id) {
-                        peer.rtt.record(now.duration_since(sent));
-                    }
+                    shared.links.record_rtt(peer_id, now.duration_since(sent));
                 }
             }
         }
@@ -224,9 +210,7 @@ fn handle(
             shared.emit(ClusterEvent::Telemetry { node: peer_id, telemetry: Box::new(telemetry) });
         }
         ControlMessage::Links { links } => {
-            if let Some(peer) = shared.state.locked().peers.get_mut(&peer_id) {
-                peer.links = links.clone();
-            }
+            shared.links.reported(peer_id, links.clone());
             shared.emit(ClusterEvent::Links { node: peer_id, links });
         }
         ControlMessage::Members { members } => shared.learn_members(members),
@@ -237,7 +221,7 @@ fn handle(
                 let _ = tx.send(ControlMessage::LinkMeasured { request, bps });
             });
         }
-        ControlMessage::LinkMeasured { request, bps } => shared.measured(request, bps),
+        ControlMessage::LinkMeasured { request, bps } => shared.links.answer_measurement(request, bps),
         ControlMessage::Leaving => {
             shared.forget(peer_id);
             return Some(CloseReason::Left);
@@ -272,7 +256,7 @@ async fn ping_loop(
         {
             let mut pending = pings.locked();
             pending.retain(|_, (sent, _)| sent.elapsed() < Duration::from_secs(10));
-            pending.insert(seq, (Instant::now(), shared.in_bulk_transfer()));
+            pending.insert(seq, (Instant::now(), shared.links.in_bulk_transfer()));
         }
         if tx.send(ControlMessage::Ping { seq }).is_err() {
             return;

@@ -6,6 +6,7 @@ pub mod agent;
 mod connection;
 pub mod health;
 pub mod join;
+pub mod links;
 pub mod membership;
 pub mod messages;
 pub mod pairing;

@@ -1,15 +1,14 @@
-//! The cluster as this node sees it — members, their health, telemetry and links, nearby clusters, the
-//! active join code — and the snapshot of it that the API and `shoal status` show.
+//! The membership service's state — the members, their health, control connections and telemetry,
+//! nearby clusters, the active join code — and the snapshot of the cluster that the API and
+//! `shoal status` show (with the links, which the links service owns).
 
 use super::health::{NodeStatus, PeerStatus};
 use super::membership::Membership;
 use super::messages::ControlMessage;
 use super::pairing::JoinCode;
 use crate::discovery::DiscoveredNode;
-use crate::links::{LinkKind, LinkReport, RttWindow};
+use crate::links::{LinkKind, LinkReport};
 use crate::node::{NodeId, NodeTelemetry};
-use crate::transport::ring::RdmaRoute;
-use crate::transport::select::{LinkFacts, LinkSelector, LinkTransport, RdmaBuild};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,7 +25,8 @@ pub struct Connection {
     pub peer_control: SocketAddr,
 }
 
-/// What this node knows about one other member.
+/// What this node knows about one other member: its health, its control connection and its telemetry
+/// (its link is the links service's).
 pub struct Peer {
     pub status: PeerStatus,
     pub last_heard: Option<Instant>,
@@ -34,25 +34,7 @@ pub struct Peer {
     pub watched_since: Instant,
     pub connection: Option<Connection>,
     pub dialing: bool,
-    pub rtt: RttWindow,
-    pub kind: LinkKind,
-    pub interface: Option<String>,
-    pub local_addr: Option<SocketAddr>,
-    pub remote_addr: Option<SocketAddr>,
-    pub throughput_bps: Option<u64>,
-    pub throughput_at_ms: Option<u64>,
-    pub measuring: bool,
-    pub errors: u64,
     pub telemetry: Option<NodeTelemetry>,
-    /// The peer's own reports of its links.
-    pub links: Vec<LinkReport>,
-    /// The ring transport for this link, and its RDMA fallback state.
-    pub transport: Option<LinkTransport>,
-    pub selector: LinkSelector,
-    /// The RDMA devices a ring link to the peer would use now (when the selection chose RDMA).
-    pub ring_route: Option<RdmaRoute>,
-    /// Running instances whose ring link to the peer fell back to TCP, with the reason.
-    pub ring_fallbacks: BTreeMap<String, String>,
 }
 
 impl Peer {
@@ -63,44 +45,7 @@ impl Peer {
             watched_since: Instant::now(),
             connection: None,
             dialing: false,
-            rtt: RttWindow::default(),
-            kind: LinkKind::Unknown,
-            interface: None,
-            local_addr: None,
-            remote_addr: None,
-            throughput_bps: None,
-            throughput_at_ms: None,
-            measuring: false,
-            errors: 0,
             telemetry: None,
-            links: Vec::new(),
-            transport: None,
-            selector: LinkSelector::default(),
-            ring_route: None,
-            ring_fallbacks: BTreeMap::new(),
-        }
-    }
-
-    /// Whether this node has anything to say about its link to the peer.
-    pub fn has_report(&self) -> bool {
-        self.connection.is_some() || !self.rtt.is_empty()
-    }
-
-    /// This node's report of its link to the peer.
-    pub fn report(&self, peer: NodeId) -> LinkReport {
-        LinkReport {
-            peer,
-            kind: self.kind,
-            interface: self.interface.clone(),
-            local_addr: self.local_addr.map(|a| a.to_string()),
-            remote_addr: self.remote_addr.map(|a| a.to_string()),
-            rtt_p50_us: self.rtt.quantile(0.5).map(|d| d.as_micros() as u64),
-            rtt_p99_us: self.rtt.quantile(0.99).map(|d| d.as_micros() as u64),
-            rtt_samples: self.rtt.len(),
-            throughput_bps: self.throughput_bps,
-            throughput_measured_at_ms: self.throughput_at_ms,
-            errors: self.errors,
-            transport: self.transport.clone(),
         }
     }
 }
@@ -194,9 +139,9 @@ impl ClusterState {
         self.membership.cluster_id()
     }
 
-    /// Chooses the ring transport of each of this node's links from the doctors' reports (this node's
-    /// `mine`, the peers' from their telemetry) and the cables between them.
-    pub fn choose_transports(&mut self, mine: Option<&crate::rdma::NodeReport>, now_ms: u64) {
+    /// This node and every peer with the RDMA doctor's report each gave (this node's is `mine`), for the
+    /// link selection.
+    pub fn rdma_reports(&self, mine: Option<&crate::rdma::NodeReport>) -> Vec<crate::rdma::NodeRdma> {
         let name = |id: &NodeId| self.membership.members.get(id).map_or_else(|| id.short(), |m| m.name.clone());
         let mut nodes = vec![crate::rdma::NodeRdma { node: self.me, name: name(&self.me), report: mine.cloned() }];
         nodes.extend(self.peers.iter().map(|(id, p)| crate::rdma::NodeRdma {
@@ -204,31 +149,10 @@ impl ClusterState {
             name: name(id),
             report: p.telemetry.as_ref().and_then(|t| t.rdma.as_deref().cloned()),
         }));
-        let cluster = crate::rdma::assess(nodes);
-        let local = &cluster.nodes[0];
-        for remote in &cluster.nodes[1..] {
-            if let Some(peer) = self.peers.get_mut(&remote.node) {
-                let facts = LinkFacts { build: RdmaBuild::current(), local, remote, cables: &cluster.cables };
-                let running_fallback = peer.ring_fallbacks.values().next().map(String::as_str);
-                let (transport, route) = peer.selector.choose_ring(&facts, now_ms, running_fallback);
-                peer.ring_route = route;
-                peer.transport = Some(transport);
-            }
-        }
+        nodes
     }
 
-    /// Reports of this node's own links.
-    pub fn my_reports(&self) -> Vec<LinkReport> {
-        self.peers.iter().filter(|(_, p)| p.has_report()).map(|(id, p)| p.report(*id)).collect()
-    }
-
-    fn report_of(&self, from: NodeId, to: NodeId) -> Option<LinkReport> {
-        if from == self.me {
-            return self.peers.get(&to).filter(|p| p.has_report()).map(|p| p.report(to));
-        }
-        self.peers.get(&from)?.links.iter().find(|r| r.peer == to).cloned()
-    }
-
+    /// The cluster as this node sees it, without its links (the links service adds them).
     pub fn snapshot(&self) -> ClusterSnapshot {
         let now = Instant::now();
         let mut nodes = Vec::new();
@@ -263,29 +187,6 @@ impl ClusterState {
                 telemetry,
             });
         }
-        let ids: Vec<NodeId> = self.membership.members.keys().copied().collect();
-        let mut links = Vec::new();
-        for (i, &a) in ids.iter().enumerate() {
-            for &b in &ids[i + 1..] {
-                let ab = self.report_of(a, b);
-                let ba = self.report_of(b, a);
-                if ab.is_none() && ba.is_none() {
-                    continue;
-                }
-                let first = ab.as_ref().or(ba.as_ref()).expect("one exists");
-                links.push(LinkView {
-                    a,
-                    b,
-                    kind: first.kind,
-                    rtt_p50_us: ab.as_ref().and_then(|r| r.rtt_p50_us).or(ba.as_ref().and_then(|r| r.rtt_p50_us)),
-                    rtt_p99_us: ab.as_ref().and_then(|r| r.rtt_p99_us).or(ba.as_ref().and_then(|r| r.rtt_p99_us)),
-                    throughput_a_to_b_bps: ab.as_ref().and_then(|r| r.throughput_bps),
-                    throughput_b_to_a_bps: ba.as_ref().and_then(|r| r.throughput_bps),
-                    errors: ab.as_ref().map_or(0, |r| r.errors) + ba.as_ref().map_or(0, |r| r.errors),
-                    reports: ab.into_iter().chain(ba).collect(),
-                });
-            }
-        }
         let mut nearby: BTreeMap<String, Vec<NearbyNodeView>> = BTreeMap::new();
         for n in self.nearby.values() {
             nearby.entry(n.cluster_id.clone()).or_default().push(NearbyNodeView {
@@ -299,7 +200,7 @@ impl ClusterState {
             cluster_id: self.cluster_id(),
             node_id: self.me,
             nodes,
-            links,
+            links: Vec::new(),
             pool,
             nearby: nearby.into_iter().map(|(cluster_id, nodes)| NearbyCluster { cluster_id, nodes }).collect(),
             join_code_expires_at_ms: self.code.as_ref().filter(|c| !c.is_expired()).map(|c| c.expires_at_ms),

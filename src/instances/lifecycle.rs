@@ -292,7 +292,7 @@ fn on_worker_event(instances: &Arc<Instances>, owner: NodeId, instance: &str, st
         WorkerEvent::RingLink { transport } => {
             let next = instances.registry().local.get(&(instance.to_string(), stage)).and_then(|l| l.next);
             if let Some(next) = next {
-                instances.agent.ring_link_changed(next, instance, transport);
+                instances.agent.links.ring_link_changed(next, instance, transport);
             }
             return;
         }
@@ -388,7 +388,7 @@ fn connect_local(instances: &Arc<Instances>, instance: &str, stage: usize, next_
     });
     let (Some(ip), Some(handle)) = (ip, handle) else { return };
     let next = SocketAddr::new(ip, next_port);
-    let rdma = if next_node == instances.agent.id() { None } else { instances.agent.ring_route(next_node) };
+    let rdma = if next_node == instances.agent.id() { None } else { instances.agent.links.ring_route(next_node) };
     tokio::spawn(async move {
         let _ = handle.command(&WorkerCommand::Connect { next, rdma }).await;
     });
@@ -451,7 +451,7 @@ pub(super) fn stop_stages(instances: &Arc<Instances>, info: &InstanceInfo) {
 }
 
 pub(super) fn stop_local(instances: &Arc<Instances>, instance: &str) {
-    instances.agent.forget_ring_links(instance);
+    instances.agent.links.forget_ring_links(instance);
     let handles: Vec<_> = {
         let mut registry = instances.registry();
         let keys: Vec<_> = registry.local.keys().filter(|(i, _)| i == instance).cloned().collect();

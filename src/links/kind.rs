@@ -5,13 +5,14 @@
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LinkKind {
     Loopback,
     Ethernet,
     Wifi,
     Thunderbolt,
+    #[default]
     Unknown,
 }
 

@@ -94,6 +94,7 @@ impl Shared {
             }
         }
         self.departed.locked().clear();
+        self.links.clear();
         self.epoch.send_modify(|e| *e += 1);
         self.save();
         self.readvertise();

@@ -67,7 +67,7 @@ pub(super) async fn handle_incoming(
         ConnectionKind::ModelCopy => {
             let (reader, writer) = pre_auth(secure::respond(stream, preamble, &shared.secret())).await?;
             drop(permit);
-            let _busy = shared.bulk_guard();
+            let _busy = shared.links.bulk_guard();
             let library = crate::model::library::Library::new(&shared.config.data_dir);
             crate::model::peer_copy::serve(reader, writer, library).await
         }
@@ -172,9 +172,7 @@ pub(super) async fn dial_member(shared: Agent, id: NodeId, candidates: Vec<Socke
             }
             Err(e) => {
                 tracing::debug!("dialing {} at {addr}: {e}", id.short());
-                if let Some(p) = shared.state.locked().peers.get_mut(&id) {
-                    p.errors += 1;
-                }
+                shared.links.failed(id);
             }
         }
     }
@@ -207,7 +205,7 @@ pub(super) async fn health_loop(shared: Agent) {
         let mut code_expired = false;
         let mut went_down = Vec::new();
         let mut expired = Vec::new();
-        {
+        let members = {
             let mut guard = shared.state.locked();
             let state = &mut *guard;
             let members: BTreeSet<NodeId> = state.membership.members.keys().copied().collect();
@@ -228,7 +226,9 @@ pub(super) async fn health_loop(shared: Agent) {
                 state.code = None;
                 code_expired = true;
             }
-        }
+            members
+        };
+        shared.links.retain(&members);
         if code_expired {
             shared.emit(ClusterEvent::CodeRevoked { reason: "expired".into() });
         }
@@ -260,12 +260,13 @@ pub(super) async fn telemetry_loop(shared: Agent) {
         }
         let mut telemetry = sampler.sample();
         telemetry.rdma = shared.rdma.locked().clone();
-        let links = {
+        let nodes = {
             let mut state = shared.state.locked();
             state.telemetry = Some(telemetry.clone());
-            state.choose_transports(telemetry.rdma.as_deref(), crate::util::now_ms());
-            state.my_reports()
+            state.rdma_reports(telemetry.rdma.as_deref())
         };
+        shared.links.choose_transports(nodes, crate::util::now_ms());
+        let links = shared.links.my_reports();
         shared.broadcast(ControlMessage::Telemetry { telemetry: telemetry.clone() });
         shared.broadcast(ControlMessage::Links { links: links.clone() });
         shared.emit(ClusterEvent::Telemetry { node: shared.id(), telemetry: Box::new(telemetry) });

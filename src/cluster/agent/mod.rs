@@ -1,11 +1,13 @@
 //! The node agent's cluster runtime: it listens for connections, dials the members it knows, keeps one
 //! authenticated control connection to each, watches their health, shares telemetry and link reports,
-//! answers joins, and follows mDNS. Everything it knows is in one [`ClusterState`] behind a mutex that
-//! is never held across an `.await`.
+//! answers joins, and follows mDNS. The membership is one [`ClusterState`] behind a mutex that is never
+//! held across an `.await`; the links are their own service ([`Links`]) with their own lock, and model
+//! instances are the service attached to the runtime ([`ClusterService`]).
 
 use super::connection;
 use super::health::{self, PeerStatus};
 use super::join::{self, AcceptError};
+use super::links::Links;
 use super::membership::{MemberRecord, Membership};
 use super::messages::ControlMessage;
 use super::pairing::{self, JoinCode, Refusal};
@@ -17,25 +19,22 @@ use crate::net::secure;
 use crate::net::{ConnectionKind, NetError};
 use crate::node::{DataDir, NodeId, NodeIdentity, TelemetrySampler};
 use crate::util::LockExt;
-use std::collections::HashMap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{broadcast, oneshot, watch, Semaphore};
+use tokio::sync::{broadcast, watch};
 
 mod budget;
 mod joining;
 mod loops;
 mod measurements;
 mod nearby;
-mod ring_links;
 
 use joining::*;
 use loops::*;
-use measurements::LinkMeasurements;
 pub(super) use measurements::{measure_to, spawn_measurement};
 use nearby::*;
 
@@ -87,11 +86,11 @@ impl AgentConfig {
     }
 }
 
-/// What the cluster runtime of one node owns: who it is, the membership and the view of every peer
-/// (`state`, the one lock most of it is behind, never held across an `.await`), the event stream, the
-/// pairing limiter, link measurements, the --peer dialing, the worker processes it counts in its
-/// memory and the RDMA doctor's report. Model instances are not here: they are the service attached to
-/// it ([`ServiceSlot`]), which gets the messages and member failures that concern it.
+/// What the cluster runtime of one node owns: who it is, the membership and the health of every peer
+/// (`state`, never held across an `.await`), the links service, the event stream, the pairing limiter,
+/// the --peer dialing, the worker processes it counts in its memory and the RDMA doctor's report. Model
+/// instances are not here: they are the service attached to it ([`ServiceSlot`]), which gets the
+/// messages and member failures that concern it.
 pub struct Shared {
     pub identity: NodeIdentity,
     pub config: AgentConfig,
@@ -104,7 +103,8 @@ pub struct Shared {
     epoch: watch::Sender<u64>,
     /// Members that left recently: gossip about them is ignored.
     departed: Mutex<BTreeSet<NodeId>>,
-    measurements: LinkMeasurements,
+    /// Every link of this node: measurements, reports and ring transports.
+    pub links: Links,
     static_peers: StaticPeers,
     /// Worker processes whose memory counts as shoal's.
     tracked: Mutex<Vec<u32>>,
@@ -167,6 +167,7 @@ pub async fn start<S>(
             static_routes: BTreeMap::new(),
             code: None,
         }),
+        links: Links::new(identity.id),
         identity,
         config,
         events: broadcast::channel(1024).0,
@@ -175,7 +176,6 @@ pub async fn start<S>(
         next_connection: AtomicU64::new(1),
         epoch,
         departed: Mutex::new(BTreeSet::new()),
-        measurements: LinkMeasurements::default(),
         static_peers: StaticPeers::default(),
         tracked: Mutex::new(Vec::new()),
         rdma: Mutex::new(None),
@@ -232,8 +232,12 @@ impl Shared {
         self.state.locked().cluster_id()
     }
 
+    /// The cluster as this node sees it: the membership's view, then the links between its members.
     pub fn snapshot(&self) -> ClusterSnapshot {
-        self.state.locked().snapshot()
+        let mut snapshot = self.state.locked().snapshot();
+        let members: Vec<NodeId> = snapshot.nodes.iter().map(|n| n.id).collect();
+        snapshot.links = self.links.views(&members);
+        snapshot
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<ClusterEvent> {
@@ -265,11 +269,11 @@ impl Shared {
     /// Whether `ip` is an address a known member listens on or was last connected from (its
     /// connections get handshake slots of their own).
     pub(super) fn is_member_address(&self, ip: IpAddr) -> bool {
+        let seen = self.links.remote_addresses();
         let state = self.state.locked();
-        let seen = state.peers.values().filter_map(|p| p.remote_addr.map(|a| a.ip()));
         let me = state.me;
         let records = state.membership.members.values().filter(|m| m.id != me);
-        budget::member_addresses(records, seen).contains(&ip)
+        budget::member_addresses(records, seen.into_iter()).contains(&ip)
     }
 
     /// The IP this node reaches `peer` at.
@@ -414,6 +418,7 @@ impl Shared {
             state.peers.remove(&id);
             state.static_routes.remove(&id);
         }
+        self.links.forget(id);
         self.save();
         self.emit(ClusterEvent::NodeLeft { node: id });
     }
