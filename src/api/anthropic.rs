@@ -9,7 +9,7 @@
 use super::generation::{self, model_name, Content, Finished, Piece, Sampling};
 use super::tools::{self, ToolCall, ToolStream, Turn};
 use super::{ApiError, ApiState, Dialect};
-use crate::engine::FinishReason;
+use crate::engine::{FinishReason, OutputFormat};
 use crate::model::ChatMessage;
 use crate::worker::{FrontRequest, GenerationReport};
 use axum::extract::rejection::JsonRejection;
@@ -44,6 +44,8 @@ struct MessagesRequest {
     #[serde(default)]
     tools: Vec<Value>,
     tool_choice: Option<Value>,
+    /// Structured outputs: `{"type": "json_schema", "schema": {…}}`.
+    output_format: Option<Value>,
 }
 
 /// A message's content by kind: its text, the tools it calls (an assistant's `tool_use` blocks, as
@@ -171,14 +173,29 @@ fn to_front(request: MessagesRequest) -> Result<(String, bool, bool, FrontReques
         }
     }
     let with_tools = !tools.is_empty();
+    let mut sampling = request.sampling.params(1.0)?;
+    sampling.format = request.output_format.as_ref().map(output_format).transpose()?;
     let front = FrontRequest {
         prompt: tools::prompt(chat, tools),
         max_tokens,
-        sampling: request.sampling.params(1.0)?,
+        sampling,
         stop: request.stop_sequences,
         ignore_eos: false,
     };
     Ok((model, request.stream, with_tools, front))
+}
+
+/// `output_format`: `json_schema` with the schema under `schema`.
+fn output_format(value: &Value) -> Result<OutputFormat, ApiError> {
+    let bad = |why: String| ApiError::bad_param("output_format", why);
+    let schema = match value.get("type").and_then(Value::as_str) {
+        Some("json_schema") => value.get("schema").filter(|s| s.is_object()),
+        _ => return Err(bad("`output_format.type` must be json_schema".into())),
+    };
+    let schema = schema.ok_or_else(|| bad("json_schema needs a `schema` object".into()))?;
+    let format = OutputFormat::JsonSchema { schema: schema.clone() };
+    format.check().map_err(bad)?;
+    Ok(format)
 }
 
 /// Anthropic's `stop_reason` and `stop_sequence` for how a request ended (`tool_use` when it called

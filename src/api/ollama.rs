@@ -11,7 +11,7 @@
 use super::generation::{self, Finished, Piece, Sampling};
 use super::tools::{self, ToolCall, ToolStream, Turn};
 use super::{ApiError, ApiState, Dialect};
-use crate::engine::FinishReason;
+use crate::engine::{FinishReason, OutputFormat};
 use crate::instances::InstanceInfo;
 use crate::model::library::{self, LibraryModel, ModelSource};
 use crate::model::ChatMessage;
@@ -113,11 +113,7 @@ fn refuse_unsupported(checks: &[(bool, &'static str, &str)]) -> Result<(), ApiEr
 impl Common {
     /// The model as named (`resolve` finds the instance it means) and the request for the instance.
     fn to_front(&self, prompt: PromptInput) -> Result<(String, FrontRequest), ApiError> {
-        let format = self.format.as_ref().is_some_and(|f| !(f.is_null() || f == ""));
-        refuse_unsupported(&[
-            (format, "format", "`format` (structured output) and its schemas"),
-            (!self.images.is_empty(), "images", "images"),
-        ])?;
+        refuse_unsupported(&[(!self.images.is_empty(), "images", "images")])?;
         let max_tokens = match self.options.num_predict {
             None | Some(-1) | Some(-2) => u32::MAX as usize,
             Some(n) if n < 0 => {
@@ -125,15 +121,24 @@ impl Common {
             }
             Some(n) => n as usize,
         };
-        let front = FrontRequest {
-            prompt,
-            max_tokens,
-            sampling: self.options.sampling.params(f32::MAX)?,
-            stop: self.options.stop.clone(),
-            ignore_eos: false,
-        };
+        let mut sampling = self.options.sampling.params(f32::MAX)?;
+        sampling.format = self.format.as_ref().map(output_format).transpose()?.flatten();
+        let front = FrontRequest { prompt, max_tokens, sampling, stop: self.options.stop.clone(), ignore_eos: false };
         Ok((generation::model_name(self.model.as_deref())?, front))
     }
+}
+
+/// `format`: `"json"` (any JSON object) or a JSON schema; empty or null for free text.
+fn output_format(value: &Value) -> Result<Option<OutputFormat>, ApiError> {
+    let format = match value {
+        Value::Null => return Ok(None),
+        Value::String(s) if s.is_empty() => return Ok(None),
+        Value::String(s) if s == "json" => OutputFormat::JsonObject,
+        Value::Object(_) => OutputFormat::JsonSchema { schema: value.clone() },
+        _ => return Err(ApiError::bad_param("format", "`format` must be \"json\" or a JSON schema object")),
+    };
+    format.check().map_err(|e| ApiError::bad_param("format", e))?;
+    Ok(Some(format))
 }
 
 /// The instance a client means: the name as given, or without Ollama's default tag `:latest`.

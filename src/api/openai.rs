@@ -6,7 +6,7 @@
 use super::generation::{self, model_name, Content, Finished, Piece, Sampling};
 use super::tools::{self, ToolStream, Turn};
 use super::{ApiError, ApiState};
-use crate::engine::FinishReason;
+use crate::engine::{FinishReason, OutputFormat};
 use crate::model::ChatMessage;
 use crate::worker::{FrontRequest, GenerationReport, PromptInput};
 use axum::extract::rejection::JsonRejection;
@@ -55,6 +55,7 @@ struct Common {
     /// shoal's extension: keep generating past end-of-generation tokens (benchmarks).
     #[serde(default)]
     ignore_eos: bool,
+    response_format: Option<Value>,
 }
 
 type ChatRequest = generation::ChatRequest<Common, MessageIn>;
@@ -93,7 +94,8 @@ impl Common {
             Some(n) => n as usize,
             None => u32::MAX as usize,
         };
-        let sampling = self.sampling.params(2.0)?;
+        let mut sampling = self.sampling.params(2.0)?;
+        sampling.format = self.response_format.as_ref().map(response_format).transpose()?.flatten();
         let stop = match &self.stop {
             None => vec![],
             Some(Stop::One(s)) => vec![s.clone()],
@@ -102,6 +104,23 @@ impl Common {
         };
         Ok((model, FrontRequest { prompt, max_tokens, sampling, stop, ignore_eos: self.ignore_eos }))
     }
+}
+
+/// `response_format`: `text`, `json_object`, or `json_schema` with the schema under `json_schema.schema`.
+fn response_format(value: &Value) -> Result<Option<OutputFormat>, ApiError> {
+    let bad = |why: String| ApiError::bad_param("response_format", why);
+    let format = match value.get("type").and_then(Value::as_str) {
+        Some("text") => return Ok(None),
+        Some("json_object") => OutputFormat::JsonObject,
+        Some("json_schema") => {
+            let schema = value.pointer("/json_schema/schema").filter(|s| s.is_object() || s.is_boolean());
+            let schema = schema.ok_or_else(|| bad("json_schema needs a `json_schema.schema` object".into()))?;
+            OutputFormat::JsonSchema { schema: schema.clone() }
+        }
+        _ => return Err(bad("`response_format.type` must be text, json_object or json_schema".into())),
+    };
+    format.check().map_err(bad)?;
+    Ok(Some(format))
 }
 
 fn chat_messages(messages: Option<Vec<MessageIn>>) -> Result<Vec<Turn>, ApiError> {

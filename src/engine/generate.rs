@@ -116,6 +116,9 @@ pub fn generate(
     mut on_text: impl FnMut(&str) -> bool,
 ) -> Result<GenerationStats, EngineError> {
     request.sampling.validate().map_err(EngineError::BadInput)?;
+    if request.sampling.format.is_some() {
+        return Err(EngineError::BadInput("structured output is served by a node's API, not here".into()));
+    }
     let prompt = &request.prompt;
     if prompt.is_empty() {
         return Err(EngineError::BadInput("the prompt is empty".into()));

@@ -6,6 +6,7 @@
 pub mod arch;
 pub mod bench;
 mod blocks;
+pub mod constraint;
 mod forward;
 mod generate;
 pub mod hidden;
@@ -16,6 +17,7 @@ mod stage;
 mod stop;
 mod weights;
 
+pub use constraint::{Constraint, Grammars, OutputFormat};
 pub use generate::{generate, rate, FinishReason, GenerateRequest, GenerationStats, TokenStream};
 pub use hidden::{HiddenStates, WireFormat};
 pub use kv_cache::{positions_held as kv_cache_positions, CACHE_BLOCK};

@@ -1,6 +1,8 @@
-//! Choosing the next token from logits: repetition penalty, then greedy, or top-k, top-p and min-p
-//! filtering with a temperature and a seeded random draw — the order llama.cpp's default chain uses.
+//! Choosing the next token from logits: the structured-output mask (when the request asks for JSON),
+//! repetition penalty, then greedy, or top-k, top-p and min-p filtering with a temperature and a seeded
+//! random draw — the order llama.cpp's default chain uses.
 
+use super::constraint::{Constraint, OutputFormat};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -24,6 +26,9 @@ pub struct SamplingParams {
     pub repeat_last_n: usize,
     /// Seed of the random draw: equal seeds give equal outputs.
     pub seed: u64,
+    /// The shape the reply must have (JSON), enforced token by token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format: Option<OutputFormat>,
 }
 
 impl Default for SamplingParams {
@@ -36,6 +41,7 @@ impl Default for SamplingParams {
             repeat_penalty: 1.0,
             repeat_last_n: 64,
             seed: 0,
+            format: None,
         }
     }
 }
@@ -47,7 +53,8 @@ impl SamplingParams {
         check(self.temperature.is_finite() && self.temperature >= 0.0, "temperature must be 0 or more")?;
         check(self.top_p.is_finite() && self.top_p > 0.0 && self.top_p <= 1.0, "top_p must be in (0, 1]")?;
         check(self.min_p.is_finite() && (0.0..=1.0).contains(&self.min_p), "min_p must be in [0, 1]")?;
-        check(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0, "repeat_penalty must be above 0")
+        check(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0, "repeat_penalty must be above 0")?;
+        self.format.as_ref().map_or(Ok(()), OutputFormat::check)
     }
 }
 
@@ -57,12 +64,27 @@ pub struct Sampler {
     recent: VecDeque<u32>,
     candidates: Vec<(u32, f32)>,
     penalized: Vec<f32>,
+    masked: Vec<f32>,
+    constraint: Option<Constraint>,
 }
 
 impl Sampler {
     pub fn new(params: SamplingParams) -> Sampler {
         let rng = ChaCha8Rng::seed_from_u64(params.seed);
-        Sampler { params, rng, recent: VecDeque::new(), candidates: Vec::new(), penalized: Vec::new() }
+        Sampler {
+            params,
+            rng,
+            recent: VecDeque::new(),
+            candidates: Vec::new(),
+            penalized: Vec::new(),
+            masked: Vec::new(),
+            constraint: None,
+        }
+    }
+
+    /// Constrains every token sampled from now on (structured output).
+    pub fn constrain(&mut self, constraint: Constraint) {
+        self.constraint = Some(constraint);
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -83,6 +105,18 @@ impl Sampler {
     /// Picks the next token from `logits` (one value per vocabulary entry).
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         assert!(!logits.is_empty(), "no logits to sample from");
+        let Some(mut constraint) = self.constraint.take() else { return self.sample_from(logits) };
+        let mut masked = std::mem::take(&mut self.masked);
+        masked.clear();
+        masked.extend_from_slice(logits);
+        constraint.mask(&mut masked);
+        let token = self.sample_from(&masked);
+        constraint.commit(token);
+        (self.masked, self.constraint) = (masked, Some(constraint));
+        token
+    }
+
+    fn sample_from(&mut self, logits: &[f32]) -> u32 {
         let penalty = self.params.repeat_penalty;
         let logits = if penalty != 1.0 && !self.recent.is_empty() {
             penalize(logits, &self.recent, penalty, &mut self.penalized);

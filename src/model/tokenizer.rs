@@ -53,6 +53,11 @@ impl Tokenizer {
         self.vocab.is_end_of_generation(id)
     }
 
+    /// Whether `id` is a control token (chat markers, EOS), which has no text of its own.
+    pub fn is_control(&self, id: u32) -> bool {
+        self.vocab.is_control(id)
+    }
+
     pub fn vocabulary_size(&self) -> usize {
         self.vocab.len()
     }

@@ -83,6 +83,8 @@ pub struct Compute {
     pub recycle: Option<std::sync::mpsc::Sender<Vec<u8>>>,
     pub stats: Arc<Mutex<StageStats>>,
     samplers: HashMap<u32, Sampler>,
+    /// Structured output's grammars, on the stage that samples.
+    grammars: Option<engine::Grammars>,
     wire: Vec<u8>,
     frame: Vec<u8>,
     hidden: HiddenStates,
@@ -98,6 +100,7 @@ impl Compute {
         sink: Option<Box<dyn FrameSink>>,
         recycle: Option<std::sync::mpsc::Sender<Vec<u8>>>,
         stats: Arc<Mutex<StageStats>>,
+        grammars: Option<engine::Grammars>,
     ) -> Compute {
         Compute {
             stage,
@@ -107,6 +110,7 @@ impl Compute {
             recycle,
             stats,
             samplers: HashMap::new(),
+            grammars,
             wire: Vec::new(),
             frame: Vec::new(),
             hidden: HiddenStates::default(),
@@ -183,6 +187,16 @@ impl Compute {
         Ok(took)
     }
 
+    /// A sampler for a request, constrained when it asks for structured output.
+    fn sampler(&mut self, sampling: &engine::SamplingParams) -> Result<Sampler, String> {
+        let mut sampler = Sampler::new(sampling.clone());
+        if let Some(format) = &sampling.format {
+            let grammars = self.grammars.as_mut().ok_or("this stage cannot constrain its output")?;
+            sampler.constrain(grammars.constraint(format)?);
+        }
+        Ok(sampler)
+    }
+
     // ---- every stage but the first ----
 
     fn on_frame(&mut self, bytes: &[u8]) {
@@ -198,11 +212,13 @@ impl Compute {
         }
         let last = self.stage.is_last();
         match frame {
-            RingFrame::Begin { slot, ref sampling, ref recent, .. } if last => {
-                let mut sampler = Sampler::new(sampling.clone());
-                recent.iter().for_each(|&t| sampler.accept(t));
-                self.samplers.insert(slot, sampler);
-            }
+            RingFrame::Begin { request, slot, ref sampling, ref recent } if last => match self.sampler(sampling) {
+                Ok(mut sampler) => {
+                    recent.iter().for_each(|&t| sampler.accept(t));
+                    self.samplers.insert(slot, sampler);
+                }
+                Err(message) => self.send(&RingFrame::Failed { request, slot, message }),
+            },
             RingFrame::End { slot, .. } if last => {
                 self.samplers.remove(&slot);
             }
@@ -275,6 +291,9 @@ impl Compute {
 
     fn start(&mut self, id: u64, slot: u32, request: FrontRequest, events: UnboundedSender<FrontEvent>) {
         let context = self.stage.context();
+        // Single-stage instances sample here.
+        let single = self.stages == 1;
+        let sampler = single.then(|| request.sampling.validate().and_then(|_| self.sampler(&request.sampling)));
         let head = self.head.as_mut().expect("stage 0");
         let encode = |text: &str| head.tokenizer.encode(text).map_err(|e| e.to_string());
         let prompt = match &request.prompt {
@@ -305,9 +324,15 @@ impl Compute {
                 return self.start_waiting();
             }
         };
+        let mut sampler = match sampler.transpose() {
+            Ok(sampler) => sampler,
+            Err(message) => {
+                Self::reject(&events, message);
+                head.free_slots.push(slot);
+                return self.start_waiting();
+            }
+        };
         let _ = events.send(FrontEvent::Started { prompt_tokens: prompt.len() });
-        let single = self.stages == 1;
-        let mut sampler = single.then(|| Sampler::new(request.sampling.clone()));
         if let Some(s) = sampler.as_mut() {
             prompt.iter().for_each(|&t| s.accept(t));
         }

@@ -5,7 +5,7 @@
 
 use super::compute::{Compute, Head, Work};
 use super::protocol::{FrontEvent, FrontRequest, StageStats, WorkerCommand, WorkerEvent};
-use crate::engine::{Stage, StageOptions};
+use crate::engine::{self, Stage, StageOptions};
 use crate::model::Model;
 use crate::transport::ring::{self, RdmaRoute, TransportReport};
 use crate::transport::{self, rdma, FrameSink, FrameSource};
@@ -76,6 +76,8 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
             emit(&WorkerEvent::Loading { progress: p });
         }
     });
+    // The stage that samples constrains structured output with the model's vocabulary.
+    let grammars = if stage.is_last() { Some(engine::Grammars::new(model.tokenizer()?)) } else { None };
     let head = if config.stage == 0 {
         let tokenizer = model.tokenizer()?;
         let template = model.chat_template(&tokenizer)?;
@@ -85,13 +87,14 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
     };
     drop(model);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    runtime.block_on(serve(config, stage, head, secret, front_token))
+    runtime.block_on(serve(config, stage, head, grammars, secret, front_token))
 }
 
 async fn serve(
     config: WorkerConfig,
     stage: Stage,
     head: Option<Head>,
+    grammars: Option<engine::Grammars>,
     secret: [u8; 32],
     front_token: String,
 ) -> anyhow::Result<()> {
@@ -137,7 +140,7 @@ async fn serve(
         sink = Some(outbound?);
     }
     let (recycle_tx, recycle_rx) = std::sync::mpsc::channel::<Vec<u8>>();
-    let compute = Compute::new(stage, config.stages, head, sink, Some(recycle_tx), stats.clone());
+    let compute = Compute::new(stage, config.stages, head, sink, Some(recycle_tx), stats.clone(), grammars);
     let compute_thread = match (is_head, source) {
         (true, source) => {
             if let Some(mut source) = source {

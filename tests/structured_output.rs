@@ -1,0 +1,158 @@
+//! Structured output. With SmolLM2's real vocabulary and random logits (no model could be more
+//! careless), the constrained sampler still only writes JSON that its schema accepts, and always ends.
+//! Through the official clients against two real nodes serving SmolLM2 split in two stages (so the
+//! stage that samples is not the one that took the request), every reply to OpenAI's `json_schema`,
+//! Ollama's `format` and Anthropic's `output_format` validates with pydantic; a single-stage instance
+//! constrains too; a schema that cannot be used is refused with a 400 naming `response_format`.
+
+mod common;
+
+use common::cluster::{Network, TestCluster};
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use shoal::engine::{Grammars, OutputFormat, Sampler, SamplingParams};
+use shoal::model::Model;
+
+const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1";
+
+fn person_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 12},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120},
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 3},
+            "ok": {"type": "boolean"}
+        },
+        "required": ["name", "age", "tags", "ok"],
+        "additionalProperties": false
+    })
+}
+
+/// Whether `value` is what `person_schema` allows (checked by hand, independently of llguidance).
+fn is_person(value: &Value) -> Result<(), String> {
+    let object = value.as_object().ok_or("not an object")?;
+    let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    if keys != ["age", "name", "ok", "tags"] {
+        return Err(format!("keys {keys:?}"));
+    }
+    let name = object["name"].as_str().ok_or("name is not a string")?;
+    if name.chars().count() > 12 {
+        return Err(format!("name {name:?} is longer than 12"));
+    }
+    let age = object["age"].as_i64().ok_or("age is not an integer")?;
+    if !(0..=120).contains(&age) {
+        return Err(format!("age {age}"));
+    }
+    let tags = object["tags"].as_array().ok_or("tags is not an array")?;
+    if tags.len() > 3 || tags.iter().any(|t| t.as_str().is_none_or(|t| t.chars().count() > 6)) {
+        return Err(format!("tags {tags:?}"));
+    }
+    object["ok"].as_bool().ok_or("ok is not a boolean")?;
+    Ok(())
+}
+
+#[test]
+fn random_logits_under_a_schema_give_json_that_the_schema_accepts() {
+    let model = Model::open(&common::model_path()).unwrap();
+    let tokenizer = model.tokenizer().unwrap();
+    let mut grammars = Grammars::new(model.tokenizer().unwrap());
+    let format = OutputFormat::JsonSchema { schema: person_schema() };
+    let vocabulary = tokenizer.vocabulary_size();
+    let params = SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, ..SamplingParams::default() };
+    for seed in 0..20u64 {
+        let mut sampler = Sampler::new(SamplingParams { seed, ..params.clone() });
+        sampler.constrain(grammars.constraint(&format).unwrap());
+        let mut noise = rand_chacha::ChaCha8Rng::seed_from_u64(1000 + seed);
+        let mut tokens = Vec::new();
+        let ended = loop {
+            let logits: Vec<f32> = (0..vocabulary).map(|_| noise.random_range(-4.0..4.0)).collect();
+            let token = sampler.sample(&logits);
+            if tokenizer.is_end_of_generation(token) {
+                break true;
+            }
+            tokens.push(token);
+            if tokens.len() > 400 {
+                break false;
+            }
+        };
+        let text = tokenizer.decode(&tokens);
+        assert!(ended, "seed {seed}: no end after 400 tokens: {text}");
+        let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}"));
+        is_person(&value).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}"));
+    }
+}
+
+/// The reply's text of a whole OpenAI chat completion.
+fn chat(c: &TestCluster, body: Value) -> (u16, Value) {
+    let url = format!("http://127.0.0.1:{}/v1/chat/completions", c.nodes[0].api_port);
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let mut response = agent.post(&url).send_json(body).expect("the API answers");
+    (response.status().as_u16(), response.body_mut().read_json().unwrap())
+}
+
+#[test]
+fn official_clients_get_replies_that_validate_from_a_split_model() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let mut c = TestCluster::with_network(2, Network::Loopback);
+    c.form(&[]);
+    let model = common::model_path();
+    let model = model.to_str().unwrap();
+    let split = ["run", model, "--context", "512", "--sequences", "2", "--threads", "1"];
+    let out = c.cli(0, &[&split[..], &["--layers", "node0:0-14,node1:15-29"]].concat());
+    assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/structured_output.py");
+    let port = c.nodes[0].api_port.to_string();
+    let out = c.command_in(0, "python3").args([script, &port, MODEL]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "the clients failed (pip install openai anthropic ollama): {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        c.logs()
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).expect("the script prints one JSON object");
+    let replies = r["openai"].as_array().unwrap();
+    assert_eq!(replies.len(), 20);
+    for (i, reply) in replies.iter().enumerate() {
+        assert_eq!(reply["ok"], true, "prompt {i} does not validate: {reply:#}");
+        assert_eq!(reply["finish"], "stop", "prompt {i} was cut: {reply:#}");
+    }
+    let distinct: std::collections::BTreeSet<String> = replies.iter().map(|r| r["value"].to_string()).collect();
+    assert!(distinct.len() > 1, "20 sampled replies are all the same: the seeds were not used: {distinct:?}");
+    for key in ["openai_stream", "ollama_schema", "anthropic"] {
+        assert_eq!(r[key]["ok"], true, "{key}: {:#}", r[key]);
+    }
+    assert!(r["openai_stream"]["pieces"].as_u64().unwrap() > 3, "the stream came whole: {:#}", r["openai_stream"]);
+    for (key, field) in [("openai_json_object", "text"), ("ollama_json", "text")] {
+        let text = r[key][field].as_str().unwrap();
+        let value: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{key}: {e}: {text}"));
+        assert!(value.is_object(), "{key}: {text}");
+    }
+    assert_eq!(r["bad_schema"]["status"], 400, "{:#}", r["bad_schema"]);
+    assert!(r["bad_schema"]["body"].to_string().contains("\"response_format\""), "{:#}", r["bad_schema"]);
+    assert!(r["bad_schema"]["error"].as_str().unwrap().contains("no-such-type"), "{:#}", r["bad_schema"]);
+
+    // A single-stage instance samples where the request arrives.
+    let whole = ["run", model, "--context", "512", "--sequences", "1", "--threads", "1", "--name", "whole"];
+    let out = c.cli(0, &[&whole[..], &["--layers", "node0:0-29"]].concat());
+    assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+    let schema = json!({"type": "json_schema", "json_schema": {"name": "person", "schema": person_schema()}});
+    let (status, body) = chat(
+        &c,
+        json!({"model": "whole", "messages": [{"role": "user", "content": "Describe a cat as JSON."}],
+               "response_format": schema, "max_tokens": 120, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{body:#}");
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap();
+    let value: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    is_person(&value).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let (status, body) = chat(
+        &c,
+        json!({"model": "whole", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4,
+               "response_format": {"type": "xml"}}),
+    );
+    assert_eq!(status, 400, "{body:#}");
+    assert_eq!(body["error"]["param"], "response_format", "{body:#}");
+}
