@@ -25,16 +25,7 @@ fn serve_model() -> TestCluster {
 
 /// Runs tests/fixtures/api_clients.py against node 0 and parses what it printed.
 fn run_clients(c: &TestCluster) -> Value {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/api_clients.py");
-    let port = c.nodes[0].api_port.to_string();
-    let out = c.command_in(0, "python3").args([script, &port, MODEL]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "the clients failed (pip install openai anthropic ollama): {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        c.logs()
-    );
-    serde_json::from_slice(&out.stdout).expect("the script prints one JSON object")
+    c.python_clients(0, "api_clients.py", MODEL)
 }
 
 /// POSTs `body` to `path` and returns the status, the content type and the body's lines.

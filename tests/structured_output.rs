@@ -103,16 +103,7 @@ fn official_clients_get_replies_that_validate_from_a_split_model() {
     let out = c.cli(0, &[&split[..], &["--layers", "node0:0-14,node1:15-29"]].concat());
     assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
 
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/structured_output.py");
-    let port = c.nodes[0].api_port.to_string();
-    let out = c.command_in(0, "python3").args([script, &port, MODEL]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "the clients failed (pip install openai anthropic ollama): {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        c.logs()
-    );
-    let r: Value = serde_json::from_slice(&out.stdout).expect("the script prints one JSON object");
+    let r = c.python_clients(0, "structured_output.py", MODEL);
     let replies = r["openai"].as_array().unwrap();
     assert_eq!(replies.len(), 20);
     for (i, reply) in replies.iter().enumerate() {

@@ -168,6 +168,21 @@ impl TestCluster {
         }
     }
 
+    /// Runs `tests/fixtures/SCRIPT PORT MODEL` (a Python script driving official API clients) against
+    /// node `i` and parses the one JSON object it prints.
+    pub fn python_clients(&self, i: usize, script: &str, model: &str) -> serde_json::Value {
+        let script = format!("{}/tests/fixtures/{script}", env!("CARGO_MANIFEST_DIR"));
+        let port = self.nodes[i].api_port.to_string();
+        let out = self.command_in(i, "python3").args([&script, &port, model]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "the clients failed (pip install openai anthropic ollama): {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.logs()
+        );
+        serde_json::from_slice(&out.stdout).expect("the script prints one JSON object")
+    }
+
     /// Starts node `i` with `extra` arguments.
     pub fn start(&mut self, i: usize, extra: &[&str]) {
         self.start_with_env(i, extra, &[]);
