@@ -6,7 +6,8 @@
  * the hub fails in view), the model file gamma has is copied to beta from beta's page (the cluster panel
  * names the nodes that have it, the copy row ends with its rate, the mesh shows it on the gamma–beta
  * edge), a model launched from the page splits over the three nodes and answers in the chat with its
- * rates, and a SIGKILLed node turns red within 5 s while its model is placed again on the others.
+ * rates, the Connect view's snippets answer when run as shown, and a SIGKILLed node turns red within
+ * 5 s while its model is placed again on the others.
  * Screenshots go to ui/e2e/out/; the mesh with the model running also to assets/dashboard.png.
  *
  * Needs target/release/shoal built after `npm run build` (it embeds ui/dist) and the test model
@@ -16,6 +17,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, copyFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
@@ -340,6 +342,19 @@ test('a chat reply streams and shows its time to first token and rates', async (
   await shot('setup');
 });
 
+test('the Connect view gives snippets that answer as shown, through the official clients', async () => {
+  await open('connect');
+  await page.waitForSelector('[data-testid="connect-open"]');
+  assert.equal(await page.locator('[data-testid="connect-model"]').inputValue(), modelFile.replace(/\.gguf$/, ''));
+  for (const id of ['openai-python', 'anthropic-python', 'ollama-python']) {
+    const code = await page.locator(`[data-testid="snippet-${id}"]`).innerText();
+    assert.match(code, new RegExp(`127\\.0\\.0\\.1:${basePort}`), `${id} names this node`);
+    const reply = execFileSync('python3', ['-'], { input: code, timeout: 90_000 }).toString();
+    assert.ok(reply.trim().length > 0, `${id} printed a reply`);
+  }
+  await shot('connect');
+});
+
 test('the full-window dashboard screenshot, with the model running', async () => {
   await open('mesh');
   await page.waitForFunction(() => document.querySelectorAll('[data-testid="node-layers"]').length === 3);
@@ -424,6 +439,11 @@ test('a node with an API token asks for it once, and is read-only without it', a
     const code = await tab.locator('[data-testid="join-code"] .code').innerText({ timeout: 5_000 });
     assert.match(code, /^[A-Z0-9]{4}-[A-Z0-9]{4}$/);
     assert.equal(await tab.evaluate(() => localStorage.getItem('shoal.apiToken')), 'e2e-secret');
+
+    // The Connect view says the token is needed, and its snippets read it from the environment.
+    await tab.click('[data-testid="tab-connect"]');
+    await tab.waitForSelector('[data-testid="connect-token"]');
+    assert.match(await tab.locator('[data-testid="snippet-openai-python"]').innerText(), /SHOAL_API_TOKEN/);
   } finally {
     await tab.close();
   }

@@ -6,6 +6,7 @@ export const VIEWS = [
   { id: 'models', label: 'Models' },
   { id: 'chat', label: 'Chat' },
   { id: 'rates', label: 'Rates' },
+  { id: 'connect', label: 'Connect' },
   { id: 'setup', label: 'Setup' },
 ] as const;
 
