@@ -1,5 +1,6 @@
-//! Embeds the built dashboard (`ui/dist`, made by `npm --prefix ui run build`) into the binary so every
-//! node serves it at `/`. Without a built dashboard the node serves a page that says how to build it.
+//! Embeds the built dashboard (`ui/dist`, made by `scripts/build-ui`) into the binary so every node
+//! serves it at `/`. When `ui/dist` is missing and npm is there, it builds the dashboard first; without
+//! npm the node serves a page that says how to build it.
 //! With the `rdma` feature it also compiles the RDMA verbs shim.
 
 use std::fmt::Write as _;
@@ -11,6 +12,9 @@ fn main() {
     println!("cargo:rerun-if-changed={}", dist.display());
     println!("cargo:rerun-if-changed=build.rs");
 
+    if !dist.join("index.html").is_file() {
+        build_dashboard(&manifest);
+    }
     let mut files = Vec::new();
     if dist.join("index.html").is_file() {
         collect(&dist, &dist, &mut files);
@@ -24,6 +28,22 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("ui_assets.rs");
     std::fs::write(out, format!("pub static ASSETS: &[(&str, &[u8])] = {table};\n")).expect("write ui_assets.rs");
     build_rdma_shim();
+}
+
+/// Builds `ui/dist` with `scripts/build-ui` when npm is on the PATH (a warning says why when it cannot).
+fn build_dashboard(manifest: &Path) {
+    if std::env::var_os("SHOAL_NO_UI_BUILD").is_some() {
+        return;
+    }
+    let npm = std::process::Command::new("npm").arg("--version").output();
+    if !npm.is_ok_and(|o| o.status.success()) {
+        println!("cargo:warning=ui/dist is missing and npm is not installed: the node will serve a page saying how to build the dashboard");
+        return;
+    }
+    let status = std::process::Command::new("bash").arg(manifest.join("scripts").join("build-ui")).status();
+    if !status.is_ok_and(|s| s.success()) {
+        println!("cargo:warning=building the dashboard (scripts/build-ui) failed: the node will serve a page saying how to build it");
+    }
 }
 
 /// With the `rdma` feature: compiles the verbs shim (src/transport/rdma/shim.c) against the platform's

@@ -420,3 +420,33 @@ fn when_the_owner_dies_a_node_that_remains_takes_the_instance_over_and_places_it
     assert_eq!(old["owner"], owner, "both nodes agree who took it over: {old:#}");
     answers_as_one_process(&c, 1, &model);
 }
+
+#[test]
+fn a_node_started_with_run_serves_its_model_and_a_joining_one_does_not_launch_it_twice() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let mut c = TestCluster::with_network(2, Network::Loopback);
+    let model = common::model_path();
+    let model = model.to_str().unwrap();
+    c.start(0, &["--run", model]);
+    c.wait_ready(0);
+    let name = "SmolLM2-135M-Instruct.Q4_1";
+    let listed =
+        |c: &TestCluster| get(c, 0, "/v1/models")["data"].as_array().is_some_and(|d| d.iter().any(|m| m["id"] == name));
+    c.wait_for(Duration::from_secs(60), "the model launched by --run to be served", || listed(&c));
+    completes(&c, 0, name);
+
+    let join = format!("{}@{}", c.code(0), c.nodes[0].control_addr());
+    c.start(1, &["--join", &join, "--run", model]);
+    c.wait_for(Duration::from_secs(30), "node1 to find the model served", || {
+        c.logs().contains("the cluster already serves")
+    });
+    let active: Vec<Value> = get(&c, 1, "/api/instances")
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| ["launching", "ready", "recovering"].contains(&i["state"].as_str().unwrap()))
+        .cloned()
+        .collect();
+    assert_eq!(active.len(), 1, "one instance of the model: {active:#?}");
+    completes(&c, 1, name);
+}

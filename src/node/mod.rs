@@ -1,6 +1,7 @@
 //! The node itself: its persistent identity and data directory, and the telemetry it reports.
 
 pub mod identity;
+mod launch_at_start;
 mod options;
 mod platform;
 pub mod telemetry;

@@ -48,6 +48,10 @@ pub struct NodeOptions {
     /// headroom for the OS).
     #[arg(long, value_parser = crate::util::parse_bytes)]
     pub memory_limit: Option<u64>,
+    /// Launch this model (a GGUF file) as soon as the node can place it, unless the cluster already
+    /// serves a model of that name.
+    #[arg(long = "run", value_name = "MODEL.gguf", env = "SHOAL_RUN")]
+    pub run: Option<PathBuf>,
     /// Seconds a member may stay down before this node forgets it (it rejoins by reconnecting).
     #[arg(long, env = "SHOAL_FORGET_DOWN_AFTER", hide = true, default_value_t = cluster::agent::FORGET_DOWN_AFTER.as_secs())]
     pub forget_down_after: u64,
@@ -63,8 +67,13 @@ pub struct StartedNode {
 
 impl NodeOptions {
     /// Starts the agent and its API on the current tokio runtime.
-    pub async fn start(self) -> anyhow::Result<StartedNode> {
+    pub async fn start(mut self) -> anyhow::Result<StartedNode> {
         warn_about_secrets_in_argv(std::env::args());
+        if let Some(model) = &self.run {
+            let found = std::fs::canonicalize(model).ok().filter(|p| p.is_file());
+            let found = found.ok_or_else(|| anyhow::anyhow!("--run {}: no such model file", model.display()))?;
+            self.run = Some(found);
+        }
         if let Some(limit) = api::server::raise_open_file_limit() {
             tracing::debug!("open-file limit: {limit}");
         }
@@ -91,6 +100,9 @@ impl NodeOptions {
         };
         let (agent, instances) = cluster::agent::start(config, self.join, Instances::start).await?;
         let api_addr = api::serve(instances.clone(), api).await?;
+        if let Some(model) = self.run {
+            super::launch_at_start::spawn(agent.clone(), instances.clone(), model);
+        }
         Ok(StartedNode { agent, instances, api_addr })
     }
 }
