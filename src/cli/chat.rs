@@ -16,7 +16,8 @@ pub struct ChatArgs {
     system: Option<String>,
     #[arg(long, default_value_t = 0.7)]
     temperature: f32,
-    #[arg(long, default_value_t = 512)]
+    /// Most tokens of each reply.
+    #[arg(long, default_value_t = 512, value_parser = super::at_least_one)]
     max_tokens: usize,
     /// Send one message (instead of reading them from stdin) and exit.
     #[arg(long)]
@@ -62,7 +63,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
             let _ = std::io::stdout().flush();
         })?;
         println!();
-        if let Some(r) = report {
+        if let Some(r) = report.filter(|r| r.generated_tokens > 0) {
             eprintln!(
                 "[{} tokens · first token {:.0} ms · prefill {:.0} tok/s · decode {:.1} tok/s]",
                 r.generated_tokens, r.time_to_first_token_ms, r.prefill_tokens_per_second, r.decode_tokens_per_second

@@ -4,7 +4,7 @@
 use crate::api::{self, ApiConfig};
 use crate::cluster::{self, Agent, AgentConfig, JoinTarget};
 use crate::instances::Instances;
-use crate::node::DataDir;
+use crate::node::{DataDir, DataDirLock};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -59,12 +59,15 @@ pub struct StartedNode {
     /// The model instances service running on it.
     pub instances: Arc<Instances>,
     pub api_addr: SocketAddr,
+    /// The data directory's lock, released when this is dropped (or the process ends).
+    pub data_lock: DataDirLock,
 }
 
 impl NodeOptions {
     /// Starts the agent and its API on the current tokio runtime.
     pub async fn start(self) -> anyhow::Result<StartedNode> {
         warn_about_secrets_in_argv(std::env::args());
+        crate::worker::executable::hold();
         if let Some(limit) = api::server::raise_open_file_limit() {
             tracing::debug!("open-file limit: {limit}");
         }
@@ -79,8 +82,10 @@ impl NodeOptions {
                 self.listen
             );
         }
+        let data_dir = DataDir::new(self.data_dir.as_deref())?;
+        let mut data_lock = DataDirLock::acquire(&data_dir)?;
         let config = AgentConfig {
-            data_dir: DataDir::new(self.data_dir.as_deref())?,
+            data_dir,
             name: self.name,
             api_port: self.port,
             control_bind: self.bind,
@@ -91,7 +96,8 @@ impl NodeOptions {
         };
         let (agent, instances) = cluster::agent::start(config, self.join, Instances::start).await?;
         let api_addr = api::serve(instances.clone(), api).await?;
-        Ok(StartedNode { agent, instances, api_addr })
+        data_lock.describe(&format!("process {}, API {api_addr}", std::process::id()));
+        Ok(StartedNode { agent, instances, api_addr, data_lock })
     }
 }
 
