@@ -13,7 +13,9 @@ use std::convert::Infallible;
 use tokio_stream::wrappers::BroadcastStream;
 
 pub async fn health(State(state): State<ApiState>) -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "ok": true, "node_id": state.agent.id(), "version": env!("CARGO_PKG_VERSION") }))
+    Json(serde_json::json!({
+        "ok": true, "node_id": state.agent.id(), "version": env!("CARGO_PKG_VERSION"), "mdns": state.agent.config.mdns,
+    }))
 }
 
 pub async fn snapshot(State(state): State<ApiState>) -> Json<ClusterSnapshot> {
