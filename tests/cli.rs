@@ -69,8 +69,7 @@ fn second_node(data_dir: &std::path::Path) -> Output {
 fn one_node_per_data_directory_and_what_runs_is_listed_stopped_and_not_launched_twice() {
     let _one_at_a_time = common::cluster::exclusive();
     let mut c = TestCluster::with_network(1, Network::Loopback);
-    c.start(0, &[]);
-    c.wait_ready(0);
+    c.form(&[]); // started, answering, with its telemetry (a launch needs it)
     let api = format!("127.0.0.1:{}", c.nodes[0].api_port);
 
     // A second node on the same directory would come up as the same identity: it stops at once and
@@ -135,6 +134,10 @@ fn one_node_per_data_directory_and_what_runs_is_listed_stopped_and_not_launched_
     assert!(stopped.status.success(), "{}", text(&stopped));
     assert!(String::from_utf8_lossy(&c.cli(0, &["ps"]).stdout).contains("no model runs"));
     refused(&c.cli(0, &["stop", MODEL]), "no model runs at all");
+    // Chat says what became of the last instance, not only that nothing runs.
+    let chat = c.cli(0, &["chat", "--message", "Hi"]);
+    refused(&chat, &format!("the last one, `{MODEL}` (instance "));
+    assert!(text(&chat).contains("stopped"), "{}", text(&chat));
 }
 
 #[test]
@@ -145,8 +148,7 @@ fn workers_start_after_the_node_binary_is_replaced() {
     std::fs::copy(env!("CARGO_BIN_EXE_shoal"), &copy).unwrap();
     let mut c = TestCluster::with_network(1, Network::Loopback);
     c.binary = Some(copy.clone());
-    c.start(0, &[]);
-    c.wait_ready(0);
+    c.form(&[]); // started, answering, with its telemetry (a launch needs it)
 
     // As a rebuild does: the file at the node's path is replaced by another one.
     std::fs::remove_file(&copy).unwrap();
