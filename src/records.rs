@@ -106,7 +106,8 @@ pub struct Recovery {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LaunchRequest {
-    /// Path of the GGUF file (the same path on every node that runs a stage).
+    /// Path of the GGUF file on the launching node (the other nodes find it in their library or fetch
+    /// their share of it).
     pub model: PathBuf,
     /// Explicit placement, `NODE:0-9,NODE:10-29`.
     #[serde(default)]

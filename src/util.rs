@@ -22,14 +22,16 @@ pub fn rfc3339(ms: u64) -> String {
     format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z")
 }
 
-/// Parses a byte size: `1048576`, `64MB`, `1.5GB`, `512MiB`, `2G` (decimal units; `iB` units binary).
+/// Parses a byte size with its unit: `64MB`, `1.5GB`, `512MiB`, `2G`, `4096B` (decimal units; `iB` units
+/// binary). A bare number is refused: `--memory-limit 64` meant 64 bytes, never what anyone wanted.
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
     let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a size like 64MB or 1.5GiB"))?;
     let factor: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
+        "" => return Err(format!("{text:?} has no unit: add one, e.g. {number}GB, {number}MB or {number}GiB")),
+        "b" => 1.0,
         "k" | "kb" => 1e3,
         "m" | "mb" => 1e6,
         "g" | "gb" => 1e9,
@@ -99,7 +101,8 @@ mod tests {
     fn sizes_parse() {
         assert_eq!(super::parse_bytes("64MB"), Ok(64_000_000));
         assert_eq!(super::parse_bytes("1.5GiB"), Ok(1_610_612_736));
-        assert_eq!(super::parse_bytes("4096"), Ok(4096));
+        assert_eq!(super::parse_bytes("4096B"), Ok(4096));
+        assert!(super::parse_bytes("64").unwrap_err().contains("64GB"), "a bare number needs a unit");
         assert!(super::parse_bytes("lots").is_err());
         assert!(super::parse_bytes("5 parsecs").is_err());
     }

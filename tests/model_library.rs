@@ -80,6 +80,7 @@ fn lists_shoal_hugging_face_damaged_split_and_added_models() {
     for (file, kind) in [("smol.gguf", "shoal"), ("hf-smol.Q4_1.gguf", "hugging_face"), ("elsewhere.gguf", "added")] {
         let m = find(&listed, file);
         assert_eq!(m["source"]["kind"], kind, "{m}");
+        assert_eq!(m["name"], file.trim_end_matches(".gguf"), "named as the APIs will serve it: {m}");
         assert_eq!(m["runnable"], true, "{m}");
         assert_eq!(m["architecture"], "llama", "{m}");
         assert_eq!(m["quantization"], "Q4_1", "{m}");
@@ -99,7 +100,8 @@ fn lists_shoal_hugging_face_damaged_split_and_added_models() {
 
     let split = find(&listed, "tiny-00001-of-00002.gguf");
     assert_eq!(split["parts"].as_array().unwrap().len(), 2, "{split}");
-    assert_eq!(split["name"], "Tiny Split");
+    assert_eq!(split["name"], "tiny", "a set is named by its file name, without the part number");
+    assert_eq!(split["title"], "Tiny Split", "the name the file gives itself is its title");
     assert_eq!(split["parameters"], 24, "the weights of both parts");
     assert_eq!(split["quantization"], "Q4_K_M");
     assert_eq!((split["layers"].as_u64(), split["context_length"].as_u64()), (Some(2), Some(4096)));
@@ -111,7 +113,10 @@ fn lists_shoal_hugging_face_damaged_split_and_added_models() {
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(table.status.success());
     assert!(
-        text.contains("MODEL") && text.contains("Tiny Split (2 parts)") && text.contains("hf:HuggingFaceTB"),
+        text.contains("MODEL")
+            && text.contains("tiny (2 parts)")
+            && text.contains("Tiny Split · ")
+            && text.contains("hf:HuggingFaceTB"),
         "{text}"
     );
 }

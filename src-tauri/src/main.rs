@@ -28,6 +28,10 @@ fn main() -> ExitCode {
         return report(shoal::worker::args::run(worker));
     }
     args::init_logging();
+    if let Some(reason) = shoal::desktop::display::missing_display(|name| std::env::var(name).ok()) {
+        eprintln!("shoal-app: {reason}");
+        return ExitCode::FAILURE;
+    }
     let node = match BackgroundNode::start(args.node) {
         Ok(node) => node,
         Err(e) => return report(Err(e)),

@@ -17,6 +17,7 @@ pub async fn health(State(state): State<ApiState>) -> Json<serde_json::Value> {
         "ok": true,
         "node_id": state.agent.id(),
         "version": env!("CARGO_PKG_VERSION"),
+        "mdns": state.agent.config.mdns,
         // Whether clients must send the API token (the dashboard's Connect view says so).
         "token_required": state.token.is_some(),
     }))
@@ -43,14 +44,23 @@ pub struct CodeResponse {
     pub code: String,
     pub expires_at_ms: u64,
     pub expires_in_seconds: u64,
+    /// Whether this node advertises itself with mDNS (a new machine nearby then finds it by the code
+    /// alone; otherwise it needs `CODE@HOST:PORT`).
+    pub mdns: bool,
+    /// This node's control addresses, for `--join CODE@HOST:PORT` where multicast does not reach.
+    pub join_addresses: Vec<std::net::SocketAddr>,
 }
 
 pub async fn create_code(State(state): State<ApiState>) -> Json<CodeResponse> {
     let code = state.agent.create_code();
+    let snapshot = state.agent.snapshot();
+    let join_addresses = snapshot.nodes.iter().find(|n| n.is_self).map(|n| n.control.clone()).unwrap_or_default();
     Json(CodeResponse {
         code: code.display(),
         expires_at_ms: code.expires_at_ms,
         expires_in_seconds: crate::cluster::pairing::CODE_LIFETIME.as_secs(),
+        mdns: state.agent.config.mdns,
+        join_addresses,
     })
 }
 

@@ -21,6 +21,11 @@ fn launch_error(e: LaunchError) -> ApiError {
         LaunchError::Model(e) => ApiError::bad_param("model", e.to_string()),
         LaunchError::Placement(e) => ApiError::unprocessable(e.to_string()),
         LaunchError::Invalid(m) => ApiError::bad_request(m),
+        LaunchError::AlreadyRunning(m) => ApiError {
+            status: axum::http::StatusCode::CONFLICT,
+            code: Some("model_already_running"),
+            ..ApiError::bad_request(m)
+        },
     }
 }
 
@@ -37,6 +42,7 @@ pub async fn preview(
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Json<Preview>, ApiError> {
     let request = launch_request(body)?;
+    instances::check_name_free(&state.instances, &request).map_err(launch_error)?;
     let (plan, model) = instances::preview(&state.instances, &request).await.map_err(launch_error)?;
     let fetches = instances::preview_fetches(&state.instances, &request, &plan).await;
     Ok(Json(Preview { model, plan, fetches }))

@@ -1,7 +1,9 @@
 //! `shoal chat`: a conversation with a model running on the cluster, streamed through the node's
-//! OpenAI-compatible API, with each reply's time to first token and token rates.
+//! OpenAI-compatible API, with each reply's time to first token and token rates. When nothing serves, it
+//! says what became of the last instance (failed, being placed again, stopped) instead of only that.
 
 use super::client::NodeAddress;
+use shoal::instances::{InstanceInfo, InstanceState};
 use std::io::{BufRead, Write};
 
 #[derive(clap::Args)]
@@ -16,7 +18,8 @@ pub struct ChatArgs {
     system: Option<String>,
     #[arg(long, default_value_t = 0.7)]
     temperature: f32,
-    #[arg(long, default_value_t = 512)]
+    /// Most tokens of each reply.
+    #[arg(long, default_value_t = 512, value_parser = super::at_least_one)]
     max_tokens: usize,
     /// Send one message (instead of reading them from stdin) and exit.
     #[arg(long)]
@@ -28,10 +31,10 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         Some(m) => m.clone(),
         None => {
             let models: serde_json::Value = args.node.get("/v1/models")?;
-            models["data"][0]["id"]
-                .as_str()
-                .map(str::to_string)
-                .ok_or_else(|| anyhow::anyhow!("no model is running; start one with `shoal run MODEL.gguf`"))?
+            match models["data"][0]["id"].as_str() {
+                Some(id) => id.to_string(),
+                None => coming_or_gone(&args.node)?,
+            }
         }
     };
     let mut messages = Vec::new();
@@ -62,12 +65,40 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
             let _ = std::io::stdout().flush();
         })?;
         println!();
-        if let Some(r) = report {
+        if let Some(r) = report.filter(|r| r.generated_tokens > 0) {
             eprintln!(
                 "[{} tokens · first token {:.0} ms · prefill {:.0} tok/s · decode {:.1} tok/s]",
                 r.generated_tokens, r.time_to_first_token_ms, r.prefill_tokens_per_second, r.decode_tokens_per_second
             );
         }
         messages.push(serde_json::json!({ "role": "assistant", "content": reply }));
+    }
+}
+
+/// With no model serving: the model of the newest instance if it is launching or being placed again
+/// (requests wait for it), or an error saying what became of it (failed, stopped) and why.
+fn coming_or_gone(node: &NodeAddress) -> anyhow::Result<String> {
+    let launch = format!("start one with `shoal run MODEL.gguf{}`", node.flag());
+    let instances: Vec<InstanceInfo> = node.get("/api/instances").unwrap_or_default();
+    let Some(last) = instances.iter().max_by_key(|i| i.created_at_ms) else {
+        anyhow::bail!("no model is running; {launch}");
+    };
+    let why = last.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default();
+    match last.state {
+        InstanceState::Ready => Ok(last.model.clone()),
+        InstanceState::Recovering | InstanceState::Launching => {
+            let doing = if last.state == InstanceState::Recovering { "being placed again" } else { "launching" };
+            eprintln!("`{}` (instance {}) is {doing}{why}; the reply waits for it", last.model, last.id);
+            Ok(last.model.clone())
+        }
+        InstanceState::Failed => {
+            anyhow::bail!("no model is running: `{}` (instance {}) failed{why}; {launch}", last.model, last.id)
+        }
+        state => anyhow::bail!(
+            "no model is running: the last one, `{}` (instance {}), {}{why}; {launch}",
+            last.model,
+            last.id,
+            format!("{state:?}").to_lowercase()
+        ),
     }
 }

@@ -15,6 +15,16 @@ pub struct NodeAddress {
 }
 
 impl NodeAddress {
+    /// What to add to a suggested command so it talks to this same node: ` --node HOST:PORT`, or
+    /// nothing for the default address.
+    pub fn flag(&self) -> String {
+        if self.node == format!("127.0.0.1:{}", shoal::cluster::DEFAULT_API_PORT) {
+            String::new()
+        } else {
+            format!(" --node {}", self.node)
+        }
+    }
+
     fn url(&self, path: &str) -> String {
         let base = if self.node.starts_with("http://") || self.node.starts_with("https://") {
             self.node.clone()
@@ -99,6 +109,18 @@ impl NodeAddress {
             }
         }
         Ok((reply, report))
+    }
+
+    /// DELETE `path` (with the header that tells the node a program, not a web page, asks).
+    pub fn delete<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        let mut request = Self::agent().delete(&self.url(path)).header("X-Shoal-Client", "shoal-cli");
+        if let Some(token) = &self.api_token {
+            request = request.header("Authorization", &format!("Bearer {token}"));
+        }
+        let response = request.call().map_err(|e| self.unreachable(e))?;
+        let text = self.check(response)?;
+        serde_json::from_str(&text)
+            .with_context(|| format!("the node's answer to {path} is not what this shoal expects"))
     }
 
     pub fn post<T: DeserializeOwned>(&self, path: &str, body: serde_json::Value) -> anyhow::Result<T> {

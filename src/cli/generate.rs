@@ -15,7 +15,7 @@ pub struct GenerateArgs {
     #[arg(long)]
     prompt: Option<String>,
     /// Most tokens to generate.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = super::at_least_one)]
     max_tokens: usize,
     /// Sampling temperature; 0 is greedy (the most likely token every time).
     #[arg(long, default_value_t = 0.0)]
@@ -47,7 +47,7 @@ pub struct GenerateArgs {
     #[arg(long)]
     threads: Option<usize>,
     /// Context size in tokens (default: the model's, at most 4096).
-    #[arg(long)]
+    #[arg(long, value_parser = super::at_least_one)]
     ctx_size: Option<usize>,
     /// Send hidden states between stages as f16 instead of f32.
     #[arg(long)]

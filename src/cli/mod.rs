@@ -10,6 +10,7 @@ mod leave;
 mod links;
 mod models;
 mod node;
+mod ps;
 mod run;
 mod status;
 mod tokenize;
@@ -38,7 +39,7 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Run this machine's node agent headless (cluster, discovery, links, API).
     Node(shoal::node::NodeOptions),
-    /// Show the cluster: members, memory pool, links, nearby clusters.
+    /// Show the cluster: members, memory pool, links, model instances, nearby clusters.
     Status(status::StatusArgs),
     /// Make a join code for a new machine (valid 10 minutes).
     Code(code::CodeArgs),
@@ -50,6 +51,10 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Launch a model on the cluster (split over the nodes as placement decides).
     Run(run::RunArgs),
+    /// List the model instances the cluster runs: name, state, stages and their nodes.
+    Ps(ps::PsArgs),
+    /// Stop a model instance (by its model's name or its id).
+    Stop(ps::StopArgs),
     /// List the models this node has (shoal's directory, the Hugging Face cache, added files).
     Models(models::ModelsArgs),
     /// Download a GGUF model from Hugging Face: REPO or REPO:FILE.
@@ -75,6 +80,8 @@ pub fn main() -> ExitCode {
         Command::Links(args) => links::run(args),
         Command::Worker(args) => worker::run(args),
         Command::Run(args) => run::run(args),
+        Command::Ps(args) => ps::ps(args),
+        Command::Stop(args) => ps::stop(args),
         Command::Doctor(args) => doctor::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Models(args) => models::run(args),
@@ -114,4 +121,14 @@ fn read_stdin() -> anyhow::Result<String> {
     let mut text = String::new();
     std::io::stdin().read_to_string(&mut text).context("reading the prompt from stdin (it must be UTF-8 text)")?;
     Ok(text)
+}
+
+/// Parses a count that must be at least 1 (`--max-tokens`, `--context`): 0 would run nothing and report
+/// nonsense.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(0) => Err("0 would do nothing: give 1 or more".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{text:?} is not a whole number ({e})")),
+    }
 }

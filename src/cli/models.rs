@@ -93,11 +93,14 @@ fn render(models: &[LibraryModel]) -> String {
             m.quantization.clone().unwrap_or_else(dash),
             m.layers.map(|l| l.to_string()).unwrap_or_else(dash),
             m.context_length.map(|c| c.to_string()).unwrap_or_else(dash),
-            super::status::gib(m.size_bytes),
+            super::status::size(m.size_bytes),
             if m.runnable { "yes" } else { "no" },
             source,
         );
-        out += &format!("    {}\n", m.path.display());
+        match &m.title {
+            Some(title) => out += &format!("    {title} · {}\n", m.path.display()),
+            None => out += &format!("    {}\n", m.path.display()),
+        }
         if let Some(problem) = &m.problem {
             out += &format!("    ! {problem}\n");
         }

@@ -1,6 +1,7 @@
 //! `shoal run MODEL_PATH`: launches a model on the cluster (placement preview, then the stages'
-//! progress), and returns once it is ready to serve. Time spent fetching shares of the model does not
-//! count against its ten minutes: only time without progress does.
+//! progress), and returns once it is ready to serve; `--replace` stops what runs under its name first.
+//! Time spent fetching shares of the model does not count against its ten minutes: only time without
+//! progress does.
 
 use super::client::NodeAddress;
 use shoal::instances::{InstanceInfo, InstanceState};
@@ -10,16 +11,18 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// The GGUF file (the same path on every node that runs a stage).
+    /// The GGUF file, a path on the node that launches it (--node); the other nodes that run a stage
+    /// fetch their share of it unless they hold it already.
     model: PathBuf,
     #[command(flatten)]
     node: NodeAddress,
     /// Explicit placement: NODE:FIRST-LAST,… in ring order (NODE is a name or an id prefix).
     #[arg(long)]
     layers: Option<String>,
-    /// Context of each request, in tokens.
-    #[arg(long, default_value_t = 2048)]
-    context: usize,
+    /// Context of each request, in tokens (default: 2048, or the model's trained context when that is
+    /// less; more than the model was trained on is refused).
+    #[arg(long, value_parser = super::at_least_one)]
+    context: Option<usize>,
     /// Requests served at once.
     #[arg(long, default_value_t = 4)]
     sequences: usize,
@@ -32,6 +35,9 @@ pub struct RunArgs {
     /// Only show the placement.
     #[arg(long)]
     preview: bool,
+    /// Stop the instance that already runs under this name first (otherwise the launch is refused).
+    #[arg(long, conflicts_with = "preview")]
+    replace: bool,
 }
 
 /// How long a launch may go without any stage's progress changing.
@@ -51,6 +57,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         "model": model, "layers": args.layers, "context": args.context, "sequences": args.sequences,
         "threads": args.threads, "name": args.name,
     });
+    if args.replace {
+        let name = args.name.clone().or_else(|| shoal::model::library::model_name(&model));
+        replace(&args.node, name.as_deref().unwrap_or_default())?;
+    }
     let preview: Preview = args.node.post("/api/placements/preview", body.clone())?;
     println!(
         "{}: {} stage(s), {:.1} MB in all",
@@ -109,7 +119,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         match now.state {
             InstanceState::Ready => {
-                println!("ready: instance {} serves `{}`; try  shoal chat --model {}", now.id, now.model, now.model);
+                println!(
+                    "ready: instance {} serves `{}`; try  shoal chat --model {}{}",
+                    now.id,
+                    now.model,
+                    now.model,
+                    args.node.flag()
+                );
                 return Ok(());
             }
             InstanceState::Replaced if now.replaced_by.is_some() => {
@@ -129,11 +145,31 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             }
             InstanceState::Launching if Instant::now() > deadline => {
                 anyhow::bail!(
-                    "the instance {} made no progress for 10 minutes; it keeps launching on the cluster (see the dashboard or GET /api/instances/{0}; stop it with DELETE /api/instances/{0})",
-                    now.id
+                    "the instance {} made no progress for 10 minutes; it keeps launching on the cluster (see `shoal ps{1}` or the dashboard; stop it with `shoal stop {0}{1}`)",
+                    now.id,
+                    args.node.flag()
                 )
             }
             InstanceState::Launching => std::thread::sleep(Duration::from_millis(200)),
         }
     }
+}
+
+/// Stops the active instances named `name` and waits until the node no longer counts them as running.
+fn replace(node: &NodeAddress, name: &str) -> anyhow::Result<()> {
+    let instances: Vec<InstanceInfo> = node.get("/api/instances")?;
+    let running: Vec<&InstanceInfo> = instances.iter().filter(|i| i.state.is_active() && i.model == name).collect();
+    for i in &running {
+        let _: InstanceInfo = node.delete(&format!("/api/instances/{}", i.id))?;
+        eprintln!("stopped instance {} (`{name}`) to replace it", i.id);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !running.is_empty() && Instant::now() < deadline {
+        let now: Vec<InstanceInfo> = node.get("/api/instances")?;
+        if !now.iter().any(|i| i.state.is_active() && i.model == name) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
 }

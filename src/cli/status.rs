@@ -1,8 +1,9 @@
-//! `shoal status`: the cluster as a node sees it — members, memory pool, links, nearby clusters — as a
-//! table, or with `--json` exactly the JSON of `GET /api/cluster`.
+//! `shoal status`: the cluster as a node sees it — members, memory pool, links, nearby clusters, and the
+//! model instances that run — as tables, or with `--json` exactly the JSON of `GET /api/cluster`.
 
 use super::client::NodeAddress;
 use shoal::cluster::{ClusterSnapshot, LinkView};
+use shoal::instances::InstanceInfo;
 use std::collections::HashMap;
 
 #[derive(clap::Args)]
@@ -22,11 +23,14 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     }
     let snapshot: ClusterSnapshot = serde_json::from_str(&text)?;
     print!("{}", render(&snapshot));
+    let instances: Vec<InstanceInfo> = args.node.get("/api/instances")?;
+    print!("\n{}", super::ps::render(&instances, false));
     Ok(())
 }
 
-pub fn gib(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+/// A size in decimal units, as the dashboard and macOS show it ("24 GB", "512 MB").
+pub fn size(bytes: u64) -> String {
+    shoal::util::format_bytes(bytes)
 }
 
 pub fn rate(bps: Option<u64>) -> String {
@@ -49,8 +53,8 @@ pub fn render(s: &ClusterSnapshot) -> String {
         s.cluster_id,
         s.nodes.len(),
         s.pool.nodes_up,
-        gib(s.pool.memory_total),
-        gib(s.pool.memory_available)
+        size(s.pool.memory_total),
+        size(s.pool.memory_available)
     );
     out += &format!(
         "{:<20} {:<9} {:<10} {:<22} {:<10} {:<28} {:<5}\n",
@@ -61,8 +65,8 @@ pub fn render(s: &ClusterSnapshot) -> String {
     for n in nodes {
         let (mem, shoal, cpu, load) = match &n.telemetry {
             Some(t) => (
-                format!("{} / {}", gib(t.memory_available), gib(t.memory_total)),
-                format!("{:.0} MiB", t.memory_used_by_shoal as f64 / (1u64 << 20) as f64),
+                format!("{} / {}", size(t.memory_available), size(t.memory_total)),
+                size(t.memory_used_by_shoal),
                 format!(
                     "{} ({} cores)",
                     t.chip.clone().unwrap_or_else(|| t.cpu_model.chars().take(18).collect()),

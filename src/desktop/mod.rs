@@ -1,9 +1,11 @@
 //! What the menu-bar app shows and does, kept here so it is tested without a window: the tray's look and
 //! menu lines from the cluster ([`tray`]), which events become desktop notifications ([`notices`]),
-//! start at login ([`autostart`]), the tray icon's pixels ([`icon`]) and the in-process node ([`runner`]).
+//! start at login ([`autostart`]), the tray icon's pixels ([`icon`]), the in-process node ([`runner`]) and
+//! whether there is a display to open a window on ([`display`]).
 //! The Tauri crate (`src-tauri/`) only renders these.
 
 pub mod autostart;
+pub mod display;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub mod icon;

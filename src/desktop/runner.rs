@@ -15,6 +15,8 @@ pub struct BackgroundNode {
     pub instances: Arc<Instances>,
     pub api_addr: SocketAddr,
     runtime: Option<Runtime>,
+    /// Held while the node runs: one node per data directory.
+    _data_lock: crate::node::DataDirLock,
 }
 
 impl BackgroundNode {
@@ -31,6 +33,7 @@ impl BackgroundNode {
             instances: node.instances,
             api_addr: node.api_addr,
             runtime: Some(runtime),
+            _data_lock: node.data_lock,
         })
     }
 

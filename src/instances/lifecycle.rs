@@ -24,6 +24,9 @@ pub enum LaunchError {
     Placement(#[from] PlacementError),
     #[error("{0}")]
     Invalid(String),
+    /// An instance already serves (or is being launched or placed again under) the name asked for.
+    #[error("{0}")]
+    AlreadyRunning(String),
 }
 
 /// The nodes that are up, what they offer, and the measured links between them.
@@ -66,22 +69,48 @@ pub(super) fn needs_for(model: &Model, request: &LaunchRequest) -> ModelNeeds {
     ModelNeeds::of(model, context, sequences, BATCH)
 }
 
+/// Fewest tokens of context a launch may ask for (a chat template alone takes more).
+const MIN_CONTEXT: usize = 16;
+
+/// A context the request names must be one the model can use: refused (not clamped) when it is too
+/// small or beyond the context the model was trained on, so that nobody gets less memory planned than
+/// asked for, or a model answering past what it knows, without being told.
+fn check_context(model: &Model, request: &LaunchRequest) -> Result<(), LaunchError> {
+    let Some(context) = request.context else { return Ok(()) };
+    let trained = model.config().training_context;
+    if context < MIN_CONTEXT {
+        return Err(LaunchError::Invalid(format!(
+            "a context of {context} tokens is too small: give at least {MIN_CONTEXT}"
+        )));
+    }
+    if trained > 0 && context > trained {
+        return Err(LaunchError::Invalid(format!(
+            "a context of {context} tokens is more than the {trained} this model was trained on: give {trained} or less"
+        )));
+    }
+    Ok(())
+}
+
 /// The plan a launch would use.
 pub async fn preview(instances: &Arc<Instances>, request: &LaunchRequest) -> Result<(Plan, String), LaunchError> {
     let path = request.model.clone();
     let model = tokio::task::spawn_blocking(move || Model::open(&path))
         .await
         .map_err(|e| LaunchError::Invalid(e.to_string()))??;
+    check_context(&model, request)?;
     let needs = needs_for(&model, request);
     let (offers, links) = cluster_offers(&instances.agent);
     let plan = match &request.layers {
         Some(spec) => placement::plan_override(&needs, &offers, &links, &placement::parse_layers(spec)?)?,
         None => placement::plan(&needs, &offers, &links)?,
     };
-    // Clients name models by id; the file name has no spaces, unlike many models' own names.
-    let default_name =
-        request.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| model.name());
-    Ok((plan, request.name.clone().unwrap_or(default_name)))
+    Ok((plan, instance_name(request).unwrap_or_else(|| model.name())))
+}
+
+/// The name clients use for the instance a request launches: the one it gives, or the model's name in
+/// the library (its file name, which has no spaces, unlike many models' own names).
+fn instance_name(request: &LaunchRequest) -> Option<String> {
+    request.name.clone().or_else(|| crate::model::library::model_name(&request.model))
 }
 
 /// What each stage's node would fetch of the model at launch (None: it holds its share already).
@@ -97,9 +126,31 @@ pub async fn preview_fetches(
     super::share::plan_fetches(&instances.agent, &model, plan).await
 }
 
-/// Launches an instance; this node owns it. Returns as soon as the stages are starting.
+/// Launches an instance; this node owns it. Returns as soon as the stages are starting. Refused while
+/// another instance runs under the same name: clients name models by it, so the second would never
+/// be reached.
 pub async fn launch(instances: &Arc<Instances>, request: LaunchRequest) -> Result<InstanceInfo, LaunchError> {
+    check_name_free(instances, &request)?;
     launch_as(instances, request, None).await
+}
+
+/// Refuses a launch whose name (given, or the file's) an active instance already serves.
+pub fn check_name_free(instances: &Arc<Instances>, request: &LaunchRequest) -> Result<(), LaunchError> {
+    let name = instance_name(request);
+    let running = name.as_ref().and_then(|name| {
+        let registry = instances.registry();
+        registry.instances.values().find(|i| i.state.is_active() && &i.model == name).cloned()
+    });
+    match running {
+        None => Ok(()),
+        Some(running) => Err(LaunchError::AlreadyRunning(format!(
+            "`{}` already runs as instance {} ({}); stop it first (`shoal stop {}`, or `shoal run --replace`), or launch this one under another name (--name)",
+            running.model,
+            running.id,
+            format!("{:?}", running.state).to_lowercase(),
+            running.model
+        ))),
+    }
 }
 
 /// Launches an instance, placed with the cluster as it is now; `recovery` names the instance it

@@ -21,7 +21,7 @@ mod validate;
 pub use crate::records::{InstanceInfo, InstanceState, LaunchRequest, Recovery, StageFetch, StageReport, StageStatus};
 pub use fit::{Fit, PoolOffers};
 pub use generate::{generate, generate_when_ready, lost_and_recovering, GenerateError};
-pub use lifecycle::{launch, on_message, on_peer_down, preview, preview_fetches, stop, LaunchError};
+pub use lifecycle::{check_name_free, launch, on_message, on_peer_down, preview, preview_fetches, stop, LaunchError};
 pub use service::Instances;
 pub use share::ShareNeed;
 

@@ -28,8 +28,12 @@ pub enum ModelSource {
 /// One model: a GGUF file, or all parts of a split GGUF set.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LibraryModel {
-    /// The model's name (`general.name`), or its file name.
+    /// The model's name: its file name without `.gguf` (of a split set, without the part number) — the
+    /// name a launch gives its instance by default, and so the one the APIs serve it by.
     pub name: String,
+    /// The name the file gives itself (`general.name`), when it has one: a title to show beside `name`.
+    #[serde(default)]
+    pub title: Option<String>,
     /// The file to open: the only file, or the first part of a split set.
     pub path: PathBuf,
     /// Every file of the model, in order (one unless split).
@@ -195,6 +199,18 @@ fn hugging_face_files(hub: &Path) -> Vec<(PathBuf, ModelSource)> {
 }
 
 /// `name-00002-of-00005.gguf` → (`name`, 2, 5).
+/// The name shoal knows the model at `path` by, everywhere (library, instances, APIs): the file name
+/// without `.gguf`, and of a split set without the part number (`NAME-00001-of-00003.gguf` is `NAME`).
+pub fn model_name(path: &Path) -> Option<String> {
+    match split_part(path) {
+        Some((base, _, _)) => Some(base),
+        None => {
+            let file_name = path.file_name()?.to_string_lossy().into_owned();
+            Some(file_name.strip_suffix(".gguf").map(str::to_string).unwrap_or(file_name))
+        }
+    }
+}
+
 pub fn split_part(path: &Path) -> Option<(String, u32, u32)> {
     let stem = path.file_name()?.to_str()?.strip_suffix(".gguf")?;
     let (rest, total) = stem.rsplit_once("-of-")?;
@@ -238,7 +254,8 @@ pub fn describe(parts: Vec<PathBuf>, source: ModelSource) -> LibraryModel {
     let file_name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
     let size_bytes = parts.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
     let mut model = LibraryModel {
-        name: split_part(&path).map(|(base, _, _)| base).unwrap_or_else(|| file_name.trim_end_matches(".gguf").into()),
+        name: model_name(&path).unwrap_or_else(|| file_name.clone()),
+        title: None,
         path: path.clone(),
         parts: parts.clone(),
         source,
@@ -276,9 +293,7 @@ pub fn describe(parts: Vec<PathBuf>, source: ModelSource) -> LibraryModel {
     model.layers = key("block_count");
     model.context_length = key("context_length");
     model.quantization = first.get("general.file_type").and_then(Value::as_u64).map(file_type_name);
-    if let Some(name) = first.get("general.name").and_then(Value::as_str) {
-        model.name = name.to_string();
-    }
+    model.title = first.get("general.name").and_then(Value::as_str).map(str::to_string).filter(|t| *t != model.name);
     let mut parameters = weights(&first);
     for part in &parts[1..] {
         match GgufFile::open(part) {

@@ -4,7 +4,7 @@
 use crate::api::{self, ApiConfig};
 use crate::cluster::{self, Agent, AgentConfig, JoinTarget};
 use crate::instances::Instances;
-use crate::node::DataDir;
+use crate::node::{DataDir, DataDirLock};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -63,6 +63,8 @@ pub struct StartedNode {
     /// The model instances service running on it.
     pub instances: Arc<Instances>,
     pub api_addr: SocketAddr,
+    /// The data directory's lock, released when this is dropped (or the process ends).
+    pub data_lock: DataDirLock,
 }
 
 impl NodeOptions {
@@ -74,6 +76,7 @@ impl NodeOptions {
             let found = found.ok_or_else(|| anyhow::anyhow!("--run {}: no such model file", model.display()))?;
             self.run = Some(found);
         }
+        crate::worker::executable::hold();
         if let Some(limit) = api::server::raise_open_file_limit() {
             tracing::debug!("open-file limit: {limit}");
         }
@@ -88,8 +91,10 @@ impl NodeOptions {
                 self.listen
             );
         }
+        let data_dir = DataDir::new(self.data_dir.as_deref())?;
+        let mut data_lock = DataDirLock::acquire(&data_dir)?;
         let config = AgentConfig {
-            data_dir: DataDir::new(self.data_dir.as_deref())?,
+            data_dir,
             name: self.name,
             api_port: self.port,
             control_bind: self.bind,
@@ -103,7 +108,8 @@ impl NodeOptions {
         if let Some(model) = self.run {
             super::launch_at_start::spawn(agent.clone(), instances.clone(), model);
         }
-        Ok(StartedNode { agent, instances, api_addr })
+        data_lock.describe(&format!("process {}, API {api_addr}", std::process::id()));
+        Ok(StartedNode { agent, instances, api_addr, data_lock })
     }
 }
 

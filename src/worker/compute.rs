@@ -480,7 +480,8 @@ impl Compute {
                 let now = Instant::now();
                 // The prompt is processed when the first token comes back from the last stage.
                 let ttft = a.first_token.unwrap_or(now).duration_since(a.started);
-                let prefill = ttft;
+                // Without a token back, the prompt was not run (max_tokens 0): no rate to report.
+                let prefill = if a.first_token.is_some() { ttft } else { Duration::ZERO };
                 let decode = now.duration_since(a.first_token.unwrap_or(now));
                 let report = GenerationReport {
                     prompt_tokens: a.prompt_tokens,

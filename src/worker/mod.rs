@@ -4,6 +4,7 @@
 
 pub mod args;
 pub mod compute;
+pub mod executable;
 pub mod process;
 pub mod protocol;
 pub mod supervisor;

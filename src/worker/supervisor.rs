@@ -1,4 +1,4 @@
-//! The agent's side of a worker: spawns `shoal worker` (this same binary) with the secret in its
+//! The agent's side of a worker: spawns `shoal worker` (this same binary, see [`super::executable`]) with the secret in its
 //! environment, turns its stdout into events, keeps its stderr in a log file, sends it commands, and
 //! reports how it ended. Closing its stdin (or dropping the handle) stops it.
 
@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{ChildStdin, Command};
+use tokio::process::ChildStdin;
 
 /// Everything a node needs to start one stage of an instance.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -97,8 +97,7 @@ pub fn spawn(
     let log = log_dir.join(format!("{}-stage{}.log", spec.instance, spec.stage));
     let log_file = std::fs::File::create(&log)?;
     let front_token = hex::encode(rand::random::<[u8; 16]>());
-    let exe = std::env::current_exe()?;
-    let mut cmd = Command::new(exe);
+    let mut cmd = super::executable::command()?;
     cmd.arg("worker")
         .arg("--model")
         .arg(&spec.model_path)

@@ -41,6 +41,8 @@ pub struct TestCluster {
     /// Environment variables every node this cluster starts gets (never set in the test process: other
     /// tests run in it at the same time).
     pub env: Vec<(String, String)>,
+    /// The `shoal` binary nodes start from (default: the one built for these tests).
+    pub binary: Option<PathBuf>,
     prefix: String,
     bridge: Option<String>,
     pub nodes: Vec<TestNode>,
@@ -107,6 +109,7 @@ impl TestCluster {
             network,
             private_disks: false,
             env: Vec::new(),
+            binary: None,
             prefix: prefix.clone(),
             bridge: None,
             nodes: Vec::new(),
@@ -190,7 +193,8 @@ impl TestCluster {
 
     /// Starts node `i` with `extra` arguments and environment variables `env`.
     pub fn start_with_env(&mut self, i: usize, extra: &[&str], env: &[(&str, &str)]) {
-        let binary = env!("CARGO_BIN_EXE_shoal");
+        let binary = self.binary.clone().unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_shoal")));
+        let binary = binary.to_str().expect("a UTF-8 path");
         let mut cmd = if self.private_disks {
             let mut script = String::new();
             for (j, other) in self.nodes.iter().enumerate().filter(|(j, _)| *j != i) {

@@ -170,7 +170,8 @@ test('the library lists SmolLM2 with the fit the API computes, and Launch… pre
   const row = page.locator(`[data-testid="library-model"][data-path="${smol.path}"]`);
   await row.waitFor({ timeout: 10_000 });
   assert.equal(await page.locator('[data-testid="library-model"]').count(), library.length);
-  assert.match(await row.innerText(), /Smollm2 135M/i);
+  assert.match(await row.innerText(), /SmolLM2-135M-Instruct\.Q4_1/, 'named as the APIs serve it');
+  assert.match(await row.innerText(), /Smollm2 135M/i, "with the file's own title beside it");
   assert.match(await row.innerText(), /llama · 135 M parameters · Q4_1 · 98\.4 MB · 30 layers/);
   const fit = row.locator('[data-testid="fit"]');
   assert.equal(await fit.getAttribute('data-fits'), 'true');

@@ -61,7 +61,9 @@ describe('the library', () => {
     expect(rows).toHaveLength(2);
     const [smol, broken] = rows as [HTMLElement, HTMLElement];
     expect(smol.dataset['runnable']).toBe('true');
-    expect(within(smol).getByText('Smollm2 135M 8k Lc100K Mix1 Ep2')).toBeTruthy();
+    // Named as the APIs serve it (the file name), with the file's own title beside it.
+    expect(within(smol).getByText('SmolLM2-135M-Instruct.Q4_1')).toBeTruthy();
+    expect(within(smol).getByTestId('model-title').textContent).toBe('Smollm2 135M 8k Lc100K Mix1 Ep2');
     expect(smol.textContent).toContain('llama · 135 M parameters · Q4_1 · 98.4 MB · 30 layers');
     const fit = within(smol).getByTestId('fit');
     expect(fit.dataset['fits']).toBe('true');

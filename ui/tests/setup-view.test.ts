@@ -32,6 +32,12 @@ function mount(routes: Record<string, Route>) {
 }
 
 const wizard = () => structuredClone(wizardFixture) as unknown as WizardView;
+/** The wizard as a Mac's node shows it. */
+const macWizard = () => {
+  const view = wizard();
+  view.doctor.platform = 'macos';
+  return view;
+};
 
 describe('SetupView', () => {
   it('shows the doctor alone when the node has no wizard', async () => {
@@ -41,14 +47,31 @@ describe('SetupView', () => {
     expect(screen.queryByTestId('rdma-wizard')).toBeNull();
   });
 
+  it('on Linux says RDMA needs macOS 26.2 and that the links use TCP, with nothing red and no setup to start', async () => {
+    mount({
+      'GET /api/rdma': () => ({ status: 200, json: rdma }),
+      'GET /api/rdma/wizard': () => ({ status: 200, json: wizard() }),
+    });
+    const note = await screen.findByTestId('wizard-not-mac');
+    expect(note.textContent).toMatch(/macOS 26\.2/);
+    expect(note.textContent).toMatch(/TCP/);
+    expect(screen.queryByTestId('wizard-start')).toBeNull();
+    await waitFor(() => expect(screen.getAllByTestId('doctor-node')).toHaveLength(rdma.nodes.length));
+    for (const badge of screen.getAllByTestId('doctor-badge')) {
+      expect(badge.classList.contains('bad')).toBe(false);
+      expect(badge.textContent).not.toMatch(/to fix/);
+    }
+    expect(screen.getAllByTestId('not-mac')[0]?.textContent).toMatch(/use TCP/);
+  });
+
   it('starts the wizard and walks to the Recovery steps', async () => {
-    let view = wizard();
+    let view = macWizard();
     const { posted } = mount({
       'GET /api/rdma': () => ({ status: 200, json: rdma }),
       'GET /api/rdma/wizard': () => ({ status: 200, json: view }),
       'POST /api/rdma/wizard': (body) => {
         const action = (body as { action: string }).action;
-        view = wizard();
+        view = macWizard();
         view.state.started = true;
         view.state.step = action === 'start' ? 'why' : 'recovery';
         view.steps = view.steps.map((s, i) => ({ ...s, status: s.id === view.state.step ? 'current' : i < 3 ? 'done' : 'upcoming' }));

@@ -301,6 +301,10 @@ export interface JoinCode {
   code: string;
   expires_at_ms: number;
   expires_in_seconds: number;
+  /** Whether this node advertises itself with mDNS (then the code alone finds it nearby). */
+  mdns: boolean;
+  /** This node's control addresses, for `--join CODE@HOST:PORT` where multicast does not reach. */
+  join_addresses: string[];
 }
 
 export interface Cable {
@@ -330,7 +334,10 @@ export type ModelSource = { kind: 'shoal' } | { kind: 'hugging_face'; repo: stri
 
 /** A model of this node's library (GET /api/models). */
 export interface LibraryModel {
+  /** The file name without `.gguf` (of a split set, without the part number): the name the APIs serve it by. */
   name: string;
+  /** The name the file gives itself (`general.name`), shown beside `name`. */
+  title?: string | null;
   /** The file to open (the first part of a split set). */
   path: string;
   parts: string[];

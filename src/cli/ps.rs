@@ -1,0 +1,112 @@
+//! `shoal ps` lists the model instances the cluster runs (name, state, stages and their nodes) and
+//! `shoal stop NAME|ID` stops one, through the node's instance API (`GET`/`DELETE /api/instances`).
+
+use super::client::NodeAddress;
+use shoal::instances::{InstanceInfo, InstanceState};
+
+#[derive(clap::Args)]
+pub struct PsArgs {
+    #[command(flatten)]
+    node: NodeAddress,
+    /// Also list the instances that ended (stopped, failed, or replaced after a loss).
+    #[arg(long, short)]
+    all: bool,
+    /// Print the JSON of GET /api/instances.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct StopArgs {
+    /// The model's name (as `shoal ps` and /v1/models show it) or the instance's id (or its start).
+    target: String,
+    #[command(flatten)]
+    node: NodeAddress,
+}
+
+pub fn ps(args: PsArgs) -> anyhow::Result<()> {
+    if args.json {
+        println!("{}", args.node.get_text("/api/instances")?);
+        return Ok(());
+    }
+    let instances: Vec<InstanceInfo> = args.node.get("/api/instances")?;
+    print!("{}", render(&instances, args.all));
+    Ok(())
+}
+
+/// A table of the instances (the active ones, or all), newest first, with what went wrong for each
+/// that is not serving.
+pub fn render(instances: &[InstanceInfo], all: bool) -> String {
+    let mut shown: Vec<&InstanceInfo> = instances.iter().filter(|i| all || i.state.is_active()).collect();
+    if shown.is_empty() {
+        let ended = instances.len();
+        return match ended {
+            0 => "no model runs: launch one with `shoal run MODEL.gguf`\n".into(),
+            n => format!("no model runs ({n} ended instance(s): `shoal ps --all` lists them)\n"),
+        };
+    }
+    shown.sort_by_key(|i| std::cmp::Reverse(i.created_at_ms));
+    let mut out =
+        format!("{:<10} {:<32} {:<11} {:>7}  {}\n", "ID", "MODEL", "STATE", "CONTEXT", "STAGES (node layers state)");
+    for i in shown {
+        let stages = i
+            .stages
+            .iter()
+            .map(|s| {
+                let state = format!("{:?}", s.state).to_lowercase();
+                format!("{} {}-{} {state}", s.node_name, s.layers.start, s.layers.end.saturating_sub(1))
+            })
+            .collect::<Vec<_>>()
+            .join(" · ");
+        out += &format!("{:<10} {:<32} {:<11} {:>7}  {stages}\n", i.id, i.model, state_word(i.state), i.context);
+        if let Some(error) = i.error.as_ref().filter(|_| i.state != InstanceState::Ready) {
+            out += &format!("{:<10} ! {error}\n", "");
+        }
+        if let (InstanceState::Replaced, Some(next)) = (i.state, &i.replaced_by) {
+            out += &format!("{:<10} placed again as instance {next}\n", "");
+        }
+    }
+    out
+}
+
+fn state_word(state: InstanceState) -> String {
+    format!("{state:?}").to_lowercase()
+}
+
+pub fn stop(args: StopArgs) -> anyhow::Result<()> {
+    let instances: Vec<InstanceInfo> = args.node.get("/api/instances")?;
+    let targets = matching(&instances, &args.target)?;
+    for id in targets {
+        let stopped: InstanceInfo = args.node.delete(&format!("/api/instances/{id}"))?;
+        println!("stopped instance {} (`{}`)", stopped.id, stopped.model);
+    }
+    Ok(())
+}
+
+/// The active instances `target` names: by model name, by id, or by the start of an id (when only one
+/// has it).
+pub fn matching(instances: &[InstanceInfo], target: &str) -> anyhow::Result<Vec<String>> {
+    let active = || instances.iter().filter(|i| i.state.is_active());
+    let by_name: Vec<String> = active().filter(|i| i.model == target).map(|i| i.id.clone()).collect();
+    if !by_name.is_empty() {
+        return Ok(by_name);
+    }
+    if let Some(i) = instances.iter().find(|i| i.id == target) {
+        if !i.state.is_active() {
+            anyhow::bail!("instance {} (`{}`) has already ended ({})", i.id, i.model, state_word(i.state));
+        }
+        return Ok(vec![i.id.clone()]);
+    }
+    let by_prefix: Vec<&InstanceInfo> = active().filter(|i| i.id.starts_with(target)).collect();
+    match by_prefix.as_slice() {
+        [one] => Ok(vec![one.id.clone()]),
+        [] => {
+            let names: Vec<String> = active().map(|i| format!("{} ({})", i.model, i.id)).collect();
+            if names.is_empty() {
+                anyhow::bail!("nothing named {target:?} runs: no model runs at all")
+            }
+            anyhow::bail!("nothing named {target:?} runs; running: {}", names.join(", "))
+        }
+        _ => anyhow::bail!("{target:?} starts the id of several instances: give more of it"),
+    }
+}
