@@ -90,7 +90,8 @@ fn a_three_node_launch_moves_each_node_only_its_share_from_the_member_that_has_i
     // The preview says who will fetch its share, how much and from where.
     let layers = "node0:0-9,node1:10-19,node2:20-29";
     let preview = |c: &TestCluster| {
-        let body = json!({ "model": model, "layers": layers, "context": 256, "sequences": 2 });
+        // Under a name of its own: a preview under the running instance's name is refused (409).
+        let body = json!({ "model": model, "layers": layers, "context": 256, "sequences": 2, "name": "preview" });
         let (status, preview) = c.post_json(0, "/api/placements/preview", body);
         assert_eq!(status, 200, "{preview}");
         preview["fetches"].as_array().unwrap().clone()
