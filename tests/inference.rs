@@ -440,6 +440,15 @@ fn a_node_started_with_run_serves_its_model_and_a_joining_one_does_not_launch_it
     c.wait_for(Duration::from_secs(30), "node1 to find the model served", || {
         c.logs().contains("the cluster already serves")
     });
+    // The file --run was given joined node0's library: the preview sees node0 hold it, and node1
+    // would fetch its share from node0.
+    let library = get(&c, 0, "/api/models");
+    assert!(library.as_array().unwrap().iter().any(|m| m["name"] == name), "{library:#}");
+    let body = json!({ "model": model, "layers": "node0:0-14,node1:15-29", "name": "probe" });
+    let (status, preview) = post(&c, 0, "/api/placements/preview", body);
+    assert_eq!(status, 200, "{preview}");
+    assert_eq!(preview["fetches"][0], Value::Null, "node0 holds the file: {preview}");
+    assert_eq!(preview["fetches"][1]["from"], "node0", "{preview}");
     let active: Vec<Value> = get(&c, 1, "/api/instances")
         .as_array()
         .unwrap()

@@ -98,6 +98,7 @@ pub async fn preview(instances: &Arc<Instances>, request: &LaunchRequest) -> Res
         .await
         .map_err(|e| LaunchError::Invalid(e.to_string()))??;
     check_context(&model, request)?;
+    remember_in_library(instances, &request.model).await;
     let needs = needs_for(&model, request);
     let (offers, links) = cluster_offers(&instances.agent);
     let plan = match &request.layers {
@@ -105,6 +106,30 @@ pub async fn preview(instances: &Arc<Instances>, request: &LaunchRequest) -> Res
         None => placement::plan(&needs, &offers, &links)?,
     };
     Ok((plan, instance_name(request).unwrap_or_else(|| model.name())))
+}
+
+/// A model given by path (to `shoal run`, the launch form or `--run`) joins this node's library, so the
+/// placement preview and the other nodes see that this node holds it (and can fetch their shares from
+/// it). A file the library cannot take stays out, with a warning: the launch itself goes on.
+async fn remember_in_library(instances: &Arc<Instances>, path: &std::path::Path) {
+    let library = || crate::model::library::Library::new(&instances.agent.config.data_dir);
+    let known = {
+        let library = library();
+        let path = path.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let wanted = std::fs::canonicalize(&path).unwrap_or(path);
+            library.list().iter().any(|m| m.parts.iter().any(|p| std::fs::canonicalize(p).is_ok_and(|p| p == wanted)))
+        })
+    };
+    if known.await.unwrap_or(true) {
+        return;
+    }
+    let (library, path) = (library(), path.to_path_buf());
+    match tokio::task::spawn_blocking(move || library.add(&path)).await {
+        Ok(Ok(model)) => tracing::info!("{} is now in this node's library", model.path.display()),
+        Ok(Err(e)) => tracing::warn!("{e}"),
+        Err(_) => {}
+    }
 }
 
 /// The name clients use for the instance a request launches: the one it gives, or the model's name in
