@@ -85,11 +85,12 @@ impl Grammars {
 
     /// A constraint for one request's reply.
     pub fn constraint(&mut self, format: &OutputFormat) -> Result<Constraint, String> {
-        if self.built.is_none() {
-            let tokenizer = self.tokenizer.take().ok_or("no tokenizer for structured output")?;
-            self.built = Some(build(tokenizer));
-        }
-        let built = self.built.as_ref().expect("just built").as_ref().map_err(Clone::clone)?;
+        let tokenizer = &mut self.tokenizer;
+        let built = self.built.get_or_insert_with(|| match tokenizer.take() {
+            Some(tokenizer) => build(tokenizer),
+            None => Err("no tokenizer for structured output".into()),
+        });
+        let built = built.as_ref().map_err(Clone::clone)?;
         let parser = built.factory.create_parser(format.grammar()).map_err(|e| format!("the JSON schema: {e}"))?;
         let eos = built.factory.tok_env().tok_trie().eos_token();
         Ok(Constraint { matcher: Matcher::new(Ok(parser)), eos, ends: built.ends.clone(), failed: None })

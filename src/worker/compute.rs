@@ -291,9 +291,10 @@ impl Compute {
 
     fn start(&mut self, id: u64, slot: u32, request: FrontRequest, events: UnboundedSender<FrontEvent>) {
         let context = self.stage.context();
-        // Single-stage instances sample here.
         let single = self.stages == 1;
-        let sampler = single.then(|| request.sampling.validate().and_then(|_| self.sampler(&request.sampling)));
+        // Validated once (a format's schema is compiled to check it); single-stage instances sample here.
+        let valid = request.sampling.validate();
+        let sampler = single.then(|| valid.clone().and_then(|_| self.sampler(&request.sampling)));
         let head = self.head.as_mut().expect("stage 0");
         let encode = |text: &str| head.tokenizer.encode(text).map_err(|e| e.to_string());
         let prompt = match &request.prompt {
@@ -316,7 +317,7 @@ impl Compute {
             Ok(p) => Ok(p),
             Err(e) => Err(e),
         };
-        let prompt = match prompt.and_then(|p| request.sampling.validate().map(|_| p)) {
+        let prompt = match prompt.and_then(|p| valid.map(|_| p)) {
             Ok(p) => p,
             Err(message) => {
                 Self::reject(&events, message);
