@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::path::PathBuf;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum InstanceState {
     Launching,
@@ -38,7 +38,7 @@ impl InstanceState {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct StageStatus {
     pub node: NodeId,
     pub node_name: String,
@@ -55,7 +55,7 @@ pub struct StageStatus {
     pub fetch: Option<StageFetch>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct InstanceInfo {
     pub id: String,
     /// The name clients use (`model` in the OpenAI API).
@@ -94,7 +94,7 @@ impl InstanceInfo {
 }
 
 /// Why an instance exists: it replaces another one that lost a node or a worker.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 pub struct Recovery {
     /// The instance this one replaces.
     pub replaces: String,
@@ -104,7 +104,8 @@ pub struct Recovery {
     pub attempt: u32,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ts_rs::TS)]
+#[ts(optional_fields = nullable)]
 pub struct LaunchRequest {
     /// Path of the GGUF file on the launching node (the other nodes find it in their library or fetch
     /// their share of it).
@@ -139,7 +140,7 @@ pub struct StageReport {
 }
 
 /// A stage's fetch of its share, as the instance shows it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct StageFetch {
     /// The member the bytes come from (None: the hub).
     pub from_node: Option<NodeId>,

@@ -39,7 +39,8 @@ pub async fn events(State(state): State<ApiState>) -> Sse<impl Stream<Item = Res
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ts_rs::TS)]
+#[ts(rename = "JoinCode")]
 pub struct CodeResponse {
     pub code: String,
     pub expires_at_ms: u64,
@@ -64,7 +65,7 @@ pub async fn create_code(State(state): State<ApiState>) -> Json<CodeResponse> {
     })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ts_rs::TS)]
 pub struct JoinRequest {
     /// `ABCD-EFGH`, or `ABCD-EFGH@HOST:PORT` to join through a given member.
     pub code: String,

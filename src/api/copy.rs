@@ -28,7 +28,7 @@ use tokio::runtime::Handle;
 const LIST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One node's files.
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize, ts_rs::TS)]
 pub struct NodeFiles {
     pub node: NodeId,
     pub name: String,
@@ -72,7 +72,8 @@ pub async fn cluster_files(State(state): State<ApiState>) -> Json<Vec<NodeFiles>
     Json(futures_util::future::join_all(asks).await)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ts_rs::TS)]
+#[ts(optional_fields = nullable)]
 pub struct CopyRequest {
     /// The node to copy from: its name or id.
     pub from: String,
@@ -83,7 +84,7 @@ pub struct CopyRequest {
     pub size: Option<u64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ts_rs::TS)]
 pub struct CopyStarted {
     pub id: String,
     pub path: PathBuf,

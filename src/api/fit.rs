@@ -9,7 +9,8 @@ use crate::model::library::{Library, LibraryModel};
 use axum::extract::State;
 use axum::Json;
 
-#[derive(serde::Serialize)]
+#[derive(serde::Serialize, serde::Deserialize, ts_rs::TS)]
+#[ts(rename = "ModelWithFit")]
 pub struct ModelFit {
     #[serde(flatten)]
     pub model: LibraryModel,

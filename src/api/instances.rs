@@ -29,7 +29,8 @@ fn launch_error(e: LaunchError) -> ApiError {
     }
 }
 
-#[derive(serde::Serialize)]
+#[derive(serde::Serialize, ts_rs::TS)]
+#[ts(rename = "PlacementPreview")]
 pub struct Preview {
     pub model: String,
     pub plan: Plan,

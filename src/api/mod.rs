@@ -7,6 +7,8 @@
 //! cross-site posts), and [`server`] bounds connections and how long they may sit idle.
 
 mod anthropic;
+#[cfg(test)]
+mod bindings;
 mod cluster;
 mod copy;
 mod error;

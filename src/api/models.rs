@@ -22,13 +22,14 @@ pub async fn list(State(state): State<ApiState>) -> Result<Json<Vec<LibraryModel
         .map_err(|e| ApiError::failed(format!("listing the models failed: {e}")))
 }
 
-#[derive(serde::Serialize)]
+#[derive(serde::Serialize, ts_rs::TS)]
 pub struct PullStarted {
     pub id: String,
 }
 
 /// A pull: the hub request, and the layers when only a stage's shard is wanted.
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, ts_rs::TS)]
+#[ts(rename = "PullRequest", optional_fields = nullable)]
 pub struct PullBody {
     #[serde(flatten)]
     request: PullRequest,

@@ -56,12 +56,13 @@ pub async fn wizard(State(state): State<ApiState>) -> Result<Json<WizardView>, A
     Ok(Json(view(&state, &wizard, false).await?))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, ts_rs::TS)]
 pub struct WizardResponse {
     #[serde(flatten)]
     view: WizardView,
     /// What became of the fix asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
     outcome: Option<FixOutcome>,
 }
 

@@ -10,7 +10,7 @@ pub const PING_INTERVAL: Duration = Duration::from_millis(250);
 pub const SUSPECT_AFTER: Duration = Duration::from_millis(1000);
 pub const DOWN_AFTER: Duration = Duration::from_millis(2500);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum PeerStatus {
     /// Known but not heard from yet since this node started.
@@ -22,7 +22,7 @@ pub enum PeerStatus {
 
 /// A member's status as this node sees it, in the cluster's snapshot: this node itself, or a peer's
 /// [`PeerStatus`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum NodeStatus {
     /// This node.

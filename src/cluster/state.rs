@@ -70,7 +70,7 @@ pub struct ClusterState {
     pub code: Option<JoinCode>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct NodeView {
     pub id: NodeId,
     pub name: String,
@@ -83,7 +83,7 @@ pub struct NodeView {
     pub telemetry: Option<NodeTelemetry>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct LinkView {
     pub a: NodeId,
     pub b: NodeId,
@@ -97,7 +97,7 @@ pub struct LinkView {
     pub reports: Vec<LinkReport>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct PoolView {
     /// Members currently up (this node and alive or suspect peers).
     pub nodes_up: usize,
@@ -108,7 +108,7 @@ pub struct PoolView {
     pub gpu_memory_limit: u64,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct NearbyNodeView {
     pub id: NodeId,
     pub name: String,
@@ -116,13 +116,13 @@ pub struct NearbyNodeView {
     pub api_port: u16,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct NearbyCluster {
     pub cluster_id: String,
     pub nodes: Vec<NearbyNodeView>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct ClusterSnapshot {
     pub cluster_id: String,
     pub node_id: NodeId,
@@ -209,7 +209,7 @@ impl ClusterState {
 }
 
 /// Changes, in the order they happen, for the UI and any client of `/api/events`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ClusterEvent {
     NodeJoined {

@@ -53,7 +53,7 @@ impl StageInput<'_> {
 }
 
 /// Memory a stage uses, in bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
 pub struct StageMemory {
     pub weights: u64,
     pub kv_cache: u64,

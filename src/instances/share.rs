@@ -275,7 +275,7 @@ async fn fetch(
 }
 
 /// What a stage's node will fetch at launch, as a preview shows it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct ShareNeed {
     /// The header and the stage's tensors: what comes over when the node has nothing of the file.
     pub bytes: u64,

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum LinkKind {
     Loopback,

@@ -12,7 +12,7 @@ use crate::node::NodeId;
 use serde::{Deserialize, Serialize};
 
 /// One node's measurements of its link to a peer, as it reports them to the cluster.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct LinkReport {
     pub peer: NodeId,
     pub kind: LinkKind,

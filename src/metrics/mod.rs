@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// Cluster-wide rates over the last [`WINDOW`].
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct ClusterRates {
     pub prefill_tokens_per_second: f64,
     pub decode_tokens_per_second: f64,

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 pub const ADDED_MODELS_FILE: &str = "models.json";
 
 /// Where a model file was found.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ModelSource {
     /// shoal's own models directory (where `shoal pull` downloads to).
@@ -26,7 +26,7 @@ pub enum ModelSource {
 }
 
 /// One model: a GGUF file, or all parts of a split GGUF set.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct LibraryModel {
     /// The model's name: its file name without `.gguf` (of a split set, without the part number) — the
     /// name a launch gives its instance by default, and so the one the APIs serve it by.
@@ -58,7 +58,7 @@ pub struct LibraryModel {
 }
 
 /// What a shard holds (see [`super::shard`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct ShardSummary {
     /// The layers present, as `shoal pull --layers` writes them: `10-20` (both included), comma-separated.
     pub layers: String,

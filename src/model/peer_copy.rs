@@ -27,7 +27,7 @@ const CHUNK: usize = 1 << 20;
 const MAX_MESSAGE: usize = 4 << 20;
 
 /// A file a node offers.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 pub struct OfferedFile {
     pub name: String,
     pub size: u64,
@@ -81,7 +81,7 @@ pub enum CopyError {
 }
 
 /// Where a copy stands.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct CopyProgress {
     pub bytes_done: u64,
     pub bytes_total: u64,
@@ -89,7 +89,7 @@ pub struct CopyProgress {
 }
 
 /// A finished copy.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct CopyReport {
     pub path: PathBuf,
     pub bytes: u64,

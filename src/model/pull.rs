@@ -18,7 +18,8 @@ pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 const ATTEMPTS: usize = 4;
 
 /// What to download: `REPO` (its GGUF model) or `REPO:FILE` (a file, or a quantization such as Q4_K_M).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize, ts_rs::TS)]
+#[ts(rename = "HubPullRequest", optional_fields = nullable)]
 pub struct PullRequest {
     pub repo: String,
     #[serde(default)]
@@ -46,7 +47,7 @@ impl PullRequest {
 }
 
 /// Where a download is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum PullState {
     Resolving,
@@ -57,7 +58,7 @@ pub enum PullState {
 }
 
 /// A download's progress over all its files.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
 pub struct PullProgress {
     /// The file being transferred now.
     pub file: String,

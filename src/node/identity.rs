@@ -10,6 +10,29 @@ use std::path::{Path, PathBuf};
 #[serde(transparent)]
 pub struct NodeId(pub uuid::Uuid);
 
+/// In the dashboard's types (src/api/bindings.rs), a string: written by hand because ts-rs's derive
+/// does not read `serde(transparent)`.
+impl ts_rs::TS for NodeId {
+    type WithoutGenerics = NodeId;
+    type OptionInnerType = NodeId;
+
+    fn name(_: &ts_rs::Config) -> String {
+        "NodeId".to_string()
+    }
+
+    fn inline(_: &ts_rs::Config) -> String {
+        "string".to_string()
+    }
+
+    fn decl(_: &ts_rs::Config) -> String {
+        "type NodeId = string;".to_string()
+    }
+
+    fn docs() -> Option<String> {
+        Some("/**\n * A node's permanent identity (a UUID).\n */".to_string())
+    }
+}
+
 impl NodeId {
     pub fn random() -> NodeId {
         NodeId(uuid::Uuid::new_v4())

@@ -37,7 +37,7 @@ pub struct LinkCost {
 const DEFAULT_RTT_US: u64 = 1_000;
 const DEFAULT_THROUGHPUT_BPS: u64 = 1_000_000_000;
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct StagePlan {
     pub node: NodeId,
     pub node_name: String,
@@ -48,7 +48,7 @@ pub struct StagePlan {
     pub expected_step_us: Option<u64>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct Plan {
     pub model: String,
     pub context: usize,

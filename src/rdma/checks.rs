@@ -6,7 +6,7 @@ use super::Captures;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     Pass,
@@ -14,7 +14,7 @@ pub enum Verdict {
     Unknown,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 pub struct Check {
     pub id: String,
     pub title: String,
@@ -29,7 +29,7 @@ fn check(id: &str, title: &str, verdict: Verdict, reason: impl Into<String>, fix
 }
 
 /// A Thunderbolt cable from this Mac to another, with what each layer says about it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct ThunderboltLink {
     pub receptacle: Option<u32>,
     /// This side's bus domain (the other Mac sees it as its peer's domain).
@@ -48,7 +48,8 @@ pub struct ThunderboltLink {
 }
 
 /// The doctor's findings for one node.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
+#[ts(rename = "RdmaNodeReport")]
 pub struct NodeReport {
     pub platform: String,
     pub macos: Option<MacOsVersion>,

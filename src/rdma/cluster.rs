@@ -7,7 +7,7 @@ use super::checks::{Check, NodeReport, Verdict};
 use crate::node::NodeId;
 use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct NodeRdma {
     pub node: NodeId,
     pub name: String,
@@ -15,7 +15,7 @@ pub struct NodeRdma {
 }
 
 /// A Thunderbolt cable between two members, as both ends see it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct Cable {
     pub a: NodeId,
     pub a_receptacle: Option<u32>,
@@ -27,7 +27,7 @@ pub struct Cable {
     pub rdma_ready: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct ClusterRdma {
     pub nodes: Vec<NodeRdma>,
     pub cables: Vec<Cable>,

@@ -10,7 +10,7 @@ use crate::util::LockExt;
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum FixId {
     /// Make the Thunderbolt Bridge (bridge0) inactive: frames loop between Macs cabled in a ring or mesh.
@@ -55,7 +55,7 @@ fn shell_quote(word: &str) -> String {
 }
 
 /// A fix the doctor's report calls for.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct Fix {
     pub id: FixId,
     pub title: String,
@@ -161,7 +161,7 @@ impl CommandRunner for RecordingRunner {
 }
 
 /// What became of a fix.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum FixOutcome {
     Applied {

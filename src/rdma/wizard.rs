@@ -17,7 +17,8 @@ pub const STATE_FILE: &str = "rdma-wizard.json";
 /// the uptime); a restart moves it by far more.
 const BOOT_TIME_SLACK_SECS: u64 = 5;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
+#[ts(rename = "WizardStepId")]
 #[serde(rename_all = "snake_case")]
 pub enum Step {
     Why,
@@ -37,7 +38,7 @@ impl Step {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct WizardState {
     pub started: bool,
     pub step: Step,
@@ -67,7 +68,8 @@ impl Default for WizardState {
 }
 
 /// What the user asked for (`POST /api/rdma/wizard`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
+#[ts(rename = "WizardAction")]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Action {
     Start,
@@ -236,7 +238,8 @@ fn rdma_enabled(report: &NodeReport) -> Option<bool> {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
+#[ts(rename = "WizardStep")]
 pub struct StepView {
     pub id: Step,
     pub title: String,
@@ -248,7 +251,7 @@ pub struct StepView {
 }
 
 /// Where the user is relative to a step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum StepStatus {
     Done,
@@ -257,7 +260,7 @@ pub enum StepStatus {
 }
 
 /// The doctor's findings in brief, for the wizard.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct DoctorSummary {
     pub platform: String,
     pub rdma_enabled: Option<bool>,
@@ -283,7 +286,7 @@ impl DoctorSummary {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum VerifyResult {
     /// RDMA is on and every check passes: the links can use it.
@@ -296,7 +299,7 @@ pub enum VerifyResult {
     NotAMac,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct Verification {
     pub result: VerifyResult,
     pub message: String,
@@ -345,7 +348,7 @@ pub fn verify(report: &NodeReport) -> Verification {
 }
 
 /// Everything `GET /api/rdma/wizard` answers.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct WizardView {
     pub state: WizardState,
     pub steps: Vec<StepView>,

@@ -175,7 +175,7 @@ pub fn eligible(facts: &LinkFacts) -> Result<RdmaPath, TcpReason> {
 }
 
 /// The transport a link uses, as the UI shows it (an RDMA or TCP badge with the reason).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum LinkTransport {
     Rdma {

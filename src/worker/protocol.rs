@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
 /// A worker's lifecycle, as the API shows it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkerState {
     #[default]
@@ -66,7 +66,7 @@ pub enum WorkerCommand {
 }
 
 /// A stage's counters since it started.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct StageStats {
     pub steps: u64,
     pub tokens: u64,
@@ -108,7 +108,7 @@ pub struct FrontRequest {
 }
 
 /// Counts and rates of one finished request.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct GenerationReport {
     pub prompt_tokens: usize,
     pub generated_tokens: usize,

@@ -85,7 +85,7 @@ export interface TransportBadge {
  * reason. Nodes that do not report transports (older builds) use TCP.
  */
 export function linkTransport(link: LinkView): TransportBadge {
-  const chosen = link.reports.flatMap((r) => (r.transport === undefined ? [] : [r.transport]));
+  const chosen = link.reports.flatMap((r) => (r.transport == null ? [] : [r.transport]));
   const tcp = chosen.find((t) => t.kind === 'tcp');
   if (tcp !== undefined && tcp.kind === 'tcp') return { kind: 'tcp', detail: tcp.reason };
   const devices = [...new Set(chosen.flatMap((t) => (t.kind === 'rdma' ? [t.device] : [])))];

@@ -1,0 +1,698 @@
+// Generated from the Rust types by src/api/bindings.rs: do not edit. To write it again:
+// SHOAL_WRITE_BINDINGS=1 cargo test --release --lib api::bindings
+
+/**
+ * A node's permanent identity (a UUID).
+ */
+export type NodeId = string;
+
+export type PeerStatus = "connecting" | "alive" | "suspect" | "down";
+
+/**
+ * A member's status as this node sees it, in the cluster's snapshot: this node itself, or a peer's
+ * [`PeerStatus`].
+ */
+export type NodeStatus = "self" | "connecting" | "alive" | "suspect" | "down";
+
+export type Verdict = "pass" | "fail" | "unknown";
+
+export type Check = { id: string, title: string, verdict: Verdict, reason: string, 
+/**
+ * What to do about a failure (empty when it passes).
+ */
+fix: string, };
+
+/**
+ * A Thunderbolt cable from this Mac to another, with what each layer says about it.
+ */
+export type ThunderboltLink = { receptacle: number | null, 
+/**
+ * This side's bus domain (the other Mac sees it as its peer's domain).
+ */
+domain_uuid: string | null, interface: string | null, speed_gbps: number | null, peer_name: string, peer_domain_uuid: string, peer_rdma_service: boolean, ipv4: Array<string>, rdma_device: string | null, port_state: string | null, 
+/**
+ * A link-local IPv4 to give the interface when it has none (what the IPv4 fix assigns).
+ */
+suggested_ipv4?: string | null, };
+
+/**
+ * `sw_vers`: product version and build.
+ */
+export type MacOsVersion = { version: string, build: string, };
+
+/**
+ * The doctor's findings for one node.
+ */
+export type RdmaNodeReport = { platform: string, macos: MacOsVersion | null, checks: Array<Check>, links: Array<ThunderboltLink>, 
+/**
+ * Links whose every layer is ready for RDMA (by interface).
+ */
+usable_interfaces: Array<string>, };
+
+export type NodeTelemetry = { memory_total: number, memory_available: number, 
+/**
+ * Resident memory of this node's shoal processes (the agent and its workers).
+ */
+memory_used_by_shoal: number, 
+/**
+ * What this node offers models: available memory less headroom for the OS and other apps, capped
+ * by --memory-limit (less what shoal's workers already use) and, on macOS, by the GPU limit.
+ */
+memory_offer: number, 
+/**
+ * Measured memory read bandwidth in bytes/s (a decode step reads its weights once).
+ */
+memory_bandwidth: number | null, cpu_model: string, cpu_cores: number, cpu_threads: number, load_1m: number, os: string, os_version: string, kernel: string, arch: string, 
+/**
+ * Apple silicon chip (macOS), e.g. "Apple M3 Ultra".
+ */
+chip: string | null, 
+/**
+ * Memory the GPU may use (macOS unified memory): the `iogpu.wired_limit_mb` setting when set,
+ * otherwise an estimate of macOS's default share.
+ */
+gpu_memory_limit: number | null, 
+/**
+ * Where `gpu_memory_limit` comes from: "sysctl iogpu.wired_limit_mb" or "macOS default (estimate)".
+ */
+gpu_memory_limit_source: string | null, 
+/**
+ * The RDMA doctor's latest report on this node (refreshed every minute).
+ */
+rdma: RdmaNodeReport | null, sampled_at_ms: number, };
+
+export type NodeView = { id: NodeId, name: string, is_self: boolean, 
+/**
+ * `self` for this node, else the peer's status as this node sees it.
+ */
+status: NodeStatus, control: Array<string>, api_port: number, last_heard_ms_ago: number | null, telemetry: NodeTelemetry | null, };
+
+export type LinkKind = "loopback" | "ethernet" | "wifi" | "thunderbolt" | "unknown";
+
+/**
+ * The transport a link uses, as the UI shows it (an RDMA or TCP badge with the reason).
+ */
+export type LinkTransport = { "kind": "rdma", device: string, } | { "kind": "tcp", reason: string, 
+/**
+ * When RDMA is tried again (after a failure), in ms since the epoch.
+ */
+retry_at_ms?: number | null, };
+
+/**
+ * One node's measurements of its link to a peer, as it reports them to the cluster.
+ */
+export type LinkReport = { peer: NodeId, kind: LinkKind, 
+/**
+ * The local interface carrying the link.
+ */
+interface: string | null, local_addr: string | null, remote_addr: string | null, rtt_p50_us: number | null, rtt_p99_us: number | null, rtt_samples: number, 
+/**
+ * Bits per second from the reporting node to the peer, from the last bulk transfer.
+ */
+throughput_bps: number | null, throughput_measured_at_ms: number | null, 
+/**
+ * Connections lost, refused dials and malformed input on this link since the node started.
+ */
+errors: number, 
+/**
+ * The transport the ring uses on this link (an RDMA or TCP badge) and why; absent from older nodes.
+ */
+transport?: LinkTransport | null, };
+
+export type LinkView = { a: NodeId, b: NodeId, kind: LinkKind, rtt_p50_us: number | null, rtt_p99_us: number | null, throughput_a_to_b_bps: number | null, throughput_b_to_a_bps: number | null, errors: number, 
+/**
+ * The reports the view was made from (a's, then b's).
+ */
+reports: Array<LinkReport>, };
+
+export type PoolView = { 
+/**
+ * Members currently up (this node and alive or suspect peers).
+ */
+nodes_up: number, memory_total: number, memory_available: number, memory_used_by_shoal: number, 
+/**
+ * Sum of the GPU-usable limits of the nodes that report one (macOS).
+ */
+gpu_memory_limit: number, };
+
+export type NearbyNodeView = { id: NodeId, name: string, control: Array<string>, api_port: number, };
+
+export type NearbyCluster = { cluster_id: string, nodes: Array<NearbyNodeView>, };
+
+export type ClusterSnapshot = { cluster_id: string, node_id: NodeId, nodes: Array<NodeView>, links: Array<LinkView>, pool: PoolView, nearby: Array<NearbyCluster>, 
+/**
+ * When the active join code expires (the code itself is shown only to whoever created it).
+ */
+join_code_expires_at_ms: number | null, };
+
+export type JoinCode = { code: string, expires_at_ms: number, expires_in_seconds: number, 
+/**
+ * Whether this node advertises itself with mDNS (a new machine nearby then finds it by the code
+ * alone; otherwise it needs `CODE@HOST:PORT`).
+ */
+mdns: boolean, 
+/**
+ * This node's control addresses, for `--join CODE@HOST:PORT` where multicast does not reach.
+ */
+join_addresses: Array<string>, };
+
+export type JoinRequest = { 
+/**
+ * `ABCD-EFGH`, or `ABCD-EFGH@HOST:PORT` to join through a given member.
+ */
+code: string, };
+
+export type InstanceState = "launching" | "ready" | "recovering" | "failed" | "stopped" | "replaced";
+
+/**
+ * Why an instance exists: it replaces another one that lost a node or a worker.
+ */
+export type Recovery = { 
+/**
+ * The instance this one replaces.
+ */
+replaces: string, 
+/**
+ * What happened to that one.
+ */
+reason: string, 
+/**
+ * 1 when the instance it replaces had served; one more for each replacement in a row that had not.
+ */
+attempt: number, };
+
+/**
+ * A worker's lifecycle, as the API shows it.
+ */
+export type WorkerState = "starting" | "fetching" | "loading" | "connecting" | "ready" | "serving" | "failed" | "stopped";
+
+/**
+ * Memory a stage needs, in bytes.
+ */
+export type StageBytes = { weights: number, kv_cache: number, compute: number, };
+
+/**
+ * Memory a stage uses, in bytes.
+ */
+export type StageMemory = { weights: number, kv_cache: number, compute: number, };
+
+/**
+ * A stage's counters since it started.
+ */
+export type StageStats = { steps: number, tokens: number, compute_us_total: number, 
+/**
+ * Stage 0: requests served and generated tokens.
+ */
+requests: number, generated_tokens: number, 
+/**
+ * Stage 0: per decode step, the time on the ring's links divided by the hops (p50/p99, µs).
+ */
+hop_p50_us: number | null, hop_p99_us: number | null, active_requests: number, };
+
+/**
+ * A stage's fetch of its share, as the instance shows it.
+ */
+export type StageFetch = { 
+/**
+ * The member the bytes come from (None: the hub).
+ */
+from_node: NodeId | null, 
+/**
+ * Its name, or the hub's address.
+ */
+from: string, bytes_done: number, 
+/**
+ * The header and the stage's tensors.
+ */
+bytes_total: number, 
+/**
+ * Bytes that came over the network (not those already here).
+ */
+bytes_fetched: number, bytes_per_second: number, done: boolean, };
+
+export type StageStatus = { node: NodeId, node_name: string, layers: { start: number, end: number, }, state: WorkerState, 
+/**
+ * Loading progress, 0..=1.
+ */
+progress: number, data_port: number | null, memory: StageMemory | null, stats: StageStats | null, error: string | null, 
+/**
+ * The fetch of this stage's share of the model, when its node lacked it.
+ */
+fetch: StageFetch | null, };
+
+export type StagePlan = { node: NodeId, node_name: string, layers: { start: number, end: number, }, bytes: StageBytes, offer: number, 
+/**
+ * Expected decode time of this stage per token (memory-bound estimate), when the node's bandwidth is known.
+ */
+expected_step_us: number | null, };
+
+export type Plan = { model: string, context: number, 
+/**
+ * Tokens in the model's vocabulary (valid ids are below it).
+ */
+vocabulary: number, stages: Array<StagePlan>, total_bytes: number, 
+/**
+ * KV-cache bytes 1024 tokens of one request take across all stages (what a longer context costs).
+ */
+kv_cache_per_1k_tokens: number, 
+/**
+ * Expected time a token spends crossing the ring's links (half the RTT plus the hidden state's
+ * transfer per hop, and the sampled token's way back).
+ */
+ring_us: number, 
+/**
+ * 1 / (the stages' step times + ring time), when every node's bandwidth is known.
+ */
+expected_decode_tokens_per_second: number | null, };
+
+export type InstanceInfo = { id: string, 
+/**
+ * The name clients use (`model` in the OpenAI API).
+ */
+model: string, model_path: string, owner: NodeId, state: InstanceState, error: string | null, context: number, sequences: number, created_at_ms: number, plan: Plan, stages: Array<StageStatus>, 
+/**
+ * When every stage was first ready.
+ */
+ready_at_ms: number | null, 
+/**
+ * The instance this one replaces, and why (set when it was placed again without a person).
+ */
+recovery: Recovery | null, 
+/**
+ * The instance that replaced this one.
+ */
+replaced_by: string | null, 
+/**
+ * How it was launched, so that a member can place it again when its owner is gone.
+ */
+request: LaunchRequest | null, };
+
+export type LaunchRequest = { 
+/**
+ * Path of the GGUF file on the launching node (the other nodes find it in their library or fetch
+ * their share of it).
+ */
+model: string, 
+/**
+ * Explicit placement, `NODE:0-9,NODE:10-29`.
+ */
+layers?: string | null, 
+/**
+ * Context of each request, in tokens (default 2048).
+ */
+context?: number | null, 
+/**
+ * Requests served at once (default 4).
+ */
+sequences?: number | null, 
+/**
+ * Compute threads per stage (default: the node's cores divided by its stages).
+ */
+threads?: number | null, 
+/**
+ * The name clients use (default: the file name without `.gguf`).
+ */
+name?: string | null, };
+
+/**
+ * What a stage's node will fetch at launch, as a preview shows it.
+ */
+export type ShareNeed = { 
+/**
+ * The header and the stage's tensors: what comes over when the node has nothing of the file.
+ */
+bytes: number, 
+/**
+ * The member it would come from (the fastest measured link to that node with the whole file), or
+ * the hub; None when neither has it (the launch would fail).
+ */
+from: string | null, };
+
+export type PlacementPreview = { model: string, plan: Plan, 
+/**
+ * For each stage: what its node would fetch of the model at launch (null: it has its share).
+ */
+fetches: Array<ShareNeed | null>, };
+
+/**
+ * Counts and rates of one finished request.
+ */
+export type GenerationReport = { prompt_tokens: number, generated_tokens: number, time_to_first_token_ms: number, prefill_tokens_per_second: number, decode_tokens_per_second: number, 
+/**
+ * Median per-hop link time of this request's decode steps (µs), on multi-stage instances.
+ */
+hop_p50_us: number | null, 
+/**
+ * The stop string that ended the request, when one did (`stop_sequence` in Anthropic's API).
+ */
+stop_sequence?: string | null, };
+
+/**
+ * Cluster-wide rates over the last [`WINDOW`].
+ */
+export type ClusterRates = { prefill_tokens_per_second: number, decode_tokens_per_second: number, requests_per_minute: number, window_seconds: number, };
+
+/**
+ * A Thunderbolt cable between two members, as both ends see it.
+ */
+export type Cable = { a: NodeId, a_receptacle: number | null, a_interface: string | null, b: NodeId, b_receptacle: number | null, b_interface: string | null, 
+/**
+ * Both ends' link layers are ready for RDMA.
+ */
+rdma_ready: boolean, };
+
+export type NodeRdma = { node: NodeId, name: string, report: RdmaNodeReport | null, };
+
+export type ClusterRdma = { nodes: Array<NodeRdma>, cables: Array<Cable>, checks: Array<Check>, };
+
+export type WizardStepId = "why" | "prerequisites" | "what_happens" | "recovery" | "waiting_for_reboot" | "verify";
+
+export type FixId = "thunderbolt_bridge" | "link_local_ipv4";
+
+/**
+ * What became of a fix.
+ */
+export type FixOutcome = { "status": "applied", fix: FixId, commands: Array<string>, } | { "status": "cancelled", fix: FixId, commands: Array<string>, } | { "status": "failed", fix: FixId, error: string, commands: Array<string>, } | { "status": "show_only", fix: FixId, reason: string, commands: Array<string>, };
+
+export type WizardState = { started: boolean, step: WizardStepId, 
+/**
+ * The boot time (seconds since the epoch) when the wizard began waiting for the restart.
+ */
+boot_time_at_wait: number | null, 
+/**
+ * The restart was seen: the boot time changed while waiting.
+ */
+rebooted: boolean, 
+/**
+ * The fixes made or attempted, latest last.
+ */
+fixes: Array<FixOutcome>, updated_at_ms: number, };
+
+/**
+ * Where the user is relative to a step.
+ */
+export type StepStatus = "done" | "current" | "upcoming";
+
+export type WizardStep = { id: WizardStepId, title: string, body: Array<string>, 
+/**
+ * Commands the step asks the user to type (shown for copying).
+ */
+commands?: Array<string>, status: StepStatus, };
+
+/**
+ * The doctor's findings in brief, for the wizard.
+ */
+export type DoctorSummary = { platform: string, rdma_enabled: boolean | null, usable_interfaces: Array<string>, passed: number, failed: number, unknown: number, checks: Array<Check>, };
+
+/**
+ * A fix the doctor's report calls for.
+ */
+export type Fix = { id: FixId, title: string, explanation: string, 
+/**
+ * Exactly what runs, as it would be pasted into Terminal (with `sudo`).
+ */
+commands: Array<string>, 
+/**
+ * shoal can run it on this node (macOS, behind the administrator prompt).
+ */
+can_apply: boolean, };
+
+export type VerifyResult = "enabled_and_healthy" | "still_disabled" | "other_failures" | "not_a_mac";
+
+export type Verification = { result: VerifyResult, message: string, 
+/**
+ * The checks that fail (or cannot be told), with their fixes.
+ */
+failures: Array<Check>, };
+
+/**
+ * Everything `GET /api/rdma/wizard` answers.
+ */
+export type WizardView = { state: WizardState, steps: Array<WizardStep>, doctor: DoctorSummary, fixes: Array<Fix>, 
+/**
+ * Present at the verification step.
+ */
+verification: Verification | null, };
+
+export type WizardResponse = { 
+/**
+ * What became of the fix asked for.
+ */
+outcome?: FixOutcome, state: WizardState, steps: Array<WizardStep>, doctor: DoctorSummary, fixes: Array<Fix>, 
+/**
+ * Present at the verification step.
+ */
+verification: Verification | null, };
+
+/**
+ * What the user asked for (`POST /api/rdma/wizard`).
+ */
+export type WizardAction = { "action": "start" } | { "action": "next" } | { "action": "back" } | { "action": "reset" } | { "action": "apply_fix", fix: FixId, };
+
+/**
+ * Where a model file was found.
+ */
+export type ModelSource = { "kind": "shoal" } | { "kind": "hugging_face", repo: string, revision: string, } | { "kind": "added" };
+
+/**
+ * What a shard holds (see [`super::shard`]).
+ */
+export type ShardSummary = { 
+/**
+ * The layers present, as `shoal pull --layers` writes them: `10-20` (both included), comma-separated.
+ */
+layers: string, 
+/**
+ * The same layer ranges, end exclusive.
+ */
+ranges: Array<{ start: number, end: number, }>, 
+/**
+ * Bytes present (header and fetched tensors).
+ */
+present_bytes: number, 
+/**
+ * Bytes of the whole file.
+ */
+file_bytes: number, };
+
+/**
+ * One model: a GGUF file, or all parts of a split GGUF set.
+ */
+export type LibraryModel = { 
+/**
+ * The model's name: its file name without `.gguf` (of a split set, without the part number) — the
+ * name a launch gives its instance by default, and so the one the APIs serve it by.
+ */
+name: string, 
+/**
+ * The name the file gives itself (`general.name`), when it has one: a title to show beside `name`.
+ */
+title: string | null, 
+/**
+ * The file to open: the only file, or the first part of a split set.
+ */
+path: string, 
+/**
+ * Every file of the model, in order (one unless split).
+ */
+parts: Array<string>, source: ModelSource, 
+/**
+ * Bytes of all parts together; for a shard, only the bytes present.
+ */
+size_bytes: number, architecture: string | null, 
+/**
+ * Number of weights (elements of every tensor of every part).
+ */
+parameters: number | null, 
+/**
+ * The file type (`general.file_type`), such as Q4_K_M.
+ */
+quantization: string | null, layers: number | null, context_length: number | null, 
+/**
+ * Whether shoal's engine can run this model as it is.
+ */
+runnable: boolean, 
+/**
+ * Why it cannot be run or read, when it cannot.
+ */
+problem: string | null, 
+/**
+ * Set when the file is a shard (fetched with `shoal pull --layers`): only some layers are present.
+ */
+shard: ShardSummary | null, };
+
+/**
+ * A model against the cluster's memory pool.
+ */
+export type Fit = { 
+/**
+ * A launch with the defaults would be placed now.
+ */
+fits: boolean, 
+/**
+ * Nodes the plan uses; when it does not fit, the nodes its best split was tried on.
+ */
+nodes: number, 
+/**
+ * Bytes the model needs (weights, KV cache and compute buffers of every stage) on those nodes.
+ */
+needed_bytes: number, 
+/**
+ * What the nodes that are up offer together.
+ */
+pool_bytes: number, 
+/**
+ * What the best split lacks, stage by stage (0 when it fits).
+ */
+missing_bytes: number, 
+/**
+ * The context (tokens per request) and concurrent requests the check assumed: a launch's defaults.
+ */
+context: number, sequences: number, 
+/**
+ * Why it does not fit, in the planner's words.
+ */
+reason: string | null, };
+
+export type ModelWithFit = { fit: Fit | null, 
+/**
+ * The model's name: its file name without `.gguf` (of a split set, without the part number) — the
+ * name a launch gives its instance by default, and so the one the APIs serve it by.
+ */
+name: string, 
+/**
+ * The name the file gives itself (`general.name`), when it has one: a title to show beside `name`.
+ */
+title: string | null, 
+/**
+ * The file to open: the only file, or the first part of a split set.
+ */
+path: string, 
+/**
+ * Every file of the model, in order (one unless split).
+ */
+parts: Array<string>, source: ModelSource, 
+/**
+ * Bytes of all parts together; for a shard, only the bytes present.
+ */
+size_bytes: number, architecture: string | null, 
+/**
+ * Number of weights (elements of every tensor of every part).
+ */
+parameters: number | null, 
+/**
+ * The file type (`general.file_type`), such as Q4_K_M.
+ */
+quantization: string | null, layers: number | null, context_length: number | null, 
+/**
+ * Whether shoal's engine can run this model as it is.
+ */
+runnable: boolean, 
+/**
+ * Why it cannot be run or read, when it cannot.
+ */
+problem: string | null, 
+/**
+ * Set when the file is a shard (fetched with `shoal pull --layers`): only some layers are present.
+ */
+shard: ShardSummary | null, };
+
+/**
+ * Where a download is.
+ */
+export type PullState = "resolving" | "downloading" | "verifying" | "done" | "failed";
+
+/**
+ * A download's progress over all its files.
+ */
+export type PullProgress = { 
+/**
+ * The file being transferred now.
+ */
+file: string, bytes_done: number, bytes_total: number, 
+/**
+ * Bytes per second since the transfer (re)started.
+ */
+rate_bytes_per_second: number, eta_seconds: number | null, state: PullState, };
+
+/**
+ * What to download: `REPO` (its GGUF model) or `REPO:FILE` (a file, or a quantization such as Q4_K_M).
+ */
+export type HubPullRequest = { repo: string, file?: string | null, revision?: string | null, };
+
+/**
+ * A pull: the hub request, and the layers when only a stage's shard is wanted.
+ */
+export type PullRequest = { 
+/**
+ * `FIRST-LAST` (both included), as `shoal pull --layers` takes it.
+ */
+layers?: string | null, repo: string, file?: string | null, revision?: string | null, };
+
+export type PullStarted = { id: string, };
+
+/**
+ * A file a node offers.
+ */
+export type OfferedFile = { name: string, size: number, 
+/**
+ * The Hugging Face repository it came from, when known (`ORG/NAME`).
+ */
+repo: string | null, 
+/**
+ * The hub's SHA-256 of the file, when known.
+ */
+sha256: string | null, 
+/**
+ * Set when the node holds only a shard of the file: the layers present (`10-19`, as `shoal pull
+ * --layers` writes them). Listed so the cluster sees who has which part; never copied.
+ */
+layers?: string | null, };
+
+/**
+ * One node's files.
+ */
+export type NodeFiles = { node: NodeId, name: string, files: Array<OfferedFile>, 
+/**
+ * Why the node's list is missing.
+ */
+error: string | null, };
+
+export type CopyRequest = { 
+/**
+ * The node to copy from: its name or id.
+ */
+from: string, 
+/**
+ * The file's name, as `GET /api/models/cluster` lists it.
+ */
+file: string, 
+/**
+ * Its size, as listed: a file of the same name and another size is not it.
+ */
+size?: number | null, };
+
+export type CopyStarted = { id: string, path: string, };
+
+/**
+ * Where a copy stands.
+ */
+export type CopyProgress = { bytes_done: number, bytes_total: number, bytes_per_second: number, };
+
+/**
+ * A finished copy.
+ */
+export type CopyReport = { path: string, bytes: number, seconds: number, bytes_per_second: number, sha256: string, };
+
+/**
+ * Changes, in the order they happen, for the UI and any client of `/api/events`.
+ */
+export type ClusterEvent = { "type": "node_joined", node: NodeId, name: string, } | { "type": "node_status", node: NodeId, status: PeerStatus, } | { "type": "node_left", node: NodeId, } | { "type": "telemetry", node: NodeId, telemetry: NodeTelemetry, } | { "type": "links", node: NodeId, links: Array<LinkReport>, } | { "type": "nearby", clusters: Array<NearbyCluster>, } | { "type": "join_attempt", from: string, accepted: boolean, reason: string, } | { "type": "code_created", expires_at_ms: number, } | { "type": "code_revoked", reason: string, } | { "type": "cluster_changed", cluster_id: string, } | { "type": "instance", info: InstanceInfo, } | { "type": "instance_failed", instance: string, model: string, error: string, } | { "type": "request_finished", model: string, report: GenerationReport, } | { "type": "rates", rates: ClusterRates, } | { "type": "model_pull", id: string, repo: string, 
+/**
+ * The layers asked for (`FIRST-LAST`, both included) when only a stage's shard is fetched.
+ */
+layers: string | null, progress: PullProgress, 
+/**
+ * The downloaded files, once done.
+ */
+paths: Array<string>, error: string | null, } | { "type": "model_copy", id: string, from: NodeId, to: NodeId, file: string, progress: CopyProgress, done: CopyReport | null, error: string | null, };
