@@ -203,7 +203,10 @@ async fn serve(
 /// Accepts the previous stage and opens the link from it (with RDMA if it offers it).
 async fn accept_previous(data: &TcpListener, secret: &[u8; 32]) -> anyhow::Result<Box<dyn FrameSource>> {
     let tcp = transport::accept_tcp(data, secret).await?;
-    let opened = tokio::task::spawn_blocking(move || ring::open_inbound(tcp, &*rdma::open::platform())).await?;
+    let opened = tokio::task::spawn_blocking(move || {
+        ring::open_inbound(tcp, &*rdma::open::platform(), ring::RingTimeouts::default())
+    })
+    .await?;
     opened.map_err(|e| anyhow::anyhow!("opening the link from the previous stage failed: {e}"))
 }
 
@@ -228,9 +231,10 @@ async fn connect_next(
         }
     };
     let report: TransportReport = Arc::new(|transport| emit(&WorkerEvent::RingLink { transport }));
-    let opened =
-        tokio::task::spawn_blocking(move || ring::open_outbound(tcp, route.as_ref(), &*rdma::open::platform(), report))
-            .await?;
+    let opened = tokio::task::spawn_blocking(move || {
+        ring::open_outbound(tcp, route.as_ref(), &*rdma::open::platform(), report, ring::RingTimeouts::default())
+    })
+    .await?;
     opened.map_err(|e| anyhow::anyhow!("opening the link to the next stage at {next} failed: {e}"))
 }
 

@@ -28,11 +28,21 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Longest wait for an RDMA completion (a credit to send, the rest of a message) before the link falls
-/// back to TCP.
-pub const RDMA_TIMEOUT: Duration = Duration::from_secs(2);
-/// Longest a frame sent over RDMA may go unacknowledged before the link falls back to TCP.
-pub const ACK_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a link waits before it judges RDMA broken and falls back to TCP. Workers use the default;
+/// tests set their own, so that a busy machine cannot pass for a broken link nor a test wait seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingTimeouts {
+    /// Longest wait for an RDMA completion (a credit to send, the rest of a message).
+    pub completion: Duration,
+    /// Longest a frame sent over RDMA may go unacknowledged.
+    pub ack: Duration,
+}
+
+impl Default for RingTimeouts {
+    fn default() -> RingTimeouts {
+        RingTimeouts { completion: Duration::from_secs(2), ack: Duration::from_secs(2) }
+    }
+}
 
 /// The RDMA devices the agent chose for a link: this end's, the next stage's, and the slot size both
 /// use (4 KiB frames on macOS 26.2; multi-frame slots need 26.3 at both ends).
@@ -116,6 +126,7 @@ pub fn open_outbound(
     route: Option<&RdmaRoute>,
     opener: &dyn RdmaOpener,
     report: TransportReport,
+    timeouts: RingTimeouts,
 ) -> Result<Box<dyn FrameSink>, NetError> {
     let (mut source, mut sink) = tcp;
     let Some(route) = route else {
@@ -136,7 +147,7 @@ pub fn open_outbound(
     send_json(&mut sink, &Hello { rdma: Some(Offer { endpoint, device: route.peer_device.clone() }) })?;
     let answer: Answer = recv_json(&mut source, "answer")?;
     let connected = match (answer.endpoint, answer.refused) {
-        (Some(remote), _) => pending.connect(&remote, MAX_RING_FRAME, RDMA_TIMEOUT),
+        (Some(remote), _) => pending.connect(&remote, MAX_RING_FRAME, timeouts.completion),
         (None, refused) => Err(RdmaError::Connect(format!(
             "the next stage could not start RDMA: {}",
             refused.unwrap_or_else(|| "no reason given".into())
@@ -145,7 +156,7 @@ pub fn open_outbound(
     match connected {
         Ok(rdma) => {
             report(RingTransport::Rdma { device: route.device.clone() });
-            Ok(Box::new(FailoverSink::start(rdma, source, sink, report)))
+            Ok(Box::new(FailoverSink::start(rdma, source, sink, report, timeouts.ack)))
         }
         Err(e) => {
             // The next stage reads TCP after a refusal, and waits for frames on both otherwise: tell it.
@@ -159,7 +170,11 @@ pub fn open_outbound(
 
 /// Opens the link from the previous stage over its TCP connection, with RDMA if the previous stage
 /// offers it and this node can. Blocking.
-pub fn open_inbound(tcp: (TcpSource, TcpSink), opener: &dyn RdmaOpener) -> Result<Box<dyn FrameSource>, NetError> {
+pub fn open_inbound(
+    tcp: (TcpSource, TcpSink),
+    opener: &dyn RdmaOpener,
+    timeouts: RingTimeouts,
+) -> Result<Box<dyn FrameSource>, NetError> {
     let (mut source, mut sink) = tcp;
     let hello: Hello = recv_json(&mut source, "hello")?;
     let Some(offer) = hello.rdma else {
@@ -169,7 +184,7 @@ pub fn open_inbound(tcp: (TcpSource, TcpSink), opener: &dyn RdmaOpener) -> Resul
     let accepted = opener.open(&offer.device, offer.endpoint.slots, offer.endpoint.slot_bytes).and_then(
         |link: Box<dyn PendingLink>| {
             let endpoint = link.endpoint()?;
-            Ok((endpoint, link.connect(&offer.endpoint, MAX_RING_FRAME, RDMA_TIMEOUT)?))
+            Ok((endpoint, link.connect(&offer.endpoint, MAX_RING_FRAME, timeouts.completion)?))
         },
     );
     match accepted {

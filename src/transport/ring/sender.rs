@@ -5,7 +5,7 @@
 //! for overdue ones.
 
 use super::wire::{Backward, Forward};
-use super::{RingTransport, TransportReport, ACK_TIMEOUT};
+use super::{RingTransport, TransportReport};
 use crate::net::secure::ConnectionCloser;
 use crate::net::NetError;
 use crate::transport::rdma::open::RdmaMessages;
@@ -13,7 +13,7 @@ use crate::transport::{FrameSink, FrameSource, TcpSink, TcpSource};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Most frames in flight without an acknowledgement before the link is judged broken (the ring has a
 /// few per sequence at most).
@@ -115,12 +115,14 @@ impl SenderState {
 }
 
 impl FailoverSink {
-    /// A link whose frames go over `rdma`; `source` and `sink` are its TCP connection.
+    /// A link whose frames go over `rdma`; `source` and `sink` are its TCP connection. A frame not
+    /// acknowledged within `ack_timeout` moves it to TCP.
     pub fn start(
         mut rdma: Box<dyn RdmaMessages>,
         source: TcpSource,
         sink: TcpSink,
         report: TransportReport,
+        ack_timeout: Duration,
     ) -> FailoverSink {
         let closer = sink.closer().ok();
         let peer = Arc::new(FromPeer::default());
@@ -140,7 +142,10 @@ impl FailoverSink {
             .spawn(move || read_acknowledgements(source, weak, &peer))
             .expect("spawning a thread");
         let weak = Arc::downgrade(&state);
-        std::thread::Builder::new().name("ring-watchdog".into()).spawn(move || watch(weak)).expect("spawning a thread");
+        std::thread::Builder::new()
+            .name("ring-watchdog".into())
+            .spawn(move || watch(weak, ack_timeout))
+            .expect("spawning a thread");
         FailoverSink { state, _closer: closer }
     }
 
@@ -199,9 +204,9 @@ fn read_acknowledgements(mut source: TcpSource, state: Weak<Mutex<SenderState>>,
 }
 
 /// Falls back when an acknowledgement is overdue; ends when the link is on TCP or gone.
-fn watch(state: Weak<Mutex<SenderState>>) {
+fn watch(state: Weak<Mutex<SenderState>>, ack_timeout: Duration) {
     loop {
-        std::thread::sleep(ACK_TIMEOUT / 4);
+        std::thread::sleep(ack_timeout / 4);
         let Some(state) = state.upgrade() else { return };
         let mut state = lock(&state);
         if state.rdma.is_none() {
@@ -209,8 +214,8 @@ fn watch(state: Weak<Mutex<SenderState>>) {
         }
         state.forget_acknowledged();
         if let Some((seq, _, sent)) = state.unacked.front() {
-            if sent.elapsed() > ACK_TIMEOUT {
-                let reason = format!("frame {seq} was not acknowledged within {ACK_TIMEOUT:?}");
+            if sent.elapsed() > ack_timeout {
+                let reason = format!("frame {seq} was not acknowledged within {ack_timeout:?}");
                 if state.fall_back(reason).is_err() {
                     return;
                 }
