@@ -10,7 +10,7 @@ use common::cluster::{Network, TestCluster};
 use common::hub::{start_hub, Faults};
 use serde_json::{json, Value};
 use shoal::model::pull::{Hub, PullRequest};
-use shoal::model::{shard, Model};
+use shoal::model::shard;
 use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -19,10 +19,14 @@ const REPO_DIR: &str = "HuggingFaceTB--SmolLM2-135M-Instruct-GGUF";
 const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1";
 
-/// Bytes of the tensors a stage of `layers` reads.
+/// The file's tensor table, read by the tests' own GGUF reader (not shoal's).
+fn table() -> common::tensor_table::TensorTable {
+    common::tensor_table::read(&common::model_path())
+}
+
+/// Bytes of the tensors a stage of `layers` (of 30) reads.
 fn tensor_bytes(layers: Range<usize>) -> u64 {
-    let model = Model::open(&common::model_path()).unwrap();
-    model.stage_tensors(layers).iter().map(|t| t.bytes).sum()
+    table().stage_bytes(layers, 30)
 }
 
 /// The middle layers a stage of `layers` (of 30) does not run.
@@ -36,8 +40,7 @@ fn outside(layers: Range<usize>) -> Range<usize> {
 
 /// No byte of the tensors of the middle `layers` is in the shard.
 fn assert_nothing_of(record: &shard::ShardRecord, layers: Range<usize>) {
-    let model = Model::open(&common::model_path()).unwrap();
-    for t in model.stage_tensors(layers) {
+    for t in table().stage(layers, 30) {
         let bytes = t.offset..t.offset + t.bytes;
         assert!(record.present.iter().all(|p| p.end <= bytes.start || bytes.end <= p.start), "{} was fetched", t.name);
     }
@@ -100,7 +103,7 @@ fn a_three_node_launch_moves_each_node_only_its_share_from_the_member_that_has_i
     assert_eq!(fetches[0], Value::Null, "{fetches:?}");
     for (i, layers) in [(1, 10..20), (2, 20..30)] {
         assert_eq!(fetches[i]["from"], "node0", "{fetches:?}");
-        let share = Model::open(&model).unwrap().file().data_offset() + tensor_bytes(layers);
+        let share = table().data_start + tensor_bytes(layers);
         assert_eq!(fetches[i]["bytes"], share, "{fetches:?}");
     }
     let out = c.cli(0, &["run", model.to_str().unwrap(), "--layers", layers, "--preview"]);
@@ -121,7 +124,7 @@ fn a_three_node_launch_moves_each_node_only_its_share_from_the_member_that_has_i
         // The header and the stage's tensors came over, nothing else but the alignment padding between
         // neighbours and what came with the header's last chunk (it is read in growing chunks from 1
         // MiB); the sparse file's holes take no disk.
-        let share = record.header_bytes + tensor_bytes(layers.clone());
+        let share = table().data_start + tensor_bytes(layers.clone());
         let fetched = fetch["bytes_fetched"].as_u64().unwrap();
         assert!((share..share + (4 << 20)).contains(&fetched), "fetched {fetched} for a share of {share}");
         assert!(record.present_bytes() <= fetched);

@@ -25,19 +25,17 @@ fn link(a: &NodeOffer, b: &NodeOffer, rtt_us: u64, bps: u64) -> LinkCost {
 #[test]
 fn stage_needs_are_the_files_bytes_plus_cache_and_buffers() {
     let n = needs();
-    let model = Model::open(&common::model_path()).unwrap();
-    let layout = model.layout();
+    // The file's tensors, read by the tests' own GGUF reader.
+    let table = common::tensor_table::read(&common::model_path());
     let middle = n.stage(10..20);
-    assert_eq!(middle.weights, layout.layers[10..20].iter().sum::<u64>());
+    assert_eq!(middle.weights, table.stage_bytes(10..20, 30));
     // K and V, F16, 3 heads of 64, 256 positions, in each of the 10 layers.
     assert_eq!(middle.kv_cache, 10 * 2 * 2 * 192 * 256);
     assert_eq!(n.kv_per_layer, vec![2 * 2 * 192 * 256; 30]);
     // The tied output head makes the last stage hold the embedding matrix too.
-    assert_eq!(
-        n.stage(20..30).weights,
-        layout.layers[20..30].iter().sum::<u64>() + layout.output_norm + layout.embedding
-    );
-    assert_eq!(n.stage(0..30).weights, layout.total_bytes());
+    assert_eq!(n.stage(20..30).weights, table.stage_bytes(20..30, 30));
+    assert!(table.stage(20..30, 30).iter().any(|t| t.name == "token_embd.weight"));
+    assert_eq!(n.stage(0..30).weights, table.tensors.iter().map(|t| t.bytes).sum::<u64>());
 }
 
 #[test]
@@ -148,10 +146,21 @@ fn a_model_that_does_not_fit_says_how_much_is_missing_and_where() {
     for name in ["a ", "b ", "c "] {
         assert!(message.contains(name), "{message}");
     }
-    // The same split in numbers: what it needs, what the three offer, and the stages' shortfalls.
-    let short = placement::shortfall(&needs(), &nodes, &[]).unwrap();
-    assert_eq!((short.nodes, short.offered), (3, 120 * MB));
-    assert!(short.needed > short.offered && short.missing >= short.needed - short.offered, "{short:?}");
-    assert!(message.contains(&format!("{:.1} MB missing", (short.needed - short.offered) as f64 / 1e6)), "{message}");
-    assert_eq!(placement::shortfall(&needs(), &[], &[]), None);
+    // What three stages need, from the file (read by the tests' own GGUF reader) and the formula:
+    // every tensor once and the embedding again, as the tied output head, on the last stage; K and V, F16, 3 heads of 64, 256 positions, in 30 layers; a compute buffer per stage and
+    // the logits on the last. The nodes offer what this test gave them.
+    let n = needs();
+    let table = common::tensor_table::read(&common::model_path());
+    let embedding = table.tensors.iter().find(|t| t.name == "token_embd.weight").unwrap().bytes;
+    let weights = table.tensors.iter().map(|t| t.bytes).sum::<u64>() + embedding;
+    let kv_cache = 30 * 2 * 2 * 192 * 256;
+    let compute = 3 * n.compute + n.compute_last_extra;
+    let needed = weights + kv_cache + compute;
+    let offered = 3 * 40 * MB;
+    assert!(message.contains(&format!("{:.1} MB missing", (needed - offered) as f64 / 1e6)), "{message}");
+    // The same in numbers.
+    let short = placement::shortfall(&n, &nodes, &[]).unwrap();
+    assert_eq!((short.nodes, short.needed, short.offered), (3, needed, offered));
+    assert!(short.missing >= needed - offered, "{short:?}");
+    assert_eq!(placement::shortfall(&n, &[], &[]), None);
 }

@@ -17,7 +17,7 @@ use shoal::node::NodeId;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Sends `head` (request line and headers, without the blank line) and `body` to `addr`; returns the
 /// status and the JSON body (Null when it is not JSON).
@@ -319,7 +319,7 @@ fn strangers_can_neither_block_joins_nor_revoke_a_valid_code() {
     let _guard = common::cluster::exclusive();
     let mut c = TestCluster::new(4);
     if c.network != Network::Netns {
-        eprintln!("skipped: telling a stranger's address from a member's needs network namespaces");
+        common::cannot_run("telling a stranger's address from a member's needs network namespaces");
         return;
     }
     c.start(0, &[]);
@@ -341,6 +341,36 @@ fn strangers_can_neither_block_joins_nor_revoke_a_valid_code() {
         .join()
         .unwrap();
     }
+    // The first stranger now has the right code, and is refused all the same: at once by the rate limit
+    // (three attempts from one address in ten seconds), and once that window has passed because its
+    // address gave three wrong codes for this one. Refused attempts do not count against the window.
+    let right = code.clone();
+    let refusals = c
+        .in_network(2, move || {
+            let runtime = tokio::runtime::Runtime::new().unwrap();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut seen: Vec<String> = Vec::new();
+            loop {
+                let me = MemberRecord { id: NodeId::random(), name: "guess".into(), control: vec![], api_port: 1 };
+                match runtime.block_on(shoal::cluster::join::request(control, &right, me)) {
+                    Err(shoal::cluster::join::JoinError::Refused(why)) => {
+                        if seen.last().map(String::as_str) != Some(why) {
+                            seen.push(why.to_string());
+                        }
+                        if why.contains("wrong join code too often") {
+                            return seen;
+                        }
+                    }
+                    other => panic!("a stranger that guessed wrong three times got in with the right code: {other:?}"),
+                }
+                assert!(Instant::now() < deadline, "the stranger was never told it guessed too often: {seen:?}");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+        .join()
+        .unwrap();
+    assert!(refusals[0].contains("too many join attempts"), "{refusals:?}");
+
     // One of them floods the control port with connections that never say anything.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flood = {

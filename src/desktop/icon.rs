@@ -101,16 +101,38 @@ mod tests {
         icon[i..i + 4].try_into().unwrap()
     }
 
+    /// The colour family a pixel reads as, from its channels (not from the palette above).
+    fn family([r, g, b, a]: [u8; 4]) -> &'static str {
+        let (r, g, b) = (r as i32, g as i32, b as i32);
+        match () {
+            _ if a == 0 => "transparent",
+            _ if (r - g).abs() < 24 && (g - b).abs() < 24 => "grey",
+            _ if b > r + 60 && b > g + 30 => "blue",
+            _ if g > r + 60 && g > b + 30 => "green",
+            _ if r > b + 120 && g > b + 60 && r >= g => "amber",
+            _ => "other",
+        }
+    }
+
     #[test]
-    fn each_look_has_its_own_colour_and_a_transparent_background() {
+    fn each_look_reads_as_its_colour_on_a_transparent_background() {
         let size = 32;
-        let serving = tray_icon(TrayLook::Serving, size, false);
-        assert_eq!(serving.len(), 32 * 32 * 4);
-        assert_eq!(pixel(&serving, size, 16, 6), [0x22, 0xc5, 0x5e, 255], "the top node is green");
-        assert_eq!(pixel(&serving, size, 0, 0)[3], 0, "corners are transparent");
-        let cluster = tray_icon(TrayLook::Cluster, size, false);
-        assert_eq!(pixel(&cluster, size, 16, 6), [0x3b, 0x82, 0xf6, 255]);
-        assert_ne!(serving, cluster);
+        // The bottom-left node's centre (the top one is hollow when degraded), and a corner.
+        let (node, corner) = ((6, 24), (0, 0));
+        for (look, colour) in [
+            (TrayLook::Alone, "grey"),
+            (TrayLook::Cluster, "blue"),
+            (TrayLook::Serving, "green"),
+            (TrayLook::Degraded, "amber"),
+        ] {
+            let icon = tray_icon(look, size, false);
+            assert_eq!(icon.len(), 32 * 32 * 4);
+            // Alone is one node in the middle.
+            let (x, y) = if look == TrayLook::Alone { (16, 16) } else { node };
+            assert_eq!(family(pixel(&icon, size, x, y)), colour, "{look:?}");
+            assert_eq!(pixel(&icon, size, x, y)[3], 255, "{look:?} is opaque where it is drawn");
+            assert_eq!(family(pixel(&icon, size, corner.0, corner.1)), "transparent", "{look:?}");
+        }
     }
 
     #[test]

@@ -62,6 +62,10 @@ struct Header {
 #[derive(Debug, Serialize, Deserialize)]
 struct Trailer {
     sha256: String,
+    /// Set when what was sent cannot be trusted although it hashes as sent: the file changed on the
+    /// sender's disk while it was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -241,6 +245,7 @@ pub async fn serve(mut reader: SecureReader, mut writer: SecureWriter, library: 
         return send_json(&mut writer, &Header { error: Some(error), file: None }).await;
     }
     let mut source = tokio::fs::File::open(&path).await?;
+    let before = version_of(&source).await?;
     send_json(&mut writer, &Header { error: None, file: Some(file) }).await?;
     let ranges = if ranges.is_empty() { vec![(0, size)] } else { ranges };
     let mut hasher = Sha256::new();
@@ -256,7 +261,16 @@ pub async fn serve(mut reader: SecureReader, mut writer: SecureWriter, library: 
             left -= n as u64;
         }
     }
-    send_json(&mut writer, &Trailer { sha256: hex::encode(hasher.finalize()) }).await
+    // A file rewritten while it was read gives a blend of two versions that still hashes as sent.
+    let error =
+        (version_of(&source).await? != before).then(|| format!("{name} changed on the sending node while it was sent"));
+    send_json(&mut writer, &Trailer { sha256: hex::encode(hasher.finalize()), error }).await
+}
+
+/// What tells one version of an open file from another: its length and when it was last written.
+async fn version_of(file: &tokio::fs::File) -> Result<(u64, Option<std::time::SystemTime>), NetError> {
+    let meta = file.metadata().await?;
+    Ok((meta.len(), meta.modified().ok()))
 }
 
 /// The files the node at `addr` offers, and the shards it holds (with `layers`).
@@ -385,6 +399,9 @@ async fn receive(
         }
     }
     let trailer: Trailer = recv_json(reader).await?;
+    if let Some(error) = trailer.error {
+        return Err(CopyError::Damaged(error));
+    }
     let sha256 = hex::encode(hasher.finalize());
     if trailer.sha256 != sha256 {
         return Err(CopyError::Damaged(format!(
@@ -402,3 +419,6 @@ async fn receive(
     progress(&CopyProgress { bytes_done: done, bytes_total: total, bytes_per_second: rate(done) });
     Ok(CopyReport { path: PathBuf::new(), bytes: done, seconds, bytes_per_second: rate(done), sha256 })
 }
+
+#[cfg(test)]
+mod tests;

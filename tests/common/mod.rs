@@ -8,6 +8,7 @@ pub mod hub;
 pub mod oracle;
 pub mod random_model;
 pub mod split_gguf;
+pub mod tensor_table;
 
 use serde::Deserialize;
 use std::path::PathBuf;

@@ -132,16 +132,24 @@ test('the mesh shows every node and every link between them', async () => {
   const health = await page.$$eval('[data-testid="link"]', (edges) => edges.map((e) => e.getAttribute('data-health')));
   assert.ok(health.every((h) => h === 'ok' || h === 'slow'), `link health ${health.join(', ')}`);
 
-  // No RDMA on loopback: every link is TCP, with the reason the nodes give (when they give one).
+  // No RDMA on loopback: every link is TCP, with the reason the nodes give. Each node chooses its links'
+  // transports every second, always with a reason: wait until both ends of every link have reported one.
   const transports = await page.$$eval('[data-testid="link"]', (edges) => edges.map((e) => e.getAttribute('data-transport')));
   assert.deepEqual(transports, ['tcp', 'tcp', 'tcp']);
   assert.equal(await page.locator('[data-testid="transport-badge"][data-transport="tcp"]').count(), 3);
-  const reasons = snapshot.links.flatMap((/** @type {any} */ l) => l.reports.map((/** @type {any} */ r) => r.transport?.reason)).filter(Boolean);
-  if (reasons.length > 0) {
-    const shown = await page.$$eval('[data-testid="transport-detail"]', (rows) => rows.map((r) => r.textContent ?? ''));
-    assert.equal(shown.length, 3);
-    assert.ok(shown.every((text) => reasons.some((/** @type {string} */ reason) => text.includes(reason))), shown.join(' | '));
-  }
+  const reasons = await waitFor(
+    'every link report to carry its transport and reason',
+    async () => {
+      const now = await api(basePort, '/api/cluster');
+      const reports = now.links.flatMap((/** @type {any} */ l) => l.reports);
+      const all = reports.length === 6 && reports.every((/** @type {any} */ r) => r.transport?.kind === 'tcp' && r.transport.reason);
+      return all ? reports.map((/** @type {any} */ r) => r.transport.reason) : undefined;
+    },
+    15_000,
+  );
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="transport-detail"]').length === 3, null, { timeout: 10_000 });
+  const shown = await page.$$eval('[data-testid="transport-detail"]', (rows) => rows.map((r) => r.textContent ?? ''));
+  assert.ok(shown.every((text) => reasons.some((/** @type {string} */ reason) => text.includes(reason))), shown.join(' | '));
   await shot('mesh-3-nodes');
 });
 
