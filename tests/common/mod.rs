@@ -38,8 +38,18 @@ pub fn cannot_run(reason: &str) {
     if std::env::var("SHOAL_REQUIRE_ALL").as_deref() == Ok("1") {
         panic!("this test must run here (SHOAL_REQUIRE_ALL=1) but cannot: {reason}");
     }
-    eprintln!("SKIPPED: {reason}");
+    let test = std::thread::current().name().unwrap_or("a test").to_string();
+    eprintln!("SKIPPED: {test}: {reason}");
+    // cargo shows a passing test's output to nobody: scripts/test counts the skips from this file.
+    let list = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(SKIPPED_LIST);
+    if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(list) {
+        use std::io::Write;
+        let _ = writeln!(file, "{test}: {reason}");
+    }
 }
+
+/// The file, in cargo's target/tmp, where skipped tests are listed (scripts/test prints it).
+pub const SKIPPED_LIST: &str = "skipped-tests.txt";
 
 /// The `shoal` binary built for these tests.
 pub fn shoal() -> Command {
