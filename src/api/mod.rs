@@ -66,6 +66,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/placements/preview", post(instances::preview))
         .route("/api/instances", post(instances::launch).get(instances::list))
         .route("/api/instances/{id}", get(instances::get).delete(instances::stop))
+        .route("/api/instances/{id}/relaunch", post(instances::relaunch))
         .route("/api/models", get(models::list))
         .route("/api/models/fit", get(fit::list))
         .route("/api/models/pull", post(models::pull))

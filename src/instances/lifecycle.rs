@@ -1,5 +1,6 @@
 //! Launching, wiring, watching and stopping instances, on the owner and on the nodes that run stages.
 
+use super::ending::{settle_stages, stop, stop_local, stop_stages};
 use super::service::Instances;
 use super::{InstanceInfo, InstanceState, LaunchRequest, LocalStage, StageReport, StageStatus};
 use crate::cluster::messages::ControlMessage;
@@ -27,6 +28,9 @@ pub enum LaunchError {
     /// An instance already serves (or is being launched or placed again under) the name asked for.
     #[error("{0}")]
     AlreadyRunning(String),
+    /// No instance has the id given.
+    #[error("{0}")]
+    NotFound(String),
 }
 
 /// The nodes that are up, what they offer, and the measured links between them.
@@ -490,6 +494,7 @@ fn lose(instances: &Arc<Instances>, instance: &str, error: String, node_lost: bo
             Some(_) => (InstanceState::Recovering, Some(format!("{error}; placing it again"))),
             None => (InstanceState::Failed, Some(error.clone())),
         };
+        settle_stages(info, |node| instances.agent.is_up(node));
         let info = info.clone();
         if attempt.is_none() {
             registry.requests.remove(instance);
@@ -510,52 +515,6 @@ fn lose(instances: &Arc<Instances>, instance: &str, error: String, node_lost: bo
             publish(instances, &info);
             stop_stages(instances, &info);
         }
-    }
-}
-
-pub(super) fn stop_stages(instances: &Arc<Instances>, info: &InstanceInfo) {
-    let mut nodes: Vec<NodeId> = info.stages.iter().map(|s| s.node).collect();
-    nodes.sort();
-    nodes.dedup();
-    for node in nodes {
-        if node == instances.agent.id() {
-            stop_local(instances, &info.id);
-        } else {
-            instances.agent.send_to(node, ControlMessage::StopInstance { instance: info.id.clone() });
-        }
-    }
-}
-
-pub(super) fn stop_local(instances: &Arc<Instances>, instance: &str) {
-    instances.agent.links.forget_ring_links(instance);
-    let handles: Vec<_> = {
-        let mut registry = instances.registry();
-        let keys: Vec<_> = registry.local.keys().filter(|(i, _)| i == instance).cloned().collect();
-        keys.into_iter().filter_map(|k| registry.local.remove(&k)).map(|l| l.handle).collect()
-    };
-    for handle in handles {
-        tokio::spawn(async move { handle.stop().await });
-    }
-}
-
-/// Stops an instance (any node may ask; the owner records it).
-pub fn stop(instances: &Arc<Instances>, instance: &str) -> Option<InstanceInfo> {
-    let info = instances.registry().instances.get(instance).cloned()?;
-    if info.owner == instances.agent.id() {
-        let updated = {
-            let mut registry = instances.registry();
-            registry.requests.remove(instance);
-            let i = registry.instances.get_mut(instance)?;
-            i.state = InstanceState::Stopped;
-            i.clone()
-        };
-        publish(instances, &updated);
-        stop_stages(instances, &updated);
-        Some(updated)
-    } else {
-        instances.agent.send_to(info.owner, ControlMessage::StopInstance { instance: instance.to_string() });
-        stop_stages(instances, &info);
-        Some(info)
     }
 }
 
@@ -660,5 +619,6 @@ pub fn on_peer_down(instances: &Arc<Instances>, peer: NodeId) {
             super::takeover::owner_down(instances, &info);
         }
     }
+    super::ending::node_down_in_stopped(instances, peer);
     super::generate::fail_calls_through(instances, peer);
 }
