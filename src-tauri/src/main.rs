@@ -72,7 +72,7 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", shoal::errors::chain(&e));
             ExitCode::FAILURE
         }
     }
