@@ -13,6 +13,7 @@ mod ending;
 mod fit;
 mod generate;
 mod lifecycle;
+mod messages;
 mod recovery;
 mod service;
 mod share;
@@ -23,7 +24,8 @@ pub use crate::records::{InstanceInfo, InstanceState, LaunchRequest, Recovery, S
 pub use ending::{relaunch, stop};
 pub use fit::{Fit, PoolOffers};
 pub use generate::{generate, generate_when_ready, lost_and_recovering, GenerateError};
-pub use lifecycle::{check_name_free, launch, on_message, on_peer_down, preview, preview_fetches, LaunchError};
+pub use lifecycle::{check_name_free, launch, on_peer_down, preview, preview_fetches, LaunchError};
+pub use messages::on_message;
 pub use service::Instances;
 pub use share::ShareNeed;
 
