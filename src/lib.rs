@@ -5,7 +5,7 @@
 //! - [`node`], [`cluster`], [`discovery`], [`links`]: the node agent and the cluster it forms;
 //! - [`placement`], [`worker`], [`transport`], [`instances`]: models split across the cluster;
 //! - [`api`], [`metrics`]: the HTTP API and token rates; [`desktop`]: what the menu-bar app shows;
-//! - [`rdma`]: the RDMA-over-Thunderbolt doctor and setup.
+//! - [`rdma`]: the RDMA-over-Thunderbolt doctor and setup; [`errors`]: error chains as people read them.
 #![deny(unsafe_code)]
 
 #[allow(unsafe_code)]
@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod desktop;
 pub mod discovery;
 pub mod engine;
+pub mod errors;
 pub mod instances;
 pub mod links;
 pub mod metrics;

@@ -2,7 +2,8 @@
 //! a unit, contexts and token counts that make no sense refused with what to give instead; one node per
 //! data directory; `shoal ps`, `shoal stop` and `shoal status` showing and stopping what runs; a second
 //! launch under a running model's name refused (or replacing it with `--replace`); suggested commands
-//! that keep the node's address; and workers that still start after the node's binary file was replaced.
+//! that keep the node's address; workers that still start after the node's binary file was replaced; and
+//! errors that say each cause once.
 
 mod common;
 
@@ -38,6 +39,16 @@ fn numbers_that_make_no_sense_are_refused_with_what_to_give() {
     let model = model.to_str().unwrap();
     refused(&shoal(&["generate", "--model", model, "--prompt", "hi", "--max-tokens", "0"]), "0 would do nothing");
     refused(&shoal(&["run", model, "--context", "0"]), "0 would do nothing");
+}
+
+#[test]
+fn an_error_says_each_cause_once() {
+    // It used to say "cannot open the model file …: No such file or directory (os error 2): No such file
+    // or directory (os error 2)".
+    let missing = "/nonexistent/shoal-cli-test.gguf";
+    let out = shoal(&["generate", "--model", missing, "--prompt", "hi"]);
+    refused(&out, &format!("cannot open the model file {missing}: "));
+    assert_eq!(text(&out).matches("os error 2").count(), 1, "{}", text(&out));
 }
 
 /// Starts `shoal node` on `data_dir` beside a running node and returns its output once it exits

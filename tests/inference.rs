@@ -354,6 +354,15 @@ fn a_lost_node_fails_its_request_and_the_instance_moves_to_the_nodes_that_remain
     let second = replacement_of(&c, 1, &first_id, Duration::from_secs(30));
     assert!(second["recovery"]["reason"].as_str().unwrap().contains("node2 is down"), "{second:#}");
     assert_eq!(distinct_stage_nodes(&second), ["node0", "node1"], "{second:#}");
+    // The instance it replaced shows what its stages are now, not what they last reported: node2's is
+    // down, the others are stopped.
+    c.wait_for(Duration::from_secs(10), "the replaced instance's stages to settle", || {
+        let first = get(&c, 0, &format!("/api/instances/{first_id}"));
+        let stages = first["stages"].as_array().unwrap().clone();
+        let lost = stages.iter().find(|s| s["node_name"] == "node2").unwrap();
+        (lost["state"] == "failed" && lost["error"] == "node node2 is down")
+            && stages.iter().all(|s| s["state"] == "stopped" || s["state"] == "failed")
+    });
     for i in 0..2 {
         let s = c.status(i).unwrap();
         let alive = s.nodes.iter().filter(|n| n.status.is_up()).count();
@@ -390,6 +399,33 @@ fn a_lost_node_fails_its_request_and_the_instance_moves_to_the_nodes_that_remain
     let third = replacement_of(&c, 0, &second_id, Duration::from_secs(60));
     assert!(stage_nodes(&third).len() >= 2, "{third:#}");
     assert_eq!(request.join().unwrap(), common::single_process("The capital of France is", 8));
+
+    // Stopped, the first instance is launched again by hand as it was launched: the same layers on the
+    // same three nodes, the same context and sequences, under the same name.
+    c.wait_for(Duration::from_secs(15), "the three nodes to be up", || {
+        c.status(0).is_some_and(|s| s.nodes.iter().filter(|n| n.status.is_up()).count() == 3)
+    });
+    let out = c.cli(0, &["stop", &model]);
+    assert!(out.status.success(), "shoal stop failed: {}", String::from_utf8_lossy(&out.stderr));
+    // Once the stopped workers' memory is offered again.
+    let layers = "node0:0-9,node1:10-19,node2:20-29";
+    let preview = json!({ "model": common::model_path(), "layers": layers, "context": 256, "sequences": 2 });
+    c.wait_for(Duration::from_secs(20), "the nodes to offer their memory again", || {
+        post(&c, 0, "/api/placements/preview", preview.clone()).0 == 200
+    });
+    let (status, again) = post(&c, 0, &format!("/api/instances/{first_id}/relaunch"), json!({}));
+    assert_eq!(status, 200, "{again:#}");
+    let layers: Vec<String> = again["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| format!("{}:{}-{}", s["node_name"].as_str().unwrap(), s["layers"]["start"], s["layers"]["end"]))
+        .collect();
+    assert_eq!(layers, ["node0:0-10", "node1:10-20", "node2:20-30"], "{again:#}");
+    assert_eq!((&again["model"], &again["context"], &again["sequences"]), (&json!(model), &json!(256), &json!(2)));
+    answers_as_one_process(&c, 0, &model);
+    let (status, refused) = post(&c, 0, &format!("/api/instances/{first_id}/relaunch"), json!({}));
+    assert_eq!(status, 409, "a second relaunch while the first serves the name is refused: {refused:#}");
 }
 
 #[test]

@@ -51,6 +51,9 @@ fn run(node: SharedNode) -> anyhow::Result<()> {
             window::open(&handle, &url)?;
             tray::create(&handle, for_setup.clone())?;
             notifications::start(&handle, &for_setup);
+            // The dashboard's "Quit anyway" (POST /api/quit) ends the app as the tray's Quit does.
+            let quitter = handle.clone();
+            for_setup.lock().expect("node").quit.set(move || quitter.exit(0));
             app.manage(for_setup.clone());
             Ok(())
         })
@@ -69,7 +72,7 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", shoal::errors::chain(&e));
             ExitCode::FAILURE
         }
     }

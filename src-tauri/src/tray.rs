@@ -79,6 +79,8 @@ fn on_menu(app: &AppHandle, event: &MenuEvent, node: &SharedNode, login: &CheckM
                 let _ = login.set_checked(!wanted);
             }
         }
+        // Quitting would stop models that run here: the dashboard asks first ("Quit anyway" quits).
+        TrayAction::Quit if !node.lock().expect("node").quitting_stops().is_empty() => window::show(app, Some("quit")),
         TrayAction::Quit => app.exit(0),
         TrayAction::OpenDashboard | TrayAction::Join | TrayAction::RdmaSetup => {}
     }

@@ -82,7 +82,7 @@ pub async fn join(
     body: Result<Json<JoinRequest>, JsonRejection>,
 ) -> Result<Json<ClusterSnapshot>, ApiError> {
     let target = check_join(body)?;
-    state.agent.join(target).await.map_err(|e| ApiError::failed(format!("{e:#}")))?;
+    state.agent.join(target).await.map_err(|e| ApiError::failed(crate::errors::chain(&e)))?;
     Ok(Json(state.agent.snapshot()))
 }
 

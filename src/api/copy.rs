@@ -264,8 +264,8 @@ async fn complete_shard(
             let bytes_per_second = p.rate_bytes_per_second;
             report(&CopyProgress { bytes_done: p.bytes_done, bytes_total: p.bytes_total, bytes_per_second });
         };
-        let sha256 =
-            shard::complete_from(&mut reader, &shard_source, &dest, &mut progress).map_err(|e| format!("{e:#}"))?;
+        let sha256 = shard::complete_from(&mut reader, &shard_source, &dest, &mut progress)
+            .map_err(|e| crate::errors::chain(&e))?;
         let seconds = started.elapsed().as_secs_f64();
         let bytes_per_second = (fetched as f64 / seconds.max(1e-6)) as u64;
         Ok(CopyReport { path: dest, bytes: fetched, seconds, bytes_per_second, sha256 })

@@ -1,5 +1,6 @@
 //! Instance endpoints: `POST /api/placements/preview`, `POST /api/instances` (launch),
-//! `GET /api/instances[/{id}]`, `DELETE /api/instances/{id}`.
+//! `GET /api/instances[/{id}]`, `DELETE /api/instances/{id}`, `POST /api/instances/{id}/relaunch` (an
+//! ended instance launched again as it was launched).
 
 use super::{ApiError, ApiState};
 use crate::instances::{self, InstanceInfo, LaunchError, LaunchRequest, ShareNeed};
@@ -26,6 +27,7 @@ fn launch_error(e: LaunchError) -> ApiError {
             code: Some("model_already_running"),
             ..ApiError::bad_request(m)
         },
+        LaunchError::NotFound(m) => ApiError::not_found(m, "instance_not_found"),
     }
 }
 
@@ -70,4 +72,8 @@ pub async fn stop(State(state): State<ApiState>, Path(id): Path<String>) -> Resu
     instances::stop(&state.instances, &id)
         .map(Json)
         .ok_or_else(|| ApiError::not_found(format!("no instance {id}"), "instance_not_found"))
+}
+
+pub async fn relaunch(State(state): State<ApiState>, Path(id): Path<String>) -> Result<Json<InstanceInfo>, ApiError> {
+    Ok(Json(instances::relaunch(&state.instances, &id).await.map_err(launch_error)?))
 }

@@ -19,6 +19,7 @@ mod instances;
 mod models;
 mod ollama;
 mod openai;
+mod quit;
 mod rdma;
 pub mod server;
 mod tools;
@@ -43,6 +44,8 @@ pub struct ApiConfig {
     pub token: Option<String>,
     /// Where to serve Ollama's API alone as well (`--ollama-port`).
     pub ollama_listen: Option<SocketAddr>,
+    /// How `POST /api/quit` asks the process hosting the node to quit (the app sets it).
+    pub quit: crate::desktop::quit::QuitSwitch,
 }
 
 #[derive(Clone)]
@@ -52,6 +55,7 @@ pub struct ApiState {
     pub token: Option<Arc<str>>,
     /// The address the API listens on (a `Host` naming it is this node).
     pub listen: SocketAddr,
+    pub quit: crate::desktop::quit::QuitSwitch,
 }
 
 pub fn router(state: ApiState) -> Router {
@@ -68,6 +72,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/placements/preview", post(instances::preview))
         .route("/api/instances", post(instances::launch).get(instances::list))
         .route("/api/instances/{id}", get(instances::get).delete(instances::stop))
+        .route("/api/instances/{id}/relaunch", post(instances::relaunch))
+        .route("/api/quit", get(quit::what_it_stops).post(quit::quit))
         .route("/api/models", get(models::list))
         .route("/api/models/fit", get(fit::list))
         .route("/api/models/pull", post(models::pull))
@@ -110,7 +116,7 @@ pub async fn serve(instances: Arc<Instances>, config: ApiConfig) -> anyhow::Resu
     let addr = listener.local_addr()?;
     let token: Option<Arc<str>> = config.token.map(Into::into);
     let agent = instances.agent.clone();
-    let state = ApiState { agent, instances, token, listen: addr };
+    let state = ApiState { agent, instances, token, listen: addr, quit: config.quit };
     tokio::spawn(server::run(listener, router(state.clone())));
     if let Some(listener) = ollama {
         let state = ApiState { listen: listener.local_addr()?, ..state };

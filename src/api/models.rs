@@ -106,7 +106,7 @@ pub async fn pull(
             Ok(paths) => agent.emit(event(&last, paths, None)),
             Err(e) => {
                 last.state = PullState::Failed;
-                agent.emit(event(&last, Vec::new(), Some(format!("{e:#}"))));
+                agent.emit(event(&last, Vec::new(), Some(crate::errors::chain(&e))));
             }
         }
     });

@@ -90,7 +90,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", shoal::errors::chain(&e));
             ExitCode::FAILURE
         }
     }

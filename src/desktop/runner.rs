@@ -2,6 +2,7 @@
 //! window's event loop never waits on it. Stopping drops the runtime, which ends the agent's tasks and
 //! kills its worker processes.
 
+use super::quit::{quitting_stops, QuitSwitch, Stopped};
 use crate::cluster::Agent;
 use crate::instances::Instances;
 use crate::node::NodeOptions;
@@ -14,6 +15,8 @@ pub struct BackgroundNode {
     pub agent: Agent,
     pub instances: Arc<Instances>,
     pub api_addr: SocketAddr,
+    /// How the dashboard's "Quit anyway" reaches the app: it sets what quitting does.
+    pub quit: QuitSwitch,
     runtime: Option<Runtime>,
     /// Held while the node runs: one node per data directory.
     _data_lock: crate::node::DataDirLock,
@@ -32,6 +35,7 @@ impl BackgroundNode {
             agent: node.agent,
             instances: node.instances,
             api_addr: node.api_addr,
+            quit: node.quit,
             runtime: Some(runtime),
             _data_lock: node.data_lock,
         })
@@ -40,6 +44,12 @@ impl BackgroundNode {
     /// The dashboard's address on this node.
     pub fn dashboard_url(&self) -> String {
         format!("http://{}/", self.api_addr)
+    }
+
+    /// The instances that quitting the app would stop (see [`super::quit`]).
+    pub fn quitting_stops(&self) -> Vec<Stopped> {
+        let instances: Vec<_> = self.instances.registry().instances.values().cloned().collect();
+        quitting_stops(self.agent.id(), &instances)
     }
 
     /// Runs `task` on the node's runtime.

@@ -1,5 +1,7 @@
-//! Launching, wiring, watching and stopping instances, on the owner and on the nodes that run stages.
+//! Launching, wiring and watching instances, on the owner and on the nodes that run stages, and what a
+//! node going down does to them (stopping them is in `ending`, the control messages in `messages`).
 
+use super::ending::{settle_stages, stop_stages};
 use super::service::Instances;
 use super::{InstanceInfo, InstanceState, LaunchRequest, LocalStage, StageReport, StageStatus};
 use crate::cluster::messages::ControlMessage;
@@ -27,6 +29,9 @@ pub enum LaunchError {
     /// An instance already serves (or is being launched or placed again under) the name asked for.
     #[error("{0}")]
     AlreadyRunning(String),
+    /// No instance has the id given.
+    #[error("{0}")]
+    NotFound(String),
 }
 
 /// The nodes that are up, what they offer, and the measured links between them.
@@ -267,7 +272,7 @@ pub(super) fn publish(instances: &Arc<Instances>, info: &InstanceInfo) {
 
 /// Starts a stage on this node: fetches its share of the model if this node lacks it, then starts its
 /// worker — unless the instance ended meanwhile.
-fn start_local(instances: &Arc<Instances>, spec: StageSpec, owner: NodeId) {
+pub(super) fn start_local(instances: &Arc<Instances>, spec: StageSpec, owner: NodeId) {
     let instances = instances.clone();
     tokio::spawn(async move {
         let (instance, stage) = (spec.instance.clone(), spec.stage);
@@ -376,7 +381,7 @@ fn on_worker_event(instances: &Arc<Instances>, owner: NodeId, instance: &str, st
     report(instances, owner, instance, stage, report_of);
 }
 
-fn report(instances: &Arc<Instances>, owner: NodeId, instance: &str, stage: usize, report: StageReport) {
+pub(super) fn report(instances: &Arc<Instances>, owner: NodeId, instance: &str, stage: usize, report: StageReport) {
     if owner == instances.agent.id() {
         apply_report(instances, instance, stage, report);
     } else {
@@ -386,7 +391,7 @@ fn report(instances: &Arc<Instances>, owner: NodeId, instance: &str, stage: usiz
 
 /// The owner takes in a stage's report: wires the ring once every stage listens, marks the instance
 /// ready once every stage is, and fails it when a stage fails.
-fn apply_report(instances: &Arc<Instances>, instance: &str, stage: usize, report: StageReport) {
+pub(super) fn apply_report(instances: &Arc<Instances>, instance: &str, stage: usize, report: StageReport) {
     let mut failed = None;
     let mut wire = None;
     let info = {
@@ -452,7 +457,13 @@ fn apply_report(instances: &Arc<Instances>, instance: &str, stage: usize, report
 }
 
 /// Tells a local worker where the next stage listens.
-fn connect_local(instances: &Arc<Instances>, instance: &str, stage: usize, next_node: NodeId, next_port: u16) {
+pub(super) fn connect_local(
+    instances: &Arc<Instances>,
+    instance: &str,
+    stage: usize,
+    next_node: NodeId,
+    next_port: u16,
+) {
     let ip = if next_node == instances.agent.id() {
         Some(std::net::IpAddr::from([127, 0, 0, 1]))
     } else {
@@ -490,6 +501,7 @@ fn lose(instances: &Arc<Instances>, instance: &str, error: String, node_lost: bo
             Some(_) => (InstanceState::Recovering, Some(format!("{error}; placing it again"))),
             None => (InstanceState::Failed, Some(error.clone())),
         };
+        settle_stages(info, |node| instances.agent.is_up(node));
         let info = info.clone();
         if attempt.is_none() {
             registry.requests.remove(instance);
@@ -510,132 +522,6 @@ fn lose(instances: &Arc<Instances>, instance: &str, error: String, node_lost: bo
             publish(instances, &info);
             stop_stages(instances, &info);
         }
-    }
-}
-
-pub(super) fn stop_stages(instances: &Arc<Instances>, info: &InstanceInfo) {
-    let mut nodes: Vec<NodeId> = info.stages.iter().map(|s| s.node).collect();
-    nodes.sort();
-    nodes.dedup();
-    for node in nodes {
-        if node == instances.agent.id() {
-            stop_local(instances, &info.id);
-        } else {
-            instances.agent.send_to(node, ControlMessage::StopInstance { instance: info.id.clone() });
-        }
-    }
-}
-
-pub(super) fn stop_local(instances: &Arc<Instances>, instance: &str) {
-    instances.agent.links.forget_ring_links(instance);
-    let handles: Vec<_> = {
-        let mut registry = instances.registry();
-        let keys: Vec<_> = registry.local.keys().filter(|(i, _)| i == instance).cloned().collect();
-        keys.into_iter().filter_map(|k| registry.local.remove(&k)).map(|l| l.handle).collect()
-    };
-    for handle in handles {
-        tokio::spawn(async move { handle.stop().await });
-    }
-}
-
-/// Stops an instance (any node may ask; the owner records it).
-pub fn stop(instances: &Arc<Instances>, instance: &str) -> Option<InstanceInfo> {
-    let info = instances.registry().instances.get(instance).cloned()?;
-    if info.owner == instances.agent.id() {
-        let updated = {
-            let mut registry = instances.registry();
-            registry.requests.remove(instance);
-            let i = registry.instances.get_mut(instance)?;
-            i.state = InstanceState::Stopped;
-            i.clone()
-        };
-        publish(instances, &updated);
-        stop_stages(instances, &updated);
-        Some(updated)
-    } else {
-        instances.agent.send_to(info.owner, ControlMessage::StopInstance { instance: instance.to_string() });
-        stop_stages(instances, &info);
-        Some(info)
-    }
-}
-
-/// Instance messages on the control connections. Each is checked against what this node knows before
-/// it is used (see [`super::validate`]); a message that fails is logged and dropped.
-pub fn on_message(instances: &Arc<Instances>, from: NodeId, message: ControlMessage) {
-    let refuse = |what: &str, why: String| tracing::warn!("ignoring {what} from {}: {why}", from.short());
-    match message {
-        ControlMessage::StartStage { spec } => {
-            let known = {
-                let registry = instances.registry();
-                registry.instances.get(&spec.instance).map(|i| {
-                    let node = i.stages.get(spec.stage).map(|s| s.node);
-                    (i.owner, node, i.stages.len())
-                })
-            };
-            let checked = super::validate::stage_spec(&spec).and_then(|()| match known {
-                Some((owner, Some(node), stages))
-                    if owner == from && node == instances.agent.id() && stages == spec.stages =>
-                {
-                    Ok(())
-                }
-                Some(_) => {
-                    Err(format!("stage {} of instance {} is not the sender's to place here", spec.stage, spec.instance))
-                }
-                None => Err(format!("instance {} is unknown", spec.instance)),
-            });
-            match checked {
-                Ok(()) => start_local(instances, spec, from),
-                Err(why) => {
-                    refuse("a stage to start", why.clone());
-                    let failed = StageReport { state: WorkerState::Failed, error: Some(why), ..Default::default() };
-                    report(instances, from, &spec.instance, spec.stage, failed);
-                }
-            }
-        }
-        ControlMessage::StageUpdate { instance, stage, report } => {
-            // Only the node that runs a stage reports on it, and only to the instance's owner.
-            let runs_it = instances.registry().instances.get(&instance).is_some_and(|i| {
-                i.owner == instances.agent.id() && i.stages.get(stage).is_some_and(|s| s.node == from)
-            });
-            if runs_it {
-                apply_report(instances, &instance, stage, report);
-            } else {
-                refuse("a stage update", format!("it does not run stage {stage} of an instance of this node"));
-            }
-        }
-        ControlMessage::ConnectStage { instance, stage, next_node, next_port } => {
-            let owned_by_sender = instances.registry().instances.get(&instance).is_some_and(|i| i.owner == from);
-            if owned_by_sender {
-                connect_local(instances, &instance, stage, next_node, next_port)
-            } else {
-                refuse("a ring connection", format!("instance {instance} is not the sender's"));
-            }
-        }
-        ControlMessage::StopInstance { instance } => {
-            let owned = instances.registry().instances.get(&instance).is_some_and(|i| i.owner == instances.agent.id());
-            if owned {
-                stop(instances, &instance);
-            } else {
-                stop_local(instances, &instance);
-            }
-        }
-        ControlMessage::Instance { info } => {
-            let checked = {
-                let mut registry = instances.registry();
-                let existing = registry.instances.get(&info.id);
-                let owner_gone = existing.is_some_and(|e| !instances.agent.is_up(e.owner));
-                let checked = super::validate::instance(&info, from, existing, owner_gone);
-                if checked.is_ok() {
-                    registry.instances.insert(info.id.clone(), (*info).clone());
-                }
-                checked
-            };
-            match checked {
-                Ok(()) => instances.agent.emit(ClusterEvent::Instance { info }),
-                Err(why) => refuse("an instance", why),
-            }
-        }
-        other => super::generate::on_message(instances, from, other),
     }
 }
 
@@ -660,5 +546,6 @@ pub fn on_peer_down(instances: &Arc<Instances>, peer: NodeId) {
             super::takeover::owner_down(instances, &info);
         }
     }
+    super::ending::node_down_in_stopped(instances, peer);
     super::generate::fail_calls_through(instances, peer);
 }

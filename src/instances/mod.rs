@@ -9,9 +9,11 @@
 //! [`Instances`] service, which owns this state and is attached to the cluster runtime (the records it
 //! shares with the cluster and the API are in [`crate::records`]).
 
+mod ending;
 mod fit;
 mod generate;
 mod lifecycle;
+mod messages;
 mod recovery;
 mod service;
 mod share;
@@ -19,9 +21,11 @@ mod takeover;
 mod validate;
 
 pub use crate::records::{InstanceInfo, InstanceState, LaunchRequest, Recovery, StageFetch, StageReport, StageStatus};
+pub use ending::{relaunch, stop};
 pub use fit::{Fit, PoolOffers};
 pub use generate::{generate, generate_when_ready, lost_and_recovering, GenerateError};
-pub use lifecycle::{check_name_free, launch, on_message, on_peer_down, preview, preview_fetches, stop, LaunchError};
+pub use lifecycle::{check_name_free, launch, on_peer_down, preview, preview_fetches, LaunchError};
+pub use messages::on_message;
 pub use service::Instances;
 pub use share::ShareNeed;
 

@@ -79,7 +79,7 @@ impl Instances {
 
 impl ClusterService for Instances {
     fn on_message(self: Arc<Self>, from: NodeId, message: ControlMessage) {
-        super::lifecycle::on_message(&self, from, message);
+        super::messages::on_message(&self, from, message);
     }
 
     /// A member that (re)connects learns this node's instances now, not at their next change.

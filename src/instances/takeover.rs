@@ -7,7 +7,8 @@
 //! mark the instance recovering and wait for the successor's word. A successor without the whole
 //! model, or an instance that cannot be placed again, ends as failed, saying why.
 
-use super::lifecycle::{publish, stop_local, stop_stages};
+use super::ending::{settle_stages, stop_local, stop_stages};
+use super::lifecycle::publish;
 use super::service::Instances;
 use super::{InstanceInfo, InstanceState, LaunchRequest};
 use crate::cluster::state::ClusterEvent;
@@ -41,6 +42,7 @@ pub(super) fn owner_down(instances: &Arc<Instances>, info: &InstanceInfo) {
         let Some(i) = registry.instances.get_mut(&info.id).filter(|i| i.owner == info.owner) else { return };
         i.state = InstanceState::Recovering;
         i.error = Some(format!("its owner {owner} is down; {} takes it over", name(successor)));
+        settle_stages(i, |node| up.contains(&node));
         i.clone()
     };
     instances.agent.emit(ClusterEvent::Instance { info: Box::new(waiting) });
@@ -76,6 +78,7 @@ fn adopt(instances: &Arc<Instances>, info: &InstanceInfo, reason: String) {
                 i.error = Some(format!("{reason}, and it cannot be placed again here: {why}"));
             }
         }
+        settle_stages(i, |node| instances.agent.is_up(node));
         let adopted = i.clone();
         if let Ok((request, _)) = &plan {
             registry.requests.insert(info.id.clone(), request.clone());
@@ -109,12 +112,12 @@ pub(super) fn taken_over_request(request: &LaunchRequest, path: PathBuf) -> Laun
 
 /// This node's whole copy (not a shard) of the model the owner read from `owner_path`, found by file
 /// name in its library.
-fn whole_model_here(library: &Library, owner_path: &Path) -> Option<PathBuf> {
+pub(super) fn whole_model_here(library: &Library, owner_path: &Path) -> Option<PathBuf> {
     let name = owner_path.file_name()?;
     library.list().into_iter().find(|m| m.shard.is_none() && m.path.file_name() == Some(name)).map(|m| m.path)
 }
 
-fn file_name(path: &Path) -> String {
+pub(super) fn file_name(path: &Path) -> String {
     path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
 }
 

@@ -348,7 +348,12 @@ fn download_file(
             Ok(()) => break,
             Err(Interrupted::Fatal(e)) => return Err(e),
             Err(Interrupted::Retry(e)) => {
-                tracing::warn!("download of {} interrupted (attempt {}): {e:#}; resuming", file.path, attempt + 1);
+                tracing::warn!(
+                    "download of {} interrupted (attempt {}): {}; resuming",
+                    file.path,
+                    attempt + 1,
+                    crate::errors::chain(&e)
+                );
                 last_error = Some(e);
             }
         }
@@ -357,9 +362,10 @@ fn download_file(
     if have != file.size {
         let e = last_error.unwrap_or_else(|| anyhow::anyhow!("the hub sent {have} of {} bytes", file.size));
         anyhow::bail!(
-            "the download of {} stopped at {have} of {} bytes: {e:#}. Run the same command again to resume",
+            "the download of {} stopped at {have} of {} bytes: {}. Run the same command again to resume",
             file.path,
-            file.size
+            file.size,
+            crate::errors::chain(&e)
         );
     }
     progress(file.size, 0, PullState::Verifying);

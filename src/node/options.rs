@@ -3,6 +3,7 @@
 
 use crate::api::{self, ApiConfig};
 use crate::cluster::{self, Agent, AgentConfig, JoinTarget};
+use crate::desktop::quit::QuitSwitch;
 use crate::instances::Instances;
 use crate::node::{DataDir, DataDirLock};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -65,6 +66,8 @@ pub struct StartedNode {
     pub api_addr: SocketAddr,
     /// The data directory's lock, released when this is dropped (or the process ends).
     pub data_lock: DataDirLock,
+    /// What `POST /api/quit` calls: the app makes it end the app.
+    pub quit: QuitSwitch,
 }
 
 impl NodeOptions {
@@ -84,7 +87,9 @@ impl NodeOptions {
             listen: SocketAddr::new(self.listen, self.port),
             token: self.api_token,
             ollama_listen: self.ollama_port.map(|port| SocketAddr::new(self.listen, port)),
+            quit: QuitSwitch::default(),
         };
+        let quit = api.quit.clone();
         if !api.listen.ip().is_loopback() && api.token.is_none() {
             anyhow::bail!(
                 "--listen {} would let anyone on the network control this node; pass --api-token TOKEN as well",
@@ -109,7 +114,7 @@ impl NodeOptions {
             super::launch_at_start::spawn(agent.clone(), instances.clone(), model);
         }
         data_lock.describe(&format!("process {}, API {api_addr}", std::process::id()));
-        Ok(StartedNode { agent, instances, api_addr, data_lock })
+        Ok(StartedNode { agent, instances, api_addr, data_lock, quit })
     }
 }
 

@@ -54,7 +54,7 @@ fn emit(event: &WorkerEvent) {
 pub fn run(config: WorkerConfig, secret: [u8; 32], front_token: String) -> anyhow::Result<()> {
     let result = run_inner(config, secret, front_token);
     if let Err(e) = &result {
-        emit(&WorkerEvent::Failed { error: format!("{e:#}") });
+        emit(&WorkerEvent::Failed { error: crate::errors::chain(e) });
     }
     result
 }

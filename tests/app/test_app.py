@@ -1,6 +1,8 @@
-"""The real app window, driven through tauri-driver and WebKitWebDriver: the window shows this machine's
-node; a node started beside it (joined with a code) appears; the Join form joins another cluster with its
-code. Then the tray: its menu opens and Quit ends the app with status 0 and stops its node.
+"""The real app window, driven through tauri-driver and WebKitWebDriver: with a model running on the app's
+node, the tray's Quit first asks in the window what quitting stops (Cancel keeps the app, Quit anyway ends
+it); the window shows this machine's node; a node started beside it (joined with a code) appears; the Join
+form joins another cluster with its code. Then the tray: its menu opens and Quit ends the app with status
+0 and stops its node.
 
 Run by scripts/test-app under Xvfb and a D-Bus session; needs target/release/shoal and shoal-app."""
 
@@ -21,6 +23,7 @@ from webdriver import Session, wait  # noqa: E402
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SHOAL = os.path.join(ROOT, "target", "release", "shoal")
 APP = os.path.join(ROOT, "target", "release", "shoal-app")
+MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 OUT = os.path.join(ROOT, "tests", "app", "out")
 
 
@@ -41,9 +44,10 @@ def free_base_port(start, span):
     raise RuntimeError(f"no {span} free ports in a row from {start} below 32768")
 
 
-# Four nodes, each on a port and the one after it; below the Rust tests' 20000-31999.
-BASE_PORT = free_base_port(int(os.environ.get("SHOAL_APP_TEST_PORT", "17600")), 32)
+# Five nodes, each on a port and the one after it; below the Rust tests' 20000-31999.
+BASE_PORT = free_base_port(int(os.environ.get("SHOAL_APP_TEST_PORT", "17600")), 42)
 APP_PORT, BESIDE_PORT, OTHER_PORT, TRAY_PORT = BASE_PORT, BASE_PORT + 10, BASE_PORT + 20, BASE_PORT + 30
+QUIT_PORT = BASE_PORT + 40
 
 
 def api(port, path, body=None):
@@ -137,6 +141,79 @@ def x_windows():
     return tree
 
 
+def start_trayer(processes, log):
+    """A system tray (trayer) for the app's icon to sit in."""
+    trayer = processes.start(["trayer", "--edge", "top", "--align", "right", "--widthtype", "request", "--height", "32",
+                              "--transparent", "false", "--tint", "0x333333"], os.path.join(OUT, log))
+    time.sleep(1)
+    return trayer
+
+
+def tray_quit(screenshot=None):
+    """Opens the tray menu (the only tray icon) and picks Quit, its last item; `screenshot`: where to
+    save the screen with the menu open."""
+    icons = wait("one tray icon", lambda: (i := [l for l in x_windows().splitlines() if "tray-icon tray app" in l])
+                 and len(i) == 1 and i)
+    # "… 32x30+0+0  +1366+1": the icon's absolute position is the last field.
+    x, y = (int(v) for v in icons[0].split()[-1].lstrip("+").split("+"))
+    before = x_windows().count("shoal-app")
+    subprocess.run(["xdotool", "mousemove", str(x + 10), str(y + 10), "click", "1"], check=True)
+    wait("the tray menu to open", lambda: x_windows().count("shoal-app") > before, timeout=10)
+    if screenshot:
+        subprocess.run(["import", "-window", "root", screenshot], check=False)
+    # Quit is the menu's last item: Up from nothing selects it.
+    time.sleep(0.5)
+    subprocess.run(["xdotool", "key", "Up"], check=True)
+    time.sleep(0.3)
+    subprocess.run(["xdotool", "key", "Return"], check=True)
+
+
+def test_quit_asks_first(processes, work):
+    """A model runs on the app's node: the tray's Quit shows the window asking first, naming the model;
+    Cancel keeps the app and its model; Quit anyway ends the app and its node."""
+    trayer = start_trayer(processes, "trayer-quit.log")
+    env = dict(os.environ, SHOAL_DATA_DIR=os.path.join(work, "quitter"), SHOAL_PORT=str(QUIT_PORT), SHOAL_NO_MDNS="1",
+               SHOAL_NAME="quitter", SHOAL_RUN=MODEL)
+    processes.start(["tauri-driver", "--port", "4446", "--native-port", "4447"], os.path.join(OUT, "tauri-driver-quit.log"), env=env)
+    session = Session("http://127.0.0.1:4446", APP)
+    try:
+        wait("the model to run on the app's node",
+             lambda: any(i["state"] == "ready" for i in api(QUIT_PORT, "/api/instances")), timeout=90)
+        dialog = "[data-testid=quit-dialog]"
+        message = "[data-testid=quit-message]"
+        tray_quit()
+        shown = session.wait_for("the window to ask before quitting",
+                                 lambda: (m := session.find_all(message)) and session.text(m[0]))
+        assert "SmolLM2-135M-Instruct.Q4_1 on this node" in shown, shown
+        time.sleep(1)
+        assert api(QUIT_PORT, "/api/health")["ok"], "the app quit without waiting for an answer"
+        session.screenshot(os.path.join(OUT, "quit-asks.png"))
+        print("the tray's Quit asks first:", shown)
+
+        session.click(session.find_all("[data-testid=quit-cancel]")[0])
+        session.wait_for("the question to close", lambda: not session.find_all(dialog))
+        time.sleep(1)
+        assert any(i["state"] == "ready" for i in api(QUIT_PORT, "/api/instances")), "Cancel kept the model running"
+        print("Cancel keeps the app and its model")
+
+        tray_quit()
+        session.wait_for("the question again", lambda: (m := session.find_all(message)) and session.text(m[0]))
+        session.click(session.find_all("[data-testid=quit-confirm]")[0])
+
+        def stopped():
+            try:
+                api(QUIT_PORT, "/api/health")
+                return False
+            except OSError:
+                return True
+
+        wait("Quit anyway to end the app and its node", stopped, timeout=20)
+        print("Quit anyway ended the app and its node")
+    finally:
+        session.close()
+        trayer.terminate()
+
+
 def test_notification(processes, work):
     """With the window out of sight, a node joining makes one desktop notification (a D-Bus Notify call
     to the notification server, dunst here)."""
@@ -157,25 +234,12 @@ def test_notification(processes, work):
 
 
 def test_tray(processes, work):
-    trayer = processes.start(["trayer", "--edge", "top", "--align", "right", "--widthtype", "request", "--height", "32",
-                              "--transparent", "false", "--tint", "0x333333"], os.path.join(OUT, "trayer.log"))
-    time.sleep(1)
+    trayer = start_trayer(processes, "trayer.log")
     env = dict(os.environ, SHOAL_DATA_DIR=os.path.join(work, "tray"), SHOAL_PORT=str(TRAY_PORT), SHOAL_NO_MDNS="1")
     app = processes.start([APP], os.path.join(OUT, "tray-app.log"), env=env)
     wait("the app's node", lambda: api(TRAY_PORT, "/api/health")["ok"])
     test_notification(processes, work)
-    line = wait("the tray icon", lambda: next((l for l in x_windows().splitlines() if "tray-icon tray app" in l), None))
-    # "… 32x30+0+0  +1366+1": the icon's absolute position is the last field.
-    x, y = (int(v) for v in line.split()[-1].lstrip("+").split("+"))
-    before = x_windows().count("shoal-app")
-    subprocess.run(["xdotool", "mousemove", str(x + 10), str(y + 10), "click", "1"], check=True)
-    wait("the tray menu to open", lambda: x_windows().count("shoal-app") > before, timeout=10)
-    subprocess.run(["import", "-window", "root", os.path.join(OUT, "tray-menu.png")], check=False)
-    # Quit is the menu's last item: Up from nothing selects it.
-    time.sleep(0.5)
-    subprocess.run(["xdotool", "key", "Up"], check=True)
-    time.sleep(0.3)
-    subprocess.run(["xdotool", "key", "Return"], check=True)
+    tray_quit(screenshot=os.path.join(OUT, "tray-menu.png"))
     code = app.wait(timeout=20)
     assert code == 0, f"Quit ended the app with status {code}"
     try:
@@ -192,9 +256,12 @@ def main():
     for binary in (SHOAL, APP):
         if not os.path.exists(binary):
             sys.exit(f"{binary} is missing: build it first (scripts/test-app does)")
+    if not os.path.exists(MODEL):
+        sys.exit(f"{MODEL} is missing: run scripts/fetch-test-model --default-only (scripts/test-app does)")
     work = tempfile.mkdtemp(prefix="shoal-app-test-")
     processes = Processes()
     try:
+        test_quit_asks_first(processes, work)
         test_window(processes, work)
         test_tray(processes, work)
     finally:

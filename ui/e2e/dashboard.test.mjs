@@ -7,7 +7,8 @@
  * names the nodes that have it, the copy row ends with its rate, the mesh shows it on the gamma–beta
  * edge), a model launched from the page splits over the three nodes and answers in the chat with its
  * rates, the Connect view's snippets answer when run as shown, and a SIGKILLed node turns red within
- * 5 s while its model is placed again on the others.
+ * 5 s while its model is placed again on the others; the instance that replaced shows the dead node's
+ * stage as down in the Ended list, and its Relaunch launches it again.
  * Screenshots go to ui/e2e/out/; the mesh with the model running also to assets/dashboard.png.
  *
  * Needs target/release/shoal built after `npm run build` (it embeds ui/dist) and the test model
@@ -419,6 +420,38 @@ test('a SIGKILLed node turns red within 5 s, and its model is placed again on th
   assert.ok(nodes.length > 0 && nodes.every((/** @type {string} */ n) => n === 'alpha' || n === 'beta'), shown);
   assert.ok(instances.some((/** @type {any} */ i) => i.state === 'replaced' && i.replaced_by === ready[0].id));
   await shot('instance-recovered');
+
+  // The instance it replaced is in the Ended list, its stages as they are now: gamma's is down, none
+  // reads ready. Relaunch refuses while the model runs; once that is stopped, Relaunch launches it
+  // again as it was launched, on the nodes that remain (its layers named gamma).
+  const old = instances.find((/** @type {any} */ i) => i.state === 'replaced');
+  const oldCard = `[data-testid="instance"][data-instance-id="${old.id}"]`;
+  await page.locator('section', { has: page.locator('h2', { hasText: /^Ended$/ }) }).locator('.panel-title button').click();
+  await page.waitForSelector(oldCard);
+  await page.waitForSelector(`${oldCard} [data-testid="stage"][data-node-id="${id}"][data-state="failed"]`, { timeout: 10_000 });
+  assert.match((await page.textContent(`${oldCard} [data-testid="stage"][data-node-id="${id}"]`)) ?? '', /node gamma is down/);
+  const stageStates = await page.$$eval(`${oldCard} [data-testid="stage"]`, (rows) => rows.map((r) => r.getAttribute('data-state')));
+  assert.ok(stageStates.every((s) => s === 'stopped' || s === 'failed'), `the ended instance's stages: ${stageStates}`);
+  await page.click(`${oldCard} [data-testid="relaunch"]`);
+  assert.match(await page.locator(`${oldCard} [data-testid="instance-action-error"]`).innerText({ timeout: 10_000 }), /already runs/);
+  await shot('instance-ended');
+
+  await page.click(`[data-testid="instance"][data-instance-id="${ready[0].id}"] button.stop`);
+  await waitFor('the running instance to stop', async () => ((await api(basePort, `/api/instances/${ready[0].id}`)).state === 'stopped' ? true : undefined), 10_000);
+  /** @type {string | undefined} */
+  let relaunched;
+  await waitFor('Relaunch to launch it again, once the stopped workers\' memory is offered again', async () => {
+    await page.click(`${oldCard} [data-testid="relaunch"]`);
+    const said = await page.locator(`${oldCard} [data-testid="relaunched"], ${oldCard} [data-testid="instance-action-error"]`).innerText({ timeout: 10_000 });
+    relaunched = /Launched again as instance (\w+)/.exec(said)?.[1];
+    return relaunched;
+  }, 40_000);
+  await page.waitForSelector(`[data-testid="instance"][data-instance-id="${relaunched}"][data-state="ready"]`, { timeout: 60_000 });
+  const again = await api(basePort, `/api/instances/${relaunched}`);
+  assert.equal(again.model, old.model);
+  assert.equal(again.context, old.context);
+  assert.ok(again.stages.every((/** @type {any} */ s) => s.node_name !== 'gamma'), JSON.stringify(again.stages));
+  await shot('instance-relaunched');
 });
 
 test('a node with an API token asks for it once, and is read-only without it', async () => {

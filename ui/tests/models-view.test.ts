@@ -264,3 +264,63 @@ describe('an instance that lost a node', () => {
     expect(within(cards[0]!).getByTestId('instance-recovery').textContent).toContain('after: node node2 is down');
   });
 });
+
+describe('an instance that ended', () => {
+  /** The fixture's instance, failed after gamma went down: its stages as the node settles them. */
+  function failedAfterGammaDied() {
+    const [ready] = instancesFixture();
+    return {
+      ...ready!,
+      state: 'failed' as const,
+      error: 'node gamma is down',
+      stages: ready!.stages.map((s) =>
+        s.node_name === 'gamma' ? { ...s, state: 'failed' as const, error: 'node gamma is down' } : { ...s, state: 'stopped' as const },
+      ),
+    };
+  }
+
+  it('shows its stages as they are now, and Relaunch launches it again as it was', async () => {
+    const failed = failedAfterGammaDied();
+    const [fixture] = instancesFixture();
+    const again = { ...fixture!, id: 'again001', state: 'launching' as const, stages: fixture!.stages.filter((s) => s.node_name !== 'gamma') };
+    const model = applySnapshot(emptyModel(), snapshotFixture(), [failed]);
+    const { calls } = mount(
+      { 'GET /api/models/fit': ok(libraryFixture()), [`POST /api/instances/${failed.id}/relaunch`]: ok(again) },
+      { model },
+    );
+    await fireEvent.click(screen.getByRole('button', { name: 'Show 1' }));
+    const card = await screen.findByTestId('instance');
+    expect(card.getAttribute('data-state')).toBe('failed');
+    const stages = within(card).getAllByTestId('stage');
+    expect(stages.map((s) => s.dataset['state'])).not.toContain('ready');
+    const gamma = stages.find((s) => s.textContent?.includes('gamma'));
+    expect(gamma?.dataset['state']).toBe('failed');
+    expect(gamma?.textContent).toContain('node gamma is down');
+    expect(within(card).queryByRole('button', { name: 'Stop' })).toBeNull();
+
+    await fireEvent.click(within(card).getByTestId('relaunch'));
+    const said = await within(card).findByTestId('relaunched');
+    expect(calls.filter((c) => c.key === `POST /api/instances/${failed.id}/relaunch`)).toHaveLength(1);
+    expect(said.textContent).toBe(`Launched again as instance again001, on ${[...new Set(again.stages.map((s) => s.node_name))].join(', ')}.`);
+  });
+
+  it("shows the node's refusal when it cannot relaunch", async () => {
+    const failed = failedAfterGammaDied();
+    const model = applySnapshot(emptyModel(), snapshotFixture(), [failed]);
+    const refusal = { error: { message: '`SmolLM2-135M-Instruct.Q4_1` already runs as instance 0000beef (ready)' } };
+    mount(
+      { 'GET /api/models/fit': ok(libraryFixture()), [`POST /api/instances/${failed.id}/relaunch`]: () => ({ status: 409, json: refusal }) },
+      { model },
+    );
+    await fireEvent.click(screen.getByRole('button', { name: 'Show 1' }));
+    await fireEvent.click(await screen.findByTestId('relaunch'));
+    expect((await screen.findByTestId('instance-action-error')).textContent).toContain('already runs as instance 0000beef');
+  });
+
+  it('is not relaunched from a read-only dashboard', async () => {
+    const model = applySnapshot(emptyModel(), snapshotFixture(), [failedAfterGammaDied()]);
+    mount({ 'GET /api/models/fit': ok(libraryFixture()) }, { model, readOnly: true });
+    await fireEvent.click(screen.getByRole('button', { name: 'Show 1' }));
+    expect(((await screen.findByTestId('relaunch')) as HTMLButtonElement).disabled).toBe(true);
+  });
+});

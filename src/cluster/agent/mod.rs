@@ -321,7 +321,7 @@ impl Shared {
     pub(super) fn save(&self) {
         let membership = self.state.locked().membership.clone();
         if let Err(e) = membership.save(&self.config.data_dir) {
-            tracing::error!("{e:#}");
+            tracing::error!("{}", crate::errors::chain(&e));
         }
     }
 

@@ -20,3 +20,10 @@ export function viewFromHash(hash: string): ViewId {
 export function hashOf(view: ViewId): string {
   return `#/${view}`;
 }
+
+/** The hash the app's tray Quit opens when quitting would stop models: the question over the view. */
+export const QUIT_HASH = '#/quit';
+
+export function isQuitHash(hash: string): boolean {
+  return hash === QUIT_HASH;
+}
