@@ -100,6 +100,9 @@ pub fn typescript() -> String {
         api::copy::CopyStarted,
         model::peer_copy::CopyProgress,
         model::peer_copy::CopyReport,
+        // Quitting the app (GET /api/quit).
+        crate::desktop::quit::Stopped,
+        api::quit::QuitImpact,
         // Every change, on /api/events.
         cluster::state::ClusterEvent,
     ];

@@ -9,7 +9,8 @@ use axum::http::StatusCode;
 use axum::Json;
 use std::time::Duration;
 
-#[derive(serde::Serialize)]
+/// What quitting would stop, and whether quitting here is the app's to do.
+#[derive(serde::Serialize, ts_rs::TS)]
 pub struct QuitImpact {
     /// The instances quitting would stop.
     pub stops: Vec<Stopped>,

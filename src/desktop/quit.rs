@@ -12,7 +12,7 @@ use serde::Serialize;
 use std::sync::{Arc, Mutex};
 
 /// An instance that quitting this node would stop.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct Stopped {
     pub id: String,
     pub model: String,

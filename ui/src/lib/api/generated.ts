@@ -685,6 +685,36 @@ export type CopyProgress = { bytes_done: number, bytes_total: number, bytes_per_
 export type CopyReport = { path: string, bytes: number, seconds: number, bytes_per_second: number, sha256: string, };
 
 /**
+ * An instance that quitting this node would stop.
+ */
+export type Stopped = { id: string, model: string, 
+/**
+ * The nodes that run its stages, by name, in ring order, each once; this node as "this node".
+ */
+nodes: Array<string>, 
+/**
+ * This node runs none of its stages, only manages it.
+ */
+only_owned: boolean, };
+
+/**
+ * What quitting would stop, and whether quitting here is the app's to do.
+ */
+export type QuitImpact = { 
+/**
+ * The instances quitting would stop.
+ */
+stops: Array<Stopped>, 
+/**
+ * The sentence that says so (null: nothing would stop).
+ */
+message: string | null, 
+/**
+ * Whether this node runs inside the app, which `POST /api/quit` ends.
+ */
+in_app: boolean, };
+
+/**
  * Changes, in the order they happen, for the UI and any client of `/api/events`.
  */
 export type ClusterEvent = { "type": "node_joined", node: NodeId, name: string, } | { "type": "node_status", node: NodeId, status: PeerStatus, } | { "type": "node_left", node: NodeId, } | { "type": "telemetry", node: NodeId, telemetry: NodeTelemetry, } | { "type": "links", node: NodeId, links: Array<LinkReport>, } | { "type": "nearby", clusters: Array<NearbyCluster>, } | { "type": "join_attempt", from: string, accepted: boolean, reason: string, } | { "type": "code_created", expires_at_ms: number, } | { "type": "code_revoked", reason: string, } | { "type": "cluster_changed", cluster_id: string, } | { "type": "instance", info: InstanceInfo, } | { "type": "instance_failed", instance: string, model: string, error: string, } | { "type": "request_finished", model: string, report: GenerationReport, } | { "type": "rates", rates: ClusterRates, } | { "type": "model_pull", id: string, repo: string, 
