@@ -315,7 +315,20 @@ fn strangers_never_become_members_and_members_keep_running() {
         let closed = c.in_network(2, move || raw_client(addr, bytes)).join().unwrap();
         assert!(closed, "node 0 kept a connection open after {what}");
     }
-    std::thread::sleep(Duration::from_secs(1));
+    // Not a pause: wait until each member has heard the other since the last attack ended, so the
+    // checks below see the cluster after the attacks, not before their effects could show.
+    let attacks_ended = Instant::now();
+    c.wait_for(Duration::from_secs(15), "both members to hear each other after the attacks", || {
+        (0..2).all(|i| {
+            c.status(i).is_some_and(|s| {
+                let peers: Vec<_> = s.nodes.iter().filter(|n| !n.is_self).collect();
+                !peers.is_empty()
+                    && peers.iter().all(|n| {
+                        n.last_heard_ms_ago.is_some_and(|ms| u128::from(ms) < attacks_ended.elapsed().as_millis())
+                    })
+            })
+        })
+    });
     for i in 0..2 {
         let s = c.status(i).unwrap_or_else(|| panic!("member {i} stopped answering\n{}", c.logs()));
         assert_eq!(s.cluster_id, cluster_id);
