@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::rdma::parse::MacOsVersion;
-use crate::transport::rdma::fake::{FakeRdma, Wire};
+use crate::transport::rdma::fake::{Direction, FakeRdma, Wire};
 use crate::transport::rdma::{FRAME_BYTES, MAX_QUEUE_PAIRS};
 use crate::transport::{accept_tcp, connect_tcp};
 use std::sync::Mutex;
@@ -136,14 +136,20 @@ fn rdma_carries_every_frame_when_nothing_fails() {
     }
 }
 
+/// Sends 300 frames over RDMA with `slot_bytes` slots and `fault` set on the sending direction (every
+/// frame must still arrive once, in order); the reason the link fell back to TCP.
+fn fallback_reason(slot_bytes: u32, fault: impl FnOnce(&mut Direction)) -> String {
+    let rdma = FakeRdma::default();
+    let run = send_frames(300, Some(route_with_slots(slot_bytes)), &rdma, &rdma, |wire| {
+        fault(&mut wire.lock().unwrap().directions[0])
+    });
+    tcp_reason(&run)
+}
+
 #[test]
 fn a_slot_lost_half_way_moves_the_link_to_tcp_and_loses_no_frame() {
     for slot_bytes in SLOT_SIZES {
-        let rdma = FakeRdma::default();
-        let run = send_frames(300, Some(route_with_slots(slot_bytes)), &rdma, &rdma, |wire| {
-            wire.lock().unwrap().directions[0].drop_at = Some(250)
-        });
-        let reason = tcp_reason(&run);
+        let reason = fallback_reason(slot_bytes, |d| d.drop_at = Some(250));
         assert!(reason.contains("the next stage") && reason.contains("lost or repeated"), "{slot_bytes}: {reason}");
     }
 }
@@ -151,25 +157,18 @@ fn a_slot_lost_half_way_moves_the_link_to_tcp_and_loses_no_frame() {
 #[test]
 fn a_damaged_slot_moves_the_link_to_tcp_and_loses_no_frame() {
     for slot_bytes in SLOT_SIZES {
-        let rdma = FakeRdma::default();
         // The fake flips byte 100 of the slot: pick a slot whose fragment reaches that far (part of a
         // 70,000-byte frame with 4 KiB slots, a 13,000-byte one with 64 KiB slots).
         let at = if slot_bytes == 4096 { 77 } else { 74 };
-        let run = send_frames(300, Some(route_with_slots(slot_bytes)), &rdma, &rdma, |wire| {
-            wire.lock().unwrap().directions[0].corrupt_at = Some(at)
-        });
-        assert!(tcp_reason(&run).contains("checksum mismatch"), "{slot_bytes}: {:?}", run.reports);
+        let reason = fallback_reason(slot_bytes, |d| d.corrupt_at = Some(at));
+        assert!(reason.contains("checksum mismatch"), "{slot_bytes}: {reason}");
     }
 }
 
 #[test]
 fn a_failed_send_completion_moves_the_link_to_tcp_and_loses_no_frame() {
     for slot_bytes in SLOT_SIZES {
-        let rdma = FakeRdma::default();
-        let run = send_frames(300, Some(route_with_slots(slot_bytes)), &rdma, &rdma, |wire| {
-            wire.lock().unwrap().directions[0].fail_at = Some(120)
-        });
-        let reason = tcp_reason(&run);
+        let reason = fallback_reason(slot_bytes, |d| d.fail_at = Some(120));
         // Whichever end notices first: the sender's completion error (its queue pair then in the error
         // state), or the gap at the receiver.
         assert!(reason.contains("error status 12") || reason.contains("lost or repeated"), "{slot_bytes}: {reason}");
@@ -179,11 +178,7 @@ fn a_failed_send_completion_moves_the_link_to_tcp_and_loses_no_frame() {
 #[test]
 fn a_receiving_queue_pair_in_the_error_state_moves_the_link_to_tcp_and_loses_no_frame() {
     for slot_bytes in SLOT_SIZES {
-        let rdma = FakeRdma::default();
-        let run = send_frames(300, Some(route_with_slots(slot_bytes)), &rdma, &rdma, |wire| {
-            wire.lock().unwrap().directions[0].break_receiver_at = Some(150)
-        });
-        let reason = tcp_reason(&run);
+        let reason = fallback_reason(slot_bytes, |d| d.break_receiver_at = Some(150));
         assert!(reason.contains("the next stage") && reason.contains("error status 4"), "{slot_bytes}: {reason}");
     }
 }
