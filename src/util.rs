@@ -7,19 +7,56 @@ pub fn now_ms() -> u64 {
 
 /// A time in milliseconds since the Unix epoch as RFC 3339 in UTC: `2026-12-01T04:30:00.123Z`.
 pub fn rfc3339(ms: u64) -> String {
-    let (days, in_day) = ((ms / 86_400_000) as i64, ms % 86_400_000);
-    // Civil date from days since 1970-01-01 (proleptic Gregorian), by 400-year eras of 146097 days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let (h, m, s, milli) = (in_day / 3_600_000, in_day / 60_000 % 60, in_day / 1000 % 60, in_day % 1000);
-    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z")
+    let t = CivilTime::at(ms);
+    let (h, m, s, milli) = (t.hour, t.minute, t.second, ms % 1000);
+    format!("{:04}-{:02}-{:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z", t.year, t.month, t.day)
+}
+
+/// A moment as a calendar spells it, in UTC (proleptic Gregorian).
+pub struct CivilTime {
+    pub year: i64,
+    /// 1 to 12.
+    pub month: u32,
+    /// 1 to 31.
+    pub day: u32,
+    pub hour: u32,
+    pub minute: u32,
+    pub second: u32,
+    /// 0 is Monday.
+    pub weekday: u32,
+    /// 1 to 366.
+    pub day_of_year: u32,
+}
+
+impl CivilTime {
+    /// The calendar time `ms` milliseconds after 1970-01-01T00:00:00Z.
+    pub fn at(ms: u64) -> CivilTime {
+        let (days, in_day) = ((ms / 86_400_000) as i64, ms % 86_400_000);
+        // Civil date from days since 1970-01-01, by 400-year eras of 146097 days (the era starts on 1 March).
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+        const BEFORE_MONTH: [i64; 12] = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
+        let day_of_year = BEFORE_MONTH[month as usize - 1] + day + i64::from(leap && month > 2);
+        CivilTime {
+            year,
+            month: month as u32,
+            day: day as u32,
+            hour: (in_day / 3_600_000) as u32,
+            minute: (in_day / 60_000 % 60) as u32,
+            second: (in_day / 1000 % 60) as u32,
+            // 1970-01-01 was a Thursday.
+            weekday: (days + 3).rem_euclid(7) as u32,
+            day_of_year: day_of_year as u32,
+        }
+    }
 }
 
 /// Parses a byte size with its unit: `64MB`, `1.5GB`, `512MiB`, `2G`, `4096B` (decimal units; `iB` units

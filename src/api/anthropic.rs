@@ -6,11 +6,12 @@
 //! the reply come back as `tool_use` blocks. Images, server tools and a last assistant message to
 //! continue (prefill) are refused with a 400 that says so.
 
-use super::generation::{self, model_name, Content, Finished, Piece, Sampling};
-use super::tools::{self, ToolCall, ToolStream, Turn};
+use super::generation::{self, model_name, Content, Finished, Piece, Sampling, Started};
+use super::reply::{self, Part, ReplyStream};
+use super::tools::{self, ToolCall, Turn};
 use super::{ApiError, ApiState, Dialect};
 use crate::engine::{FinishReason, OutputFormat};
-use crate::model::ChatMessage;
+use crate::model::{ChatMessage, ReplyFormat};
 use crate::worker::{FrontRequest, GenerationReport};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
@@ -46,15 +47,19 @@ struct MessagesRequest {
     tool_choice: Option<Value>,
     /// Structured outputs: `{"type": "json_schema", "schema": {…}}`.
     output_format: Option<Value>,
+    /// Extended thinking: `{"type": "enabled", "budget_tokens": N}` or `{"type": "disabled"}`.
+    thinking: Option<Value>,
 }
 
 /// A message's content by kind: its text, the tools it calls (an assistant's `tool_use` blocks, as
-/// OpenAI's `tool_calls`) and the results it gives (a user's `tool_result` blocks, as `tool` messages).
+/// OpenAI's `tool_calls`), the results it gives (a user's `tool_result` blocks, as `tool` messages) and
+/// an assistant's thinking.
 #[derive(Default)]
 struct Blocks {
     text: String,
     calls: Vec<Value>,
     results: Vec<(String, String)>,
+    thinking: String,
 }
 
 fn blocks(content: Value) -> Result<Blocks, ApiError> {
@@ -80,10 +85,15 @@ fn blocks(content: Value) -> Result<Blocks, ApiError> {
                 let id = block["tool_use_id"].as_str().unwrap_or_default().to_string();
                 b.results.push((id, text_of(block["content"].clone())?));
             }
+            Some("thinking") => b.thinking.push_str(block["thinking"].as_str().unwrap_or_default()),
+            // Thinking another model encrypted: nothing a template can use.
+            Some("redacted_thinking") => {}
             other => {
                 return Err(ApiError::bad_param(
                     "messages",
-                    format!("content of type {other:?} is not supported (text, tool_use and tool_result only)"),
+                    format!(
+                        "content of type {other:?} is not supported (text, tool_use, tool_result and thinking only)"
+                    ),
                 ))
             }
         }
@@ -122,14 +132,34 @@ pub async fn messages(State(state): State<ApiState>, body: Result<Json<Value>, J
     }
 }
 
-/// A messages body as `messages` checks it: the model, whether to stream, whether tools are offered, and
-/// the request for the instance.
-pub(super) fn check(body: Result<Json<Value>, JsonRejection>) -> Result<(String, bool, bool, FrontRequest), ApiError> {
+/// A checked messages request: the model, whether to stream, and the request for the instance.
+pub(super) struct Checked {
+    model: String,
+    stream: bool,
+    front: FrontRequest,
+    /// Whether the reply may call the tools the request offers.
+    with_tools: bool,
+    /// Whether the reply's thinking is returned (`thinking` enabled).
+    with_thinking: bool,
+}
+
+/// A messages body as `messages` checks it.
+pub(super) fn check(body: Result<Json<Value>, JsonRejection>) -> Result<Checked, ApiError> {
     to_front(super::openai::parse(body)?)
 }
 
+/// Whether `thinking` turns thinking on (`enabled`), off (`disabled`) or leaves it to the model.
+fn thinking(value: Option<&Value>) -> Result<Option<bool>, ApiError> {
+    match value.map(|v| v["type"].as_str()) {
+        None => Ok(None),
+        Some(Some("enabled")) => Ok(Some(true)),
+        Some(Some("disabled")) => Ok(Some(false)),
+        Some(_) => Err(ApiError::bad_param("thinking", "`thinking.type` must be \"enabled\" or \"disabled\"")),
+    }
+}
+
 /// The checks of `check` on a parsed request.
-fn to_front(request: MessagesRequest) -> Result<(String, bool, bool, FrontRequest), ApiError> {
+fn to_front(request: MessagesRequest) -> Result<Checked, ApiError> {
     let model = model_name(request.model.as_deref())?;
     let max_tokens = match request.max_tokens {
         None => return Err(ApiError::bad_param("max_tokens", "`max_tokens` is required")),
@@ -163,26 +193,31 @@ fn to_front(request: MessagesRequest) -> Result<(String, bool, bool, FrontReques
                 format!("unknown role {:?} (user or assistant; the system prompt is `system`)", m.role),
             ));
         }
-        let Blocks { text, calls, results } = blocks(m.content)?;
+        let Blocks { text, calls, results, thinking } = blocks(m.content)?;
         let answered = !results.is_empty();
         for (id, content) in results {
-            chat.push(Turn { message: ChatMessage::new("tool", &content), calls: vec![], answers: Some(id) });
+            let mut turn = Turn::plain(ChatMessage::new("tool", &content));
+            turn.answers = Some(id);
+            chat.push(turn);
         }
         if !(answered && text.is_empty()) {
-            chat.push(Turn { message: ChatMessage { role: m.role, content: text }, calls, answers: None });
+            let reasoning = (!thinking.is_empty()).then_some(thinking);
+            chat.push(Turn { message: ChatMessage { role: m.role, content: text }, calls, answers: None, reasoning });
         }
     }
     let with_tools = !tools.is_empty();
+    let enable_thinking = thinking(request.thinking.as_ref())?;
+    let variables = generation::template_variables(None, None, enable_thinking)?;
     let mut sampling = request.sampling.params(1.0)?;
     sampling.format = request.output_format.as_ref().map(output_format).transpose()?;
     let front = FrontRequest {
-        prompt: tools::prompt(chat, tools),
+        prompt: tools::prompt(chat, tools, variables),
         max_tokens,
         sampling,
         stop: request.stop_sequences,
         ignore_eos: false,
     };
-    Ok((model, request.stream, with_tools, front))
+    Ok(Checked { model, stream: request.stream, front, with_tools, with_thinking: enable_thinking == Some(true) })
 }
 
 /// `output_format`: `json_schema` with the schema under `schema`.
@@ -210,21 +245,123 @@ fn stop(reason: FinishReason, report: &GenerationReport, called: bool) -> Value 
     json!({ "stop_reason": stop, "stop_sequence": sequence })
 }
 
-/// A reply's content blocks and stop reason: with tools, the calls in `text` become `tool_use` blocks.
-fn content(text: String, with_tools: bool, reason: FinishReason, report: &GenerationReport) -> (Vec<Value>, Value) {
-    let (text, calls) = if with_tools { tools::split(&text) } else { (text, vec![]) };
-    let mut blocks = vec![json!({ "type": "text", "text": text })];
-    blocks.extend(calls.iter().map(ToolCall::to_anthropic));
-    (blocks, stop(reason, report, !calls.is_empty()))
+/// A thinking block: Anthropic's carry a signature of the model's; shoal's models sign nothing.
+fn thinking_block(thinking: &str) -> Value {
+    json!({ "type": "thinking", "thinking": thinking, "signature": "" })
+}
+
+/// A reply's content blocks and stop reason: its thinking first when asked for, then its text, and with
+/// tools, the calls in its text as `tool_use` blocks.
+fn content(
+    text: &str,
+    format: ReplyFormat,
+    checked: &Checked,
+    reason: FinishReason,
+    report: &GenerationReport,
+) -> (Vec<Value>, Value) {
+    let reply = reply::split(format, checked.with_tools, text);
+    let mut blocks = Vec::new();
+    if checked.with_thinking && !reply.reasoning.is_empty() {
+        blocks.push(thinking_block(&reply.reasoning));
+    }
+    blocks.push(json!({ "type": "text", "text": reply.content }));
+    blocks.extend(reply.calls.iter().map(ToolCall::to_anthropic));
+    (blocks, stop(reason, report, !reply.calls.is_empty()))
+}
+
+/// The content blocks of a streamed reply, opened as its pieces come: a thinking block (when asked
+/// for), the text block, then a block per call.
+struct BlockEvents {
+    with_thinking: bool,
+    /// The open block: its index and whether it is the thinking block.
+    open: Option<(usize, bool)>,
+    next: usize,
+    /// Whether the text block has been opened.
+    text_started: bool,
+}
+
+/// A server-sent event before it is written: its name and data.
+type Sent = (&'static str, Value);
+
+fn event((name, data): Sent) -> Event {
+    Event::default().event(name).data(data.to_string())
+}
+
+impl BlockEvents {
+    fn start(&mut self, block: Value, out: &mut Vec<Sent>) -> usize {
+        let index = self.next;
+        self.next += 1;
+        let thinking = block["type"] == "thinking";
+        self.text_started |= block["type"] == "text";
+        out.push((
+            "content_block_start",
+            json!({ "type": "content_block_start", "index": index, "content_block": block }),
+        ));
+        self.open = Some((index, thinking));
+        index
+    }
+
+    fn stop(&mut self, out: &mut Vec<Sent>) {
+        if let Some((index, thinking)) = self.open.take() {
+            if thinking {
+                out.push(Self::delta_event(index, json!({ "type": "signature_delta", "signature": "" })));
+            }
+            out.push(("content_block_stop", json!({ "type": "content_block_stop", "index": index })));
+        }
+    }
+
+    fn delta_event(index: usize, delta: Value) -> Sent {
+        ("content_block_delta", json!({ "type": "content_block_delta", "index": index, "delta": delta }))
+    }
+
+    /// The events for one piece of the reply.
+    fn part(&mut self, part: Part, out: &mut Vec<Sent>) {
+        let (thinking, delta) = match part {
+            Part::Reasoning(_) if !self.with_thinking => return,
+            Part::Reasoning(t) => (true, json!({ "type": "thinking_delta", "thinking": t })),
+            Part::Content(t) => (false, json!({ "type": "text_delta", "text": t })),
+        };
+        let index = match self.open {
+            Some((index, open)) if open == thinking => index,
+            _ => {
+                self.stop(out);
+                let block = if thinking { thinking_block("") } else { json!({ "type": "text", "text": "" }) };
+                self.start(block, out)
+            }
+        };
+        out.push(Self::delta_event(index, delta));
+    }
+
+    /// The events that end the reply's content: the text block (empty when the reply had no text, as
+    /// Anthropic's replies always hold one) and a block per call.
+    fn finish(&mut self, calls: &[ToolCall], out: &mut Vec<Sent>) {
+        if !self.text_started {
+            self.stop(out);
+            self.start(json!({ "type": "text", "text": "" }), out);
+        }
+        self.stop(out);
+        for call in calls {
+            let mut block = call.to_anthropic();
+            let input = std::mem::replace(&mut block["input"], json!({}));
+            let index = self.start(block, out);
+            out.push(Self::delta_event(
+                index,
+                json!({ "type": "input_json_delta", "partial_json": input.to_string() }),
+            ));
+            self.stop(out);
+        }
+    }
 }
 
 async fn respond(state: ApiState, body: Result<Json<Value>, JsonRejection>) -> Result<Response, ApiError> {
-    let (model, stream, with_tools, front) = check(body)?;
-    let (events, prompt_tokens) = generation::start(&state, &model, front).await?;
+    let checked = check(body)?;
+    let Started { events, prompt_tokens, reply: format } =
+        generation::start(&state, &checked.model, checked.front.clone()).await?;
+    let model = checked.model.clone();
     let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
-    if !stream {
+    if !checked.stream {
         let Finished { text, reason, report } = generation::collect(&state, &model, events).await?;
-        let (content, stop) = content(text, with_tools, reason, &report);
+        let (content, stop) = content(&text, format, &checked, reason, &report);
         let body = json!({
             "id": id,
             "type": "message",
@@ -237,55 +374,37 @@ async fn respond(state: ApiState, body: Result<Json<Value>, JsonRejection>) -> R
         });
         return Ok(Json(body).into_response());
     }
-    let event = |name: &str, data: Value| Event::default().event(name).data(data.to_string());
     let message = json!({
         "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
         "stop_reason": null, "stop_sequence": null,
         "usage": { "input_tokens": prompt_tokens, "output_tokens": 0 },
     });
-    let block_start = move |index: usize, block: Value| {
-        event("content_block_start", json!({ "type": "content_block_start", "index": index, "content_block": block }))
-    };
-    let block_delta = move |index: usize, delta: Value| {
-        event("content_block_delta", json!({ "type": "content_block_delta", "index": index, "delta": delta }))
-    };
-    let block_stop =
-        move |index: usize| event("content_block_stop", json!({ "type": "content_block_stop", "index": index }));
-    let text_delta =
-        move |text: &str| (!text.is_empty()).then(|| block_delta(0, json!({ "type": "text_delta", "text": text })));
-    let first = vec![
-        event("message_start", json!({ "type": "message_start", "message": message })),
-        block_start(0, json!({ "type": "text", "text": "" })),
-        event("ping", json!({ "type": "ping" })),
-    ];
-    let mut calls_stream = with_tools.then(ToolStream::default);
+    let mut blocks = BlockEvents { with_thinking: checked.with_thinking, open: None, next: 0, text_started: false };
+    let mut first = vec![("message_start", json!({ "type": "message_start", "message": message }))];
+    // The first block opens at once, as Anthropic's streams open it before their ping.
+    let opening = if checked.with_thinking { thinking_block("") } else { json!({ "type": "text", "text": "" }) };
+    blocks.start(opening, &mut first);
+    first.push(("ping", json!({ "type": "ping" })));
+    let first = first.into_iter().map(event).collect();
+    let mut reader = ReplyStream::new(format, checked.with_tools);
     let stream = generation::relay(state, model, events, first, move |piece| match piece {
         Piece::Text(text) => {
-            let shown = match &mut calls_stream {
-                Some(s) => s.push(&text),
-                None => text,
-            };
-            text_delta(&shown).into_iter().collect()
+            let mut out = Vec::new();
+            reader.push(&text).into_iter().for_each(|part| blocks.part(part, &mut out));
+            out.into_iter().map(event).collect()
         }
         Piece::Done(reason, report) => {
-            // With tools, the held text is the rest of the text block and the calls, a block each.
-            let (rest, calls) = calls_stream.as_mut().map(ToolStream::finish).unwrap_or_default();
-            let mut out: Vec<Event> = text_delta(&rest).into_iter().collect();
-            out.push(block_stop(0));
-            for (i, call) in calls.iter().enumerate() {
-                let mut block = call.to_anthropic();
-                let input = std::mem::replace(&mut block["input"], json!({}));
-                out.push(block_start(i + 1, block));
-                out.push(block_delta(i + 1, json!({ "type": "input_json_delta", "partial_json": input.to_string() })));
-                out.push(block_stop(i + 1));
-            }
+            let (rest, calls) = reader.finish();
+            let mut out = Vec::new();
+            rest.into_iter().for_each(|part| blocks.part(part, &mut out));
+            blocks.finish(&calls, &mut out);
             let delta = stop(reason, &report, !calls.is_empty());
             let usage = json!({ "output_tokens": report.generated_tokens });
-            out.push(event("message_delta", json!({ "type": "message_delta", "delta": delta, "usage": usage })));
-            out.push(event("message_stop", json!({ "type": "message_stop" })));
-            out
+            out.push(("message_delta", json!({ "type": "message_delta", "delta": delta, "usage": usage })));
+            out.push(("message_stop", json!({ "type": "message_stop" })));
+            out.into_iter().map(event).collect()
         }
-        Piece::Failed(message) => vec![event("error", ApiError::failed(message).anthropic_body())],
+        Piece::Failed(message) => vec![event(("error", ApiError::failed(message).anthropic_body()))],
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response())
 }
@@ -312,9 +431,9 @@ mod tests {
             ],
         }))
         .unwrap();
-        let (_, _, with_tools, front) = to_front(request).unwrap();
+        let Checked { with_tools, front, .. } = to_front(request).unwrap();
         assert!(with_tools);
-        let PromptInput::Conversation { messages, tools } = front.prompt else { panic!("not a conversation") };
+        let PromptInput::Conversation { messages, tools, .. } = front.prompt else { panic!("not a conversation") };
         assert_eq!(tools[0]["function"]["name"], "w");
         let call =
             json!({ "id": "t1", "type": "function", "function": { "name": "w", "arguments": { "city": "Oslo" } } });
@@ -330,13 +449,80 @@ mod tests {
     fn calls_in_a_reply_become_tool_use_blocks_only_when_tools_were_offered() {
         let report = GenerationReport::default();
         let reply = "On it.<tool_call>{\"name\": \"w\", \"arguments\": {\"city\": \"Oslo\"}}</tool_call>";
-        let (blocks, stop) = content(reply.into(), true, FinishReason::Stop, &report);
+        let (blocks, stop) = content(reply, ReplyFormat::Plain, &checked(true, false), FinishReason::Stop, &report);
         assert_eq!(blocks[0], json!({ "type": "text", "text": "On it." }));
         assert_eq!((&blocks[1]["type"], &blocks[1]["name"]), (&json!("tool_use"), &json!("w")));
         assert_eq!(blocks[1]["input"], json!({ "city": "Oslo" }));
         assert_eq!(stop, json!({ "stop_reason": "tool_use", "stop_sequence": null }));
-        let (blocks, stop) = content(reply.into(), false, FinishReason::Length, &report);
+        let plain = checked(false, false);
+        let (blocks, stop) = content(reply, ReplyFormat::Plain, &plain, FinishReason::Length, &report);
         assert_eq!(blocks, vec![json!({ "type": "text", "text": reply })]);
         assert_eq!(stop["stop_reason"], "max_tokens");
+    }
+
+    fn checked(with_tools: bool, with_thinking: bool) -> Checked {
+        let request = json!({ "model": "m", "max_tokens": 8, "messages": [{ "role": "user", "content": "x" }] });
+        Checked { with_tools, with_thinking, ..to_front(serde_json::from_value(request).unwrap()).unwrap() }
+    }
+
+    const HARMONY_CALL: &str = "<|channel|>analysis<|message|>Need the tool.<|end|><|start|>assistant<|channel|>commentary to=functions.w <|constrain|>json<|message|>{\"city\": \"Oslo\"}";
+
+    #[test]
+    fn thinking_comes_back_as_its_own_block_only_when_asked_for() {
+        let report = GenerationReport::default();
+        let (blocks, stop) =
+            content(HARMONY_CALL, ReplyFormat::Harmony, &checked(true, true), FinishReason::Stop, &report);
+        assert_eq!(blocks[0], json!({ "type": "thinking", "thinking": "Need the tool.", "signature": "" }));
+        assert_eq!(blocks[1], json!({ "type": "text", "text": "" }));
+        assert_eq!((&blocks[2]["name"], &blocks[2]["input"]), (&json!("w"), &json!({ "city": "Oslo" })));
+        assert_eq!(stop["stop_reason"], "tool_use");
+        let (blocks, _) =
+            content(HARMONY_CALL, ReplyFormat::Harmony, &checked(true, false), FinishReason::Stop, &report);
+        assert_eq!(blocks.iter().map(|b| b["type"].as_str().unwrap()).collect::<Vec<_>>(), ["text", "tool_use"]);
+    }
+
+    /// The events of a streamed reply, as (event name, block index, what the event carries).
+    fn streamed(reply: &str, with_thinking: bool) -> Vec<String> {
+        let mut blocks = BlockEvents { with_thinking, open: None, next: 0, text_started: false };
+        let mut out = Vec::new();
+        let opening = if with_thinking { thinking_block("") } else { json!({ "type": "text", "text": "" }) };
+        blocks.start(opening, &mut out);
+        let mut reader = ReplyStream::new(ReplyFormat::Harmony, true);
+        for piece in reply.split_inclusive(['>', ' ']) {
+            reader.push(piece).into_iter().for_each(|p| blocks.part(p, &mut out));
+        }
+        let (rest, calls) = reader.finish();
+        rest.into_iter().for_each(|p| blocks.part(p, &mut out));
+        blocks.finish(&calls, &mut out);
+        let shown = out.iter().map(|(_, data)| {
+            let what = data.pointer("/content_block/type").or(data.pointer("/delta/type")).cloned().unwrap_or_default();
+            format!("{} {} {}", data["type"].as_str().unwrap(), data["index"], what.as_str().unwrap_or(""))
+        });
+        shown.collect()
+    }
+
+    #[test]
+    fn a_streamed_reply_opens_thinking_text_and_call_blocks_in_order() {
+        let events = streamed(HARMONY_CALL, true);
+        let expected = [
+            "content_block_start 0 thinking",
+            "content_block_delta 0 thinking_delta",
+            "content_block_delta 0 signature_delta",
+            "content_block_stop 0 ",
+            "content_block_start 1 text",
+            "content_block_stop 1 ",
+            "content_block_start 2 tool_use",
+            "content_block_delta 2 input_json_delta",
+            "content_block_stop 2 ",
+        ];
+        assert_eq!(
+            events.iter().filter(|e| !e.ends_with("thinking_delta")).collect::<Vec<_>>(),
+            expected.iter().filter(|e| !e.ends_with("thinking_delta")).collect::<Vec<_>>()
+        );
+        let answer = "<|channel|>analysis<|message|>Hm.<|end|><|start|>assistant<|channel|>final<|message|>Hi there.";
+        let events = streamed(answer, false);
+        assert_eq!(events.first().map(String::as_str), Some("content_block_start 0 text"));
+        assert!(events.iter().all(|e| !e.contains("thinking")), "{events:?}");
+        assert_eq!(events.last().map(String::as_str), Some("content_block_stop 0 "));
     }
 }

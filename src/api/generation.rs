@@ -7,6 +7,7 @@
 use super::{ApiError, ApiState};
 use crate::engine::{FinishReason, SamplingParams};
 use crate::instances::{self, GenerateError, InstanceInfo, InstanceState};
+use crate::model::ReplyFormat;
 use crate::worker::{FrontEvent, FrontRequest, GenerationReport};
 use futures_util::stream::{Stream, StreamExt};
 use serde::Deserialize;
@@ -64,6 +65,28 @@ pub struct ChatRequest<C, M> {
     #[serde(default)]
     pub tools: Vec<serde_json::Value>,
     pub tool_choice: Option<serde_json::Value>,
+}
+
+/// The chat template's own variables a request sets: `chat_template_kwargs` as given (as llama.cpp's
+/// and vLLM's servers take them), then the API's own fields for the same thing (`reasoning_effort` for
+/// gpt-oss; `enable_thinking` for Qwen3 and others).
+pub fn template_variables(
+    kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    reasoning_effort: Option<&str>,
+    enable_thinking: Option<bool>,
+) -> Result<serde_json::Map<String, serde_json::Value>, ApiError> {
+    let mut variables = kwargs.unwrap_or_default();
+    if let Some(effort) = reasoning_effort {
+        if !matches!(effort, "low" | "medium" | "high") {
+            let message = format!("reasoning_effort must be \"low\", \"medium\" or \"high\", not {effort:?}");
+            return Err(ApiError::bad_param("reasoning_effort", message));
+        }
+        variables.insert("reasoning_effort".into(), effort.into());
+    }
+    if let Some(on) = enable_thinking {
+        variables.insert("enable_thinking".into(), on.into());
+    }
+    Ok(variables)
 }
 
 /// Message content: a string, or a list of blocks of which only text is taken.
@@ -124,21 +147,27 @@ pub fn model_name(model: Option<&str>) -> Result<String, ApiError> {
 /// large model takes minutes to load; clients such as OpenAI's wait 10 minutes by default).
 const WAIT_FOR_STARTING: std::time::Duration = std::time::Duration::from_secs(300);
 
+/// A request the model accepted.
+pub struct Started {
+    pub events: UnboundedReceiver<FrontEvent>,
+    pub prompt_tokens: usize,
+    /// How the model lays out its reply.
+    pub reply: ReplyFormat,
+}
+
 /// Starts the request (once the model is ready, if it is launching or recovering) and waits for its
 /// first event, so that a request the model refuses (a prompt beyond the context) is a 4xx rather than
-/// a broken stream. Returns the events and the prompt's tokens.
-pub async fn start(
-    state: &ApiState,
-    model: &str,
-    front: FrontRequest,
-) -> Result<(UnboundedReceiver<FrontEvent>, usize), ApiError> {
+/// a broken stream.
+pub async fn start(state: &ApiState, model: &str, front: FrontRequest) -> Result<Started, ApiError> {
     let deadline = tokio::time::Instant::now() + WAIT_FOR_STARTING;
     let mut tries = 0;
     loop {
         let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
         let failure = match instances::generate_when_ready(&state.instances, model, front.clone(), wait).await {
             Ok(mut events) => match events.recv().await {
-                Some(FrontEvent::Started { prompt_tokens }) => return Ok((events, prompt_tokens)),
+                Some(FrontEvent::Started { prompt_tokens, reply }) => {
+                    return Ok(Started { events, prompt_tokens, reply })
+                }
                 Some(FrontEvent::Error { message, client_error: true }) => return Err(ApiError::bad_request(message)),
                 Some(FrontEvent::Error { message, .. }) => message,
                 _ => "the model's first stage ended the request before it started".to_string(),

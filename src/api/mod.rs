@@ -21,6 +21,7 @@ mod ollama;
 mod openai;
 mod quit;
 mod rdma;
+mod reply;
 pub mod server;
 mod tools;
 pub mod ui;

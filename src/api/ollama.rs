@@ -8,8 +8,9 @@
 //! back as `message.tool_calls`. Images, `format`, `suffix`, custom templates and `context` are refused
 //! with a 400 that says so. Errors are Ollama's `{"error": "..."}`.
 
-use super::generation::{self, Finished, Piece, Sampling};
-use super::tools::{self, ToolCall, ToolStream, Turn};
+use super::generation::{self, Finished, Piece, Sampling, Started};
+use super::reply::{self, Part, ReplyStream};
+use super::tools::{self, ToolCall, Turn};
 use super::{ApiError, ApiState, Dialect};
 use crate::engine::{FinishReason, OutputFormat};
 use crate::instances::InstanceInfo;
@@ -74,6 +75,9 @@ struct Common {
     format: Option<Value>,
     #[serde(default)]
     images: Vec<Value>,
+    /// Whether the model thinks before it answers (`true`/`false`), or how hard (`"low"`, `"medium"`,
+    /// `"high"`: gpt-oss).
+    think: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -85,6 +89,8 @@ struct MessageIn {
     images: Vec<Value>,
     #[serde(default)]
     tool_calls: Vec<Value>,
+    /// An earlier reply's thinking, as this API returns it.
+    thinking: Option<String>,
 }
 
 type ChatRequest = generation::ChatRequest<Common, MessageIn>;
@@ -111,6 +117,25 @@ fn refuse_unsupported(checks: &[(bool, &'static str, &str)]) -> Result<(), ApiEr
 }
 
 impl Common {
+    /// The chat template's variables `think` sets.
+    fn variables(&self) -> Result<serde_json::Map<String, Value>, ApiError> {
+        match &self.think {
+            None | Some(Value::Null) => generation::template_variables(None, None, None),
+            Some(Value::Bool(on)) => generation::template_variables(None, None, Some(*on)),
+            Some(Value::String(effort)) => generation::template_variables(None, Some(effort), None).map_err(|_| {
+                ApiError::bad_param("think", "`think` must be true, false, \"low\", \"medium\" or \"high\"")
+            }),
+            Some(_) => {
+                Err(ApiError::bad_param("think", "`think` must be true, false, \"low\", \"medium\" or \"high\""))
+            }
+        }
+    }
+
+    /// Whether the reply's thinking is returned (not when `think` is false).
+    fn shows_thinking(&self) -> bool {
+        self.think != Some(Value::Bool(false))
+    }
+
     /// The model as named (`resolve` finds the instance it means) and the request for the instance.
     fn to_front(&self, prompt: PromptInput) -> Result<(String, FrontRequest), ApiError> {
         refuse_unsupported(&[(!self.images.is_empty(), "images", "images")])?;
@@ -179,10 +204,12 @@ pub(super) fn check_chat(
             message: ChatMessage { role: m.role, content: m.content },
             calls: m.tool_calls,
             answers: None,
+            reasoning: m.thinking,
         });
     }
-    let route = if tools.is_empty() { Route::Chat } else { Route::ChatWithTools };
-    let (model, front) = request.common.to_front(tools::prompt(chat, tools))?;
+    let route = Route::Chat { tools: !tools.is_empty(), thinking: request.common.shows_thinking() };
+    let variables = request.common.variables()?;
+    let (model, front) = request.common.to_front(tools::prompt(chat, tools, variables))?;
     Ok((model, front, request.common.stream.unwrap_or(true), route))
 }
 
@@ -191,23 +218,24 @@ async fn generate(State(state): State<ApiState>, body: Result<Json<Value>, JsonR
     let result = async {
         let (model, front, stream) = check_generate(body)?;
         let model = resolve(&state, model);
-        let Some(front) = front else {
+        let Some((front, route)) = front else {
             // Ollama loads the model and answers at once; here it is loaded when it runs at all.
             ready_instance(&state, &model)?;
             let body =
                 json!({ "model": model, "created_at": now(), "response": "", "done": true, "done_reason": "load" });
             return Ok(Json(body).into_response());
         };
-        respond(state, model, front, stream, started, Route::Generate).await
+        respond(state, model, front, stream, started, route).await
     };
     result.await.unwrap_or_else(|e| e.into_response_as(Dialect::Ollama))
 }
 
-/// A generate body as `generate` checks it: the model as named, the request (none for an empty prompt,
-/// which only loads the model), and whether to stream.
-pub(super) fn check_generate(
-    body: Result<Json<Value>, JsonRejection>,
-) -> Result<(String, Option<FrontRequest>, bool), ApiError> {
+/// A generate body as `generate` checks it: the model as named, the request and its route (none for an
+/// empty prompt, which only loads the model), and whether to stream.
+type CheckedGenerate = (String, Option<(FrontRequest, Route)>, bool);
+
+/// Checks a generate body (see [`CheckedGenerate`]).
+pub(super) fn check_generate(body: Result<Json<Value>, JsonRejection>) -> Result<CheckedGenerate, ApiError> {
     let request: GenerateRequest = super::openai::parse(body)?;
     refuse_unsupported(&[
         (request.suffix.as_ref().is_some_and(|s| !s.is_empty()), "suffix", "suffixes (fill in the middle)"),
@@ -222,20 +250,36 @@ pub(super) fn check_generate(
     let input = if request.raw {
         PromptInput::Text(prompt)
     } else {
-        let mut messages: Vec<ChatMessage> = request.system.iter().map(|s| ChatMessage::new("system", s)).collect();
-        messages.push(ChatMessage::new("user", &prompt));
-        PromptInput::Messages(messages)
+        let mut turns: Vec<Turn> = request.system.iter().map(|s| Turn::plain(ChatMessage::new("system", s))).collect();
+        turns.push(Turn::plain(ChatMessage::new("user", &prompt)));
+        tools::prompt(turns, vec![], request.common.variables()?)
     };
+    let route = Route::Generate { thinking: request.common.shows_thinking() };
     let (model, front) = request.common.to_front(input)?;
-    Ok((model, Some(front), stream))
+    Ok((model, Some((front, route)), stream))
 }
 
 #[derive(Clone, Copy, PartialEq)]
 pub(super) enum Route {
-    Chat,
-    /// A chat whose reply may call the tools the request offers.
-    ChatWithTools,
-    Generate,
+    /// A chat; `tools` when its reply may call the tools the request offers; `thinking` when the reply's
+    /// thinking is returned.
+    Chat {
+        tools: bool,
+        thinking: bool,
+    },
+    Generate {
+        thinking: bool,
+    },
+}
+
+impl Route {
+    fn tools(self) -> bool {
+        matches!(self, Route::Chat { tools: true, .. })
+    }
+
+    fn shows_thinking(self) -> bool {
+        matches!(self, Route::Chat { thinking: true, .. } | Route::Generate { thinking: true })
+    }
 }
 
 /// An answer object carrying the calls the model made (Ollama's `message.tool_calls`).
@@ -252,12 +296,24 @@ fn now() -> String {
     crate::util::rfc3339(crate::util::now_ms())
 }
 
-/// One answer object: `text` as the route carries it, with the final counts when done.
-fn answer(model: &str, route: Route, text: &str, done: Option<(FinishReason, &GenerationReport, Instant)>) -> Value {
+/// One answer object: `text` and `thinking` as the route carries them, with the final counts when done.
+fn answer(
+    model: &str,
+    route: Route,
+    text: &str,
+    thinking: &str,
+    done: Option<(FinishReason, &GenerationReport, Instant)>,
+) -> Value {
     let mut body = json!({ "model": model, "created_at": now() });
     match route {
-        Route::Chat | Route::ChatWithTools => body["message"] = json!({ "role": "assistant", "content": text }),
-        Route::Generate => body["response"] = json!(text),
+        Route::Chat { .. } => body["message"] = json!({ "role": "assistant", "content": text }),
+        Route::Generate { .. } => body["response"] = json!(text),
+    }
+    if !thinking.is_empty() && route.shows_thinking() {
+        match route {
+            Route::Chat { .. } => body["message"]["thinking"] = json!(thinking),
+            Route::Generate { .. } => body["thinking"] = json!(thinking),
+        }
     }
     body["done"] = json!(done.is_some());
     if let Some((reason, report, started)) = done {
@@ -285,32 +341,33 @@ async fn respond(
     started: Instant,
     route: Route,
 ) -> Result<Response, ApiError> {
-    let (events, _) = generation::start(&state, &model, front).await?;
+    let Started { events, reply: format, .. } = generation::start(&state, &model, front).await?;
     if !stream {
         let Finished { text, reason, report } = generation::collect(&state, &model, events).await?;
-        let (text, calls) = if route == Route::ChatWithTools { tools::split(&text) } else { (text, vec![]) };
-        let body = answer(&model, route, &text, Some((reason, &report, started)));
-        return Ok(Json(with_calls(body, &calls)).into_response());
+        let reply = reply::split(format, route.tools(), &text);
+        let body = answer(&model, route, &reply.content, &reply.reasoning, Some((reason, &report, started)));
+        return Ok(Json(with_calls(body, &reply.calls)).into_response());
     }
     let name = model.clone();
     let line = |value: Value| Bytes::from(format!("{value}\n"));
-    let mut calls_stream = (route == Route::ChatWithTools).then(ToolStream::default);
-    let lines = generation::relay(state, model, events, vec![], move |piece| match piece {
-        Piece::Text(text) => {
-            let shown = match &mut calls_stream {
-                Some(s) => s.push(&text),
-                None => text,
-            };
-            (!shown.is_empty()).then(|| line(answer(&name, route, &shown, None))).into_iter().collect()
-        }
+    // Each piece of the reply an object of its own, its thinking or its answer.
+    let piece = move |part: Part| match part {
+        Part::Content(text) => Some(line(answer(&name, route, &text, "", None))),
+        Part::Reasoning(text) if route.shows_thinking() => Some(line(answer(&name, route, "", &text, None))),
+        Part::Reasoning(_) => None,
+    };
+    let mut reader = ReplyStream::new(format, route.tools());
+    let name = model.clone();
+    let lines = generation::relay(state, model, events, vec![], move |item| match item {
+        Piece::Text(text) => reader.push(&text).into_iter().filter_map(&piece).collect(),
         Piece::Done(reason, report) => {
-            // With tools, the held text and the calls come before the last object.
-            let (rest, calls) = calls_stream.as_mut().map(ToolStream::finish).unwrap_or_default();
-            let mut out = Vec::new();
-            if !rest.is_empty() || !calls.is_empty() {
-                out.push(line(with_calls(answer(&name, route, &rest, None), &calls)));
+            // The held text and the calls come before the last object.
+            let (rest, calls) = reader.finish();
+            let mut out: Vec<Bytes> = rest.into_iter().filter_map(&piece).collect();
+            if !calls.is_empty() {
+                out.push(line(with_calls(answer(&name, route, "", "", None), &calls)));
             }
-            out.push(line(answer(&name, route, "", Some((reason, &report, started)))));
+            out.push(line(answer(&name, route, "", "", Some((reason, &report, started)))));
             out
         }
         Piece::Failed(message) => vec![line(json!({ "error": message }))],

@@ -3,11 +3,12 @@
 //! 4xx and a message that names the parameter; the model's own errors (a prompt beyond the context) are
 //! 400s too; a failure of the instance mid-stream arrives as an error event.
 
-use super::generation::{self, model_name, Content, Finished, Piece, Sampling};
-use super::tools::{self, ToolStream, Turn};
+use super::generation::{self, model_name, Content, Finished, Piece, Sampling, Started};
+use super::reply::{self, Part, ReplyStream};
+use super::tools::{self, Turn};
 use super::{ApiError, ApiState};
 use crate::engine::{FinishReason, OutputFormat};
-use crate::model::ChatMessage;
+use crate::model::{ChatMessage, ReplyFormat};
 use crate::worker::{FrontRequest, GenerationReport, PromptInput};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
@@ -31,6 +32,9 @@ struct MessageIn {
     #[serde(default)]
     tool_calls: Vec<Value>,
     tool_call_id: Option<String>,
+    /// An earlier reply's reasoning, as this API returns it (`reasoning` as some clients send it).
+    #[serde(alias = "reasoning")]
+    reasoning_content: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -58,7 +62,18 @@ struct Common {
     response_format: Option<Value>,
 }
 
-type ChatRequest = generation::ChatRequest<Common, MessageIn>;
+/// What only chat requests have besides messages and tools.
+#[derive(Deserialize)]
+struct ChatOnly {
+    #[serde(flatten)]
+    common: Common,
+    /// gpt-oss's reasoning effort: low, medium or high.
+    reasoning_effort: Option<String>,
+    /// The chat template's own variables, as llama.cpp's and vLLM's servers take them.
+    chat_template_kwargs: Option<serde_json::Map<String, Value>>,
+}
+
+type ChatRequest = generation::ChatRequest<ChatOnly, MessageIn>;
 
 #[derive(Deserialize)]
 #[serde(untagged)]
@@ -138,7 +153,8 @@ fn chat_messages(messages: Option<Vec<MessageIn>>) -> Result<Vec<Turn>, ApiError
                 Some(content) => content.into_text("messages")?,
             };
             let role = if m.role == "developer" { "system".to_string() } else { m.role };
-            Ok(Turn { message: ChatMessage { role, content }, calls: m.tool_calls, answers: m.tool_call_id })
+            let message = ChatMessage { role, content };
+            Ok(Turn { message, calls: m.tool_calls, answers: m.tool_call_id, reasoning: m.reasoning_content })
         })
         .collect()
 }
@@ -160,9 +176,11 @@ pub(super) fn check_chat(
     let messages = chat_messages(request.messages)?;
     let tools = tools::offered(request.tools, request.tool_choice.as_ref())?;
     let kind = if tools.is_empty() { Kind::Chat } else { Kind::ChatWithTools };
-    let (model, front) = request.common.to_front(tools::prompt(messages, tools))?;
-    let include_usage = request.common.stream_options.as_ref().is_some_and(|o| o.include_usage);
-    Ok((model, front, request.common.stream, include_usage, kind))
+    let ChatOnly { common, reasoning_effort, chat_template_kwargs } = request.common;
+    let variables = generation::template_variables(chat_template_kwargs, reasoning_effort.as_deref(), None)?;
+    let (model, front) = common.to_front(tools::prompt(messages, tools, variables))?;
+    let include_usage = common.stream_options.as_ref().is_some_and(|o| o.include_usage);
+    Ok((model, front, common.stream, include_usage, kind))
 }
 
 pub async fn completions(
@@ -214,18 +232,23 @@ fn usage(report: &GenerationReport) -> Value {
     })
 }
 
-/// A chat reply's message and finish reason: with tools, the calls in `text` are taken out of it.
-fn chat_message(text: String, reason: FinishReason, kind: Kind) -> (Value, &'static str) {
-    if kind != Kind::ChatWithTools {
-        return (json!({ "role": "assistant", "content": text }), finish_reason(reason));
+/// A chat reply's message and finish reason: its reasoning as `reasoning_content`, and with tools, the
+/// calls taken out of its text.
+fn chat_message(text: &str, format: ReplyFormat, reason: FinishReason, kind: Kind) -> (Value, &'static str) {
+    let reply = reply::split(format, kind == Kind::ChatWithTools, text);
+    let mut message = json!({ "role": "assistant", "content": reply.content });
+    if !reply.reasoning.is_empty() {
+        message["reasoning_content"] = json!(reply.reasoning);
     }
-    let (content, calls) = tools::split(&text);
-    if calls.is_empty() {
-        return (json!({ "role": "assistant", "content": content }), finish_reason(reason));
+    if reply.calls.is_empty() {
+        return (message, finish_reason(reason));
     }
-    let calls: Vec<Value> = calls.iter().enumerate().map(|(i, c)| c.to_openai(i)).collect();
-    let content = (!content.is_empty()).then_some(content);
-    (json!({ "role": "assistant", "content": content, "tool_calls": calls }), "tool_calls")
+    let calls: Vec<Value> = reply.calls.iter().enumerate().map(|(i, c)| c.to_openai(i)).collect();
+    if reply.content.is_empty() {
+        message["content"] = Value::Null;
+    }
+    message["tool_calls"] = json!(calls);
+    (message, "tool_calls")
 }
 
 async fn respond(
@@ -236,14 +259,14 @@ async fn respond(
     include_usage: bool,
     kind: Kind,
 ) -> Result<Response, ApiError> {
-    let (events, _) = generation::start(&state, &model, front).await?;
+    let Started { events, reply: format, .. } = generation::start(&state, &model, front).await?;
     let chat = kind != Kind::Completion;
     let id = format!("{}-{}", if chat { "chatcmpl" } else { "cmpl" }, uuid::Uuid::new_v4().simple());
     let created = crate::util::now_ms() / 1000;
     if !stream {
         let Finished { text, reason, report } = generation::collect(&state, &model, events).await?;
         let choice = if chat {
-            let (message, reason) = chat_message(text, reason, kind);
+            let (message, reason) = chat_message(&text, format, reason, kind);
             json!({ "index": 0, "message": message, "finish_reason": reason, "logprobs": null })
         } else {
             json!({ "index": 0, "text": text, "finish_reason": finish_reason(reason), "logprobs": null })
@@ -281,22 +304,27 @@ async fn respond(
             json!({ "index": 0, "text": text, "finish_reason": reason, "logprobs": null })
         }
     };
-    let text = move |t: &str| (!t.is_empty()).then(|| json!({ "content": t }));
+    // A chat's piece as a delta: its answer as `content`, its reasoning as `reasoning_content`.
+    let delta = |part: Part| match part {
+        Part::Content(t) => json!({ "content": t }),
+        Part::Reasoning(t) => json!({ "reasoning_content": t }),
+    };
     let first = if chat { vec![chunk(choice(None, None), None)] } else { vec![] };
-    let mut calls_stream = (kind == Kind::ChatWithTools).then(ToolStream::default);
+    let mut reader = chat.then(|| ReplyStream::new(format, kind == Kind::ChatWithTools));
     let stream = generation::relay(state, model, events, first, move |piece| match piece {
         Piece::Text(t) => {
-            let shown = match &mut calls_stream {
-                Some(s) => s.push(&t),
-                None => t,
+            let parts = match &mut reader {
+                Some(r) => r.push(&t),
+                None if t.is_empty() => vec![],
+                None => vec![Part::Content(t)],
             };
-            text(&shown).map(|d| chunk(choice(Some(d), None), None)).into_iter().collect()
+            parts.into_iter().map(|p| chunk(choice(Some(delta(p)), None), None)).collect()
         }
         Piece::Done(reason, report) => {
             let mut out = Vec::new();
             let mut reason = finish_reason(reason);
-            if let Some((rest, calls)) = calls_stream.as_mut().map(ToolStream::finish) {
-                out.extend(text(&rest).map(|d| chunk(choice(Some(d), None), None)));
+            if let Some((rest, calls)) = reader.as_mut().map(ReplyStream::finish) {
+                out.extend(rest.into_iter().map(|p| chunk(choice(Some(delta(p)), None), None)));
                 if !calls.is_empty() {
                     let calls: Vec<Value> = calls.iter().enumerate().map(|(i, c)| c.to_openai(i)).collect();
                     out.push(chunk(choice(Some(json!({ "tool_calls": calls })), None), None));

@@ -31,32 +31,36 @@ pub fn offered(tools: Vec<Value>, choice: Option<&Value>) -> Result<Vec<Value>, 
     Ok(tools)
 }
 
-/// A message with the tool calls it makes and the id of the call it answers.
+/// A message with the tool calls it makes, the id of the call it answers, and an assistant's reasoning.
 pub struct Turn {
     pub message: ChatMessage,
     pub calls: Vec<Value>,
     pub answers: Option<String>,
+    pub reasoning: Option<String>,
 }
 
 impl Turn {
     pub fn plain(message: ChatMessage) -> Turn {
-        Turn { message, calls: vec![], answers: None }
+        Turn { message, calls: vec![], answers: None, reasoning: None }
     }
 }
 
-/// The prompt for `turns` with the tools offered: plain messages when no tool is offered, called or
-/// answered (as prompts always went), else the messages as JSON with the tools, for the template.
-pub fn prompt(turns: Vec<Turn>, tools: Vec<Value>) -> PromptInput {
-    if tools.is_empty() && turns.iter().all(|t| t.calls.is_empty() && t.answers.is_none()) {
+/// The prompt for `turns` with the tools offered and the template's variables: plain messages when
+/// nothing else is there (as prompts always went), else the messages as JSON with the rest, for the
+/// template.
+pub fn prompt(turns: Vec<Turn>, tools: Vec<Value>, variables: serde_json::Map<String, Value>) -> PromptInput {
+    let plain = |t: &Turn| t.calls.is_empty() && t.answers.is_none() && t.reasoning.is_none();
+    if tools.is_empty() && variables.is_empty() && turns.iter().all(plain) {
         return PromptInput::Messages(turns.into_iter().map(|t| t.message).collect());
     }
-    PromptInput::Conversation { messages: turns.into_iter().map(message_json).collect(), tools }
+    PromptInput::Conversation { messages: turns.into_iter().map(message_json).collect(), tools, variables }
 }
 
 /// A message as chat templates take it: an assistant's `tool_calls` with their `arguments` as objects
-/// (OpenAI sends them as JSON strings), a tool result with the `tool_call_id` it answers.
+/// (OpenAI sends them as JSON strings), a tool result with the `tool_call_id` it answers, an assistant's
+/// reasoning as both `reasoning_content` (Qwen3's and DeepSeek's templates) and `thinking` (gpt-oss's).
 fn message_json(turn: Turn) -> Value {
-    let Turn { message, mut calls, answers } = turn;
+    let Turn { message, mut calls, answers, reasoning } = turn;
     for call in &mut calls {
         if let Some(arguments) = call["function"]["arguments"].as_str() {
             if let Ok(parsed) = serde_json::from_str::<Value>(arguments) {
@@ -70,6 +74,10 @@ fn message_json(turn: Turn) -> Value {
     }
     if let Some(id) = answers {
         value["tool_call_id"] = json!(id);
+    }
+    if let Some(reasoning) = reasoning.filter(|r| !r.is_empty()) {
+        value["reasoning_content"] = json!(reasoning);
+        value["thinking"] = json!(reasoning);
     }
     value
 }

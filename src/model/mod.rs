@@ -13,7 +13,7 @@ pub mod shard;
 pub mod split;
 mod tokenizer;
 
-pub use chat_template::{ChatMessage, ChatTemplate};
+pub use chat_template::{ChatMessage, ChatTemplate, ReplyFormat};
 pub use config::{
     Architecture, CacheRow, ExpertActivation, ExpertGroups, Gating, LatentAttention, ModelConfig, MoeParams,
     RopeConfig, SlidingWindow,

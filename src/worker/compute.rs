@@ -7,7 +7,7 @@
 use super::protocol::{FrontEvent, FrontRequest, GenerationReport, PromptInput, StageStats};
 use crate::engine::{self, FinishReason, HiddenStates, Sampler, Stage, StageInput, TokenStream, WireFormat};
 use crate::links::RttWindow;
-use crate::model::{ChatTemplate, Tokenizer};
+use crate::model::{ChatTemplate, ModelError, ReplyFormat, Tokenizer};
 use crate::transport::{FrameSink, FrameSource, RingFrame};
 use crate::util::LockExt;
 use std::collections::{HashMap, VecDeque};
@@ -21,13 +21,12 @@ pub enum Work {
     Frame(Vec<u8>),
     Request {
         id: u64,
-        request: FrontRequest,
+        /// Boxed: a request is far larger than the other kinds of work.
+        request: Box<FrontRequest>,
         events: UnboundedSender<FrontEvent>,
     },
     /// The client went away.
-    Cancel {
-        id: u64,
-    },
+    Cancel { id: u64 },
     /// The ring is broken: fail everything and stop.
     RingBroken(String),
 }
@@ -144,7 +143,7 @@ impl Compute {
                         let _ = r.send(buf);
                     }
                 }
-                Work::Request { id, request, events } => self.on_request(id, request, events),
+                Work::Request { id, request, events } => self.on_request(id, *request, events),
                 Work::Cancel { id } => self.on_cancel(id),
                 Work::RingBroken(reason) => {
                     self.fail_all(&format!("the instance lost a stage: {reason}"));
@@ -297,11 +296,17 @@ impl Compute {
         let sampler = single.then(|| valid.clone().and_then(|_| self.sampler(&request.sampling)));
         let head = self.head.as_mut().expect("stage 0");
         let encode = |text: &str| head.tokenizer.encode(text).map_err(|e| e.to_string());
+        let mut reply = ReplyFormat::Plain;
+        let mut templated = |rendered: Result<String, ModelError>| {
+            let text = rendered.map_err(|e| e.to_string())?;
+            reply = head.template.reply_format(&text);
+            encode(&text)
+        };
         let prompt = match &request.prompt {
             PromptInput::Text(t) => encode(t),
-            PromptInput::Messages(m) => head.template.render(m).map_err(|e| e.to_string()).and_then(|t| encode(&t)),
-            PromptInput::Conversation { messages, tools } => {
-                head.template.render_with_tools(messages, tools).map_err(|e| e.to_string()).and_then(|t| encode(&t))
+            PromptInput::Messages(m) => templated(head.template.render(m)),
+            PromptInput::Conversation { messages, tools, variables } => {
+                templated(head.template.render_conversation(messages, tools, variables))
             }
             PromptInput::Tokens(t) => Ok(t.clone()),
         };
@@ -333,7 +338,7 @@ impl Compute {
                 return self.start_waiting();
             }
         };
-        let _ = events.send(FrontEvent::Started { prompt_tokens: prompt.len() });
+        let _ = events.send(FrontEvent::Started { prompt_tokens: prompt.len(), reply });
         if let Some(s) = sampler.as_mut() {
             prompt.iter().for_each(|&t| s.accept(t));
         }

@@ -268,7 +268,8 @@ async fn serve_front(
     };
     let id = ids.fetch_add(1, Ordering::Relaxed);
     let mut scratch = [0u8; 256];
-    work.send(Work::Request { id, request, events: events_tx }).map_err(|_| anyhow::anyhow!("the stage stopped"))?;
+    work.send(Work::Request { id, request: Box::new(request), events: events_tx })
+        .map_err(|_| anyhow::anyhow!("the stage stopped"))?;
     loop {
         tokio::select! {
             event = events.recv() => {

@@ -3,7 +3,7 @@
 //! opened with the instance's front token).
 
 use crate::engine::{FinishReason, SamplingParams};
-use crate::model::ChatMessage;
+use crate::model::{ChatMessage, ReplyFormat};
 use crate::transport::ring::{RdmaRoute, RingTransport};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -87,11 +87,14 @@ pub enum PromptInput {
     Text(String),
     /// Rendered with the model's chat template.
     Messages(Vec<ChatMessage>),
-    /// Messages as JSON (with tool calls and results) and the tools the model may call, rendered with
-    /// the model's chat template.
+    /// Messages as JSON (with tool calls and results), the tools the model may call, and the template's
+    /// own variables the request sets (`reasoning_effort`, `enable_thinking`), rendered with the model's
+    /// chat template.
     Conversation {
         messages: Vec<serde_json::Value>,
         tools: Vec<serde_json::Value>,
+        #[serde(default)]
+        variables: serde_json::Map<String, serde_json::Value>,
     },
     Tokens(Vec<u32>),
 }
@@ -126,8 +129,22 @@ pub struct GenerationReport {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum FrontEvent {
-    Started { prompt_tokens: usize },
-    Text { text: String },
-    Done { finish_reason: FinishReason, report: GenerationReport },
-    Error { message: String, client_error: bool },
+    /// The prompt is accepted: its length in tokens, and how the reply is laid out (by the chat template
+    /// that rendered it; plain for raw prompts).
+    Started {
+        prompt_tokens: usize,
+        #[serde(default)]
+        reply: ReplyFormat,
+    },
+    Text {
+        text: String,
+    },
+    Done {
+        finish_reason: FinishReason,
+        report: GenerationReport,
+    },
+    Error {
+        message: String,
+        client_error: bool,
+    },
 }

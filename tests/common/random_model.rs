@@ -321,6 +321,22 @@ impl RandomModel {
     }
 
     pub fn bytes(&self) -> Vec<u8> {
+        self.gguf().bytes()
+    }
+
+    /// This model with `template` as its chat template instead of SmolLM2's, written to `name`.gguf in
+    /// the tests' directory.
+    pub fn write_with_chat_template(&self, name: &str, template: &str) -> PathBuf {
+        let mut g = self.gguf();
+        g.meta.retain(|(key, _)| key != "tokenizer.chat_template");
+        let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.gguf"));
+        let part = path.with_extension(format!("{}.part", std::process::id()));
+        std::fs::write(&part, g.meta("tokenizer.chat_template", Meta::Str(template.into())).bytes()).unwrap();
+        std::fs::rename(&part, &path).unwrap();
+        path
+    }
+
+    fn gguf(&self) -> GgufWriter {
         let arch = self.architecture;
         let (e, hd) = (self.embedding as u64, self.head_dim as u64);
         let (q, kv) = (self.heads as u64 * hd, self.kv_heads as u64 * hd);
@@ -465,7 +481,7 @@ impl RandomModel {
                     .f32_values(&n("nextn.shared_head_norm.weight"), &[e], &w.around_one(e, 0.1));
             }
         }
-        g.bytes()
+        g
     }
 }
 

@@ -38,6 +38,9 @@ describe('chat stream', () => {
   it('reads text, the final report and errors', () => {
     expect(parseChunk('{"choices":[{"delta":{"role":"assistant","content":""}}]}')).toEqual([]);
     expect(parseChunk('{"choices":[{"delta":{"content":"Hi"}}]}')).toEqual([{ kind: 'text', text: 'Hi' }]);
+    expect(parseChunk('{"choices":[{"delta":{"reasoning_content":"Greet back."}}]}')).toEqual([
+      { kind: 'reasoning', text: 'Greet back.' },
+    ]);
     expect(parseChunk(JSON.stringify({ choices: [{ delta: {}, finish_reason: 'stop' }], shoal: report }))).toEqual([
       { kind: 'report', report, finishReason: 'stop' },
     ]);

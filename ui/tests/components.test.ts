@@ -5,6 +5,7 @@ import NodeCard from '../src/components/mesh/NodeCard.svelte';
 import MeshGraph from '../src/components/mesh/MeshGraph.svelte';
 import PoolSummary from '../src/components/pool/PoolSummary.svelte';
 import CheckRow from '../src/components/setup/CheckRow.svelte';
+import ChatMessage from '../src/components/chat/ChatMessage.svelte';
 import App from '../src/App.svelte';
 import { nodeMemory, poolTotals } from '../src/lib/state/pool';
 import { layersOn } from '../src/lib/state/nodes';
@@ -79,6 +80,27 @@ describe('CheckRow', () => {
     const row = screen.getByTestId('check');
     expect(row.dataset['verdict']).toBe('fail');
     expect(row.textContent).toMatch(/Fix: enable it from Recovery/);
+  });
+});
+
+describe('ChatMessage', () => {
+  const reply = { id: 1, role: 'assistant' as const, model: 'm', report: null, error: null };
+
+  it('shows the reasoning open while the model thinks, and folded under the answer', () => {
+    const thinking = render(ChatMessage, { entry: { ...reply, content: '', reasoning: 'The user greets me.', streaming: true } });
+    const open = thinking.getByTestId('chat-reasoning') as HTMLDetailsElement;
+    expect(open.open).toBe(true);
+    expect(open.textContent).toContain('Thinking…');
+    expect(open.textContent).toContain('The user greets me.');
+    thinking.unmount();
+    const done = render(ChatMessage, { entry: { ...reply, content: 'Hello!', reasoning: 'The user greets me.', streaming: false } });
+    const folded = done.getByTestId('chat-reasoning') as HTMLDetailsElement;
+    expect(folded.open).toBe(false);
+    expect(folded.textContent).toContain('Thought');
+    expect(done.getByText('Hello!')).toBeTruthy();
+    done.unmount();
+    const plain = render(ChatMessage, { entry: { ...reply, content: 'Hello!', reasoning: '', streaming: false } });
+    expect(plain.queryByTestId('chat-reasoning')).toBeNull();
   });
 });
 

@@ -225,6 +225,12 @@ fn an_eleventh_queue_pair_means_tcp_and_a_closed_link_gives_its_queue_pair_back(
 
     drop(links.pop());
     assert_eq!(here.open_queue_pairs(), MAX_QUEUE_PAIRS - 1, "a closed link gives its queue pair back");
+    // The far end gives its queue pair back when its receiving side sees the link close: wait for it.
+    let deadline = std::time::Instant::now() + PATIENT.ack;
+    while there.open_queue_pairs() != MAX_QUEUE_PAIRS - 1 {
+        assert!(std::time::Instant::now() < deadline, "the far end kept the closed link's queue pair");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let (_, _, reports) = open_link();
     assert_eq!(reports, [RingTransport::Rdma { device: "rdma_en3".into() }]);
 }

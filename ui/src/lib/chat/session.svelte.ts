@@ -7,6 +7,8 @@ export interface ChatEntry {
   id: number;
   role: 'user' | 'assistant';
   content: string;
+  /** The model's reasoning before its answer (empty for models that answer at once). */
+  reasoning: string;
   model: string;
   /** The reply is still streaming. */
   streaming: boolean;

@@ -1,7 +1,9 @@
 /**
  * Streaming chat against the node's OpenAI-compatible `/v1/chat/completions`: reads the server-sent
- * events of the response body, yields text as it arrives, and the final chunk's `shoal` report (time to
- * first token, prefill and decode tokens/s). An `error` chunk mid-stream ends the reply with its message.
+ * events of the response body, yields the answer's text and the model's reasoning (`reasoning_content`:
+ * gpt-oss's analysis channel, Qwen3's `<think>` block) as they arrive, and the final chunk's `shoal` report
+ * (time to first token, prefill and decode tokens/s). An `error` chunk mid-stream ends the reply with its
+ * message.
  */
 import type { ApiClient } from '../api/client';
 import { ApiError } from '../api/client';
@@ -14,6 +16,7 @@ export interface ChatTurn {
 
 export type ChatPiece =
   | { kind: 'text'; text: string }
+  | { kind: 'reasoning'; text: string }
   | { kind: 'report'; report: GenerationReport; finishReason: string | null }
   | { kind: 'error'; message: string };
 
@@ -50,7 +53,7 @@ export async function* sseData(body: ReadableStream<Uint8Array>): AsyncGenerator
 }
 
 interface Chunk {
-  choices?: { delta?: { content?: string | null }; finish_reason?: string | null }[];
+  choices?: { delta?: { content?: string | null; reasoning_content?: string | null }; finish_reason?: string | null }[];
   shoal?: GenerationReport;
   error?: { message?: string };
 }
@@ -67,6 +70,8 @@ export function parseChunk(data: string): ChatPiece[] {
   if (chunk.error !== undefined) return [{ kind: 'error', message: chunk.error.message ?? 'the request failed' }];
   const pieces: ChatPiece[] = [];
   const choice = chunk.choices?.[0];
+  const reasoning = choice?.delta?.reasoning_content;
+  if (typeof reasoning === 'string' && reasoning !== '') pieces.push({ kind: 'reasoning', text: reasoning });
   const text = choice?.delta?.content;
   if (typeof text === 'string' && text !== '') pieces.push({ kind: 'text', text });
   if (chunk.shoal !== undefined) pieces.push({ kind: 'report', report: chunk.shoal, finishReason: choice?.finish_reason ?? null });

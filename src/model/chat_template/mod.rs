@@ -1,0 +1,183 @@
+//! Renders a conversation into a prompt with the model's own chat template (`tokenizer.chat_template`,
+//! a Jinja template) as Hugging Face's `apply_chat_template` renders it: minijinja with Python-compatible
+//! string and dict methods, blocks trimmed as Hugging Face trims them, its `tojson` and `strftime_now`
+//! (see [`python`]), and the template's own variables (`reasoning_effort`, `enable_thinking`, …) when a
+//! request sets them. It also says how the model's reply is laid out ([`ReplyFormat`]), which the
+//! template shows: gpt-oss's harmony channels, or reasoning between `<think>` tags.
+
+mod python;
+
+use super::ModelError;
+use minijinja::{context, Environment, Error, ErrorKind, Value};
+use serde::{Deserialize, Serialize};
+
+/// One message of a conversation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: &str, content: &str) -> ChatMessage {
+        ChatMessage { role: role.into(), content: content.into() }
+    }
+}
+
+/// How a model lays out its reply, which decides how the APIs split it into reasoning, content and
+/// tool calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplyFormat {
+    /// Text as it comes (tool calls may be in it: see the API's tool parsing).
+    #[default]
+    Plain,
+    /// gpt-oss's harmony messages: `<|channel|>analysis<|message|>…<|end|><|start|>assistant<|channel|>final<|message|>…`.
+    Harmony,
+    /// Reasoning between `<think>` and `</think>` before the answer (Qwen3, DeepSeek R1/V3.1, GLM-4.5,
+    /// Kimi K2 Thinking); `open` when the prompt itself ends inside `<think>`, so the reply starts reasoning.
+    Thinking { open: bool },
+}
+
+/// ChatML, used when a model has no template of its own.
+const CHATML: &str = "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/// A compiled chat template.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos: String,
+    eos: String,
+    format: Shape,
+}
+
+/// What the template's source says of the replies it asks for.
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    Plain,
+    Harmony,
+    Thinking,
+}
+
+impl ChatTemplate {
+    /// Compiles `source` (or ChatML when the model has none). `bos`/`eos` are the texts of the model's
+    /// begin and end tokens, which many templates insert.
+    pub fn new(source: Option<&str>, bos: String, eos: String) -> Result<ChatTemplate, ModelError> {
+        Self::build(source, bos, eos, None)
+    }
+
+    /// As [`ChatTemplate::new`], with `strftime_now` fixed at `now_ms` (for tests).
+    pub fn at_time(source: Option<&str>, bos: String, eos: String, now_ms: u64) -> Result<ChatTemplate, ModelError> {
+        Self::build(source, bos, eos, Some(now_ms))
+    }
+
+    fn build(source: Option<&str>, bos: String, eos: String, now_ms: Option<u64>) -> Result<ChatTemplate, ModelError> {
+        let mut env = Environment::new();
+        minijinja_contrib::add_to_environment(&mut env);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        // Hugging Face renders templates with both on, and templates are written for it.
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.add_filter("tojson", python::tojson);
+        env.add_function("strftime_now", move |format: String| {
+            python::strftime(&format, now_ms.unwrap_or_else(crate::util::now_ms))
+        });
+        env.add_function("raise_exception", |message: String| -> Result<String, Error> {
+            Err(Error::new(ErrorKind::InvalidOperation, message))
+        });
+        let source = source.unwrap_or(CHATML);
+        env.add_template_owned("chat", source.to_string())
+            .map_err(|e| ModelError::ChatTemplate(format!("the model's chat template does not compile: {e}")))?;
+        let format = if source.contains("<|channel|>") {
+            Shape::Harmony
+        } else if source.contains("</think>") {
+            Shape::Thinking
+        } else {
+            Shape::Plain
+        };
+        Ok(ChatTemplate { env, bos, eos, format })
+    }
+
+    /// The prompt for `messages`, ending where the assistant's reply begins.
+    pub fn render(&self, messages: &[ChatMessage]) -> Result<String, ModelError> {
+        self.render_any(messages, None, &serde_json::Map::new())
+    }
+
+    /// The prompt for messages as JSON (with `tool_calls`, `tool_call_id`, `thinking` and the like), the
+    /// tools the model may call (OpenAI's `tools` list, which templates take as `tools`; none when
+    /// empty) and the template's own variables a request sets (`reasoning_effort`, `enable_thinking`).
+    pub fn render_conversation(
+        &self,
+        messages: &[serde_json::Value],
+        tools: &[serde_json::Value],
+        variables: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String, ModelError> {
+        self.render_any(messages, (!tools.is_empty()).then_some(tools), variables)
+    }
+
+    /// How the reply to `prompt` (rendered by this template) is laid out.
+    pub fn reply_format(&self, prompt: &str) -> ReplyFormat {
+        match self.format {
+            Shape::Plain => ReplyFormat::Plain,
+            Shape::Harmony => ReplyFormat::Harmony,
+            Shape::Thinking => ReplyFormat::Thinking { open: prompt.trim_end().ends_with("<think>") },
+        }
+    }
+
+    fn render_any<M: Serialize>(
+        &self,
+        messages: &[M],
+        tools: Option<&[serde_json::Value]>,
+        variables: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String, ModelError> {
+        let template = self.env.get_template("chat").expect("added in new");
+        let fixed = context! {
+            messages => messages,
+            tools => tools,
+            add_generation_prompt => true,
+            bos_token => self.bos,
+            eos_token => self.eos,
+        };
+        // The request's variables first: the conversation itself cannot be overridden.
+        template
+            .render(context! { ..fixed, ..Value::from_serialize(variables) })
+            .map_err(|e| ModelError::ChatTemplate(format!("the model's chat template failed: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chatml_fallback_renders_a_generation_prompt() {
+        let t = ChatTemplate::new(None, String::new(), String::new()).unwrap();
+        let prompt = t.render(&[ChatMessage::new("user", "Hi")]).unwrap();
+        assert_eq!(prompt, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    }
+
+    #[test]
+    fn tools_and_tool_calls_reach_the_template() {
+        let src = "{% if tools %}{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% endif %}{% for m in messages %}{{ m.role }}:{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments | tojson }}{% else %}{{ m.content }}{% endif %};{% endfor %}";
+        let t = ChatTemplate::new(Some(src), String::new(), String::new()).unwrap();
+        let messages = [
+            serde_json::json!({ "role": "user", "content": "Weather?" }),
+            serde_json::json!({ "role": "assistant", "content": "", "tool_calls": [{ "type": "function", "function": { "name": "w", "arguments": { "city": "Oslo" } } }] }),
+            serde_json::json!({ "role": "tool", "content": "sunny", "tool_call_id": "call_1" }),
+        ];
+        let tools = [serde_json::json!({ "type": "function", "function": { "name": "w", "parameters": {} } })];
+        let none = serde_json::Map::new();
+        assert_eq!(
+            t.render_conversation(&messages, &tools, &none).unwrap(),
+            "[w]user:Weather?;assistant:{\"city\": \"Oslo\"};tool:sunny;"
+        );
+        assert_eq!(t.render_conversation(&messages[..1], &[], &none).unwrap(), "user:Weather?;");
+    }
+
+    #[test]
+    fn python_style_methods_and_raise_exception_work() {
+        let src = "{% if messages[0].role != 'user' %}{{ raise_exception('first must be user') }}{% endif %}{{ bos_token }}{{ messages[0].content.strip() }}";
+        let t = ChatTemplate::new(Some(src), "<s>".into(), "</s>".into()).unwrap();
+        assert_eq!(t.render(&[ChatMessage::new("user", "  hi  ")]).unwrap(), "<s>hi");
+        let err = t.render(&[ChatMessage::new("system", "x")]).unwrap_err().to_string();
+        assert!(err.contains("first must be user"), "{err}");
+    }
+}
