@@ -1,5 +1,6 @@
 //! The dashboard window: the page the in-process node serves, so the app and a browser show the same
-//! thing. Closing it hides it; the app lives on in the menu bar.
+//! thing. Closing it hides it; the app lives on in the menu bar. Its focus decides whether notifications
+//! are shown (not while it has it).
 
 use tauri::{AppHandle, Manager, WebviewUrl, WebviewWindowBuilder, Window, WindowEvent};
 
@@ -32,10 +33,17 @@ pub fn is_focused(app: &AppHandle) -> bool {
 }
 
 pub fn on_event(window: &Window, event: &WindowEvent) {
-    if let WindowEvent::CloseRequested { api, .. } = event {
-        if window.label() == MAIN {
+    if window.label() != MAIN {
+        return;
+    }
+    match event {
+        WindowEvent::CloseRequested { api, .. } => {
             api.prevent_close();
             let _ = window.hide();
         }
+        // Says why notifications stop and start again (the app test waits for these lines too).
+        WindowEvent::Focused(true) => tracing::info!("the dashboard window has focus: no notifications"),
+        WindowEvent::Focused(false) => tracing::info!("the dashboard window lost focus: notifications shown"),
+        _ => {}
     }
 }

@@ -1,11 +1,16 @@
 """The real app window, driven through tauri-driver and WebKitWebDriver: with a model running on the app's
 node, the tray's Quit first asks in the window what quitting stops (Cancel keeps the app, Quit anyway ends
 it); the window shows this machine's node; a node started beside it (joined with a code) appears; the Join
-form joins another cluster with its code. Then the tray: its menu opens and Quit ends the app with status
-0 and stops its node.
+form joins another cluster with its code. Then desktop notifications: none while the window has focus, one
+per event while it is out of sight. Then the tray: its menu opens and Quit ends the app with status 0 and
+stops its node.
+
+Every wait polls for the state it needs (`wait`), and every "this does not happen" is checked only after
+something observable shows that the app has dealt with what could have made it happen.
 
 Run by scripts/test-app under Xvfb and a D-Bus session; needs target/release/shoal and shoal-app."""
 
+import ctypes
 import json
 import os
 import shutil
@@ -14,7 +19,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -44,10 +48,10 @@ def free_base_port(start, span):
     raise RuntimeError(f"no {span} free ports in a row from {start} below 32768")
 
 
-# Five nodes, each on a port and the one after it; below the Rust tests' 20000-31999.
-BASE_PORT = free_base_port(int(os.environ.get("SHOAL_APP_TEST_PORT", "17600")), 42)
+# Seven nodes, each on a port and the one after it; below the Rust tests' 20000-31999.
+BASE_PORT = free_base_port(int(os.environ.get("SHOAL_APP_TEST_PORT", "17600")), 62)
 APP_PORT, BESIDE_PORT, OTHER_PORT, TRAY_PORT = BASE_PORT, BASE_PORT + 10, BASE_PORT + 20, BASE_PORT + 30
-QUIT_PORT = BASE_PORT + 40
+QUIT_PORT, LOOKOUT_PORT, STUDIO_PORT = BASE_PORT + 40, BASE_PORT + 50, BASE_PORT + 60
 
 
 def api(port, path, body=None):
@@ -127,7 +131,9 @@ def test_window(processes, work):
         )
         print("Join with a code joined:", names)
         session.script("location.hash = '#/mesh'")
-        time.sleep(1.5)
+        session.wait_for("the mesh to draw the joined cluster (for the screenshot)", lambda: session.script(
+            "return document.querySelectorAll('[data-testid=mesh-node]').length === 2"
+            " && document.querySelectorAll('[data-testid=link]').length === 1"))
         try:
             session.screenshot(os.path.join(OUT, "app.png"))
         except Exception as e:  # a picture for people, not something the test checks
@@ -141,12 +147,55 @@ def x_windows():
     return tree
 
 
+def visible_app_windows():
+    """The app's X windows that are on screen now (its dashboard window, its tray menu when open)."""
+    return set(subprocess.run(["xdotool", "search", "--onlyvisible", "--class", "shoal-app"],
+                              capture_output=True, text=True).stdout.split())
+
+
+class X:
+    """One connection to the X server through Xlib, kept for the whole test: an X server resets when its
+    last client leaves, and refuses the clients that connect meanwhile (a trayer starting then fails)."""
+    xlib = None
+    display = None
+
+    @classmethod
+    def connection(cls):
+        if cls.display is None:
+            xlib = ctypes.CDLL("libX11.so.6")
+            xlib.XOpenDisplay.restype = ctypes.c_void_p
+            xlib.XOpenDisplay.argtypes = [ctypes.c_char_p]
+            xlib.XInternAtom.restype = ctypes.c_ulong
+            xlib.XInternAtom.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+            xlib.XGetSelectionOwner.restype = ctypes.c_ulong
+            xlib.XGetSelectionOwner.argtypes = [ctypes.c_void_p, ctypes.c_ulong]
+            display = xlib.XOpenDisplay(None)
+            if not display:
+                raise OSError(f"cannot open the X display {os.environ.get('DISPLAY')!r}")
+            cls.xlib, cls.display = xlib, display
+        return cls.xlib, cls.display
+
+
+def tray_owned():
+    """Whether a system tray serves this screen: someone owns the selection _NET_SYSTEM_TRAY_S0, which
+    the system tray protocol has a tray take before icons can dock."""
+    xlib, display = X.connection()
+    return xlib.XGetSelectionOwner(display, xlib.XInternAtom(display, b"_NET_SYSTEM_TRAY_S0", 0)) != 0
+
+
 def start_trayer(processes, log):
-    """A system tray (trayer) for the app's icon to sit in."""
+    """A system tray (trayer) for the app's icon to sit in; returns once it serves the screen. Stop it
+    with `stop_trayer`, so that the next one does not start while this one still holds the tray."""
+    assert not tray_owned(), "another system tray serves this screen"
     trayer = processes.start(["trayer", "--edge", "top", "--align", "right", "--widthtype", "request", "--height", "32",
                               "--transparent", "false", "--tint", "0x333333"], os.path.join(OUT, log))
-    time.sleep(1)
+    wait("trayer to take the system tray", tray_owned, timeout=10)
     return trayer
+
+
+def stop_trayer(trayer):
+    trayer.terminate()
+    trayer.wait(timeout=10)
 
 
 def tray_quit(screenshot=None):
@@ -156,16 +205,14 @@ def tray_quit(screenshot=None):
                  and len(i) == 1 and i)
     # "… 32x30+0+0  +1366+1": the icon's absolute position is the last field.
     x, y = (int(v) for v in icons[0].split()[-1].lstrip("+").split("+"))
-    before = x_windows().count("shoal-app")
+    before = visible_app_windows()
     subprocess.run(["xdotool", "mousemove", str(x + 10), str(y + 10), "click", "1"], check=True)
-    wait("the tray menu to open", lambda: x_windows().count("shoal-app") > before, timeout=10)
+    wait("the tray menu on screen", lambda: visible_app_windows() - before, timeout=10)
     if screenshot:
         subprocess.run(["import", "-window", "root", screenshot], check=False)
+    # GTK grabs the keyboard for a menu before it maps it, so keys sent now go to the menu, in order.
     # Quit is the menu's last item: Up from nothing selects it.
-    time.sleep(0.5)
-    subprocess.run(["xdotool", "key", "Up"], check=True)
-    time.sleep(0.3)
-    subprocess.run(["xdotool", "key", "Return"], check=True)
+    subprocess.run(["xdotool", "key", "Up", "Return"], check=True)
 
 
 def test_quit_asks_first(processes, work):
@@ -185,19 +232,23 @@ def test_quit_asks_first(processes, work):
         shown = session.wait_for("the window to ask before quitting",
                                  lambda: (m := session.find_all(message)) and session.text(m[0]))
         assert "SmolLM2-135M-Instruct.Q4_1 on this node" in shown, shown
-        time.sleep(1)
+        # The tray's Quit either asks (shows the window) or quits; the question on screen shows it chose to
+        # ask. That the app does not quit anyway a little later is checked below, after each later step the
+        # app has to be running for (the Cancel click, the question closing, a second tray menu).
         assert api(QUIT_PORT, "/api/health")["ok"], "the app quit without waiting for an answer"
         session.screenshot(os.path.join(OUT, "quit-asks.png"))
         print("the tray's Quit asks first:", shown)
 
         session.click(session.find_all("[data-testid=quit-cancel]")[0])
         session.wait_for("the question to close", lambda: not session.find_all(dialog))
-        time.sleep(1)
+        assert api(QUIT_PORT, "/api/health")["ok"], "the app quit without waiting for an answer, or on Cancel"
         assert any(i["state"] == "ready" for i in api(QUIT_PORT, "/api/instances")), "Cancel kept the model running"
-        print("Cancel keeps the app and its model")
 
         tray_quit()
-        session.wait_for("the question again", lambda: (m := session.find_all(message)) and session.text(m[0]))
+        shown = session.wait_for("the question again", lambda: (m := session.find_all(message)) and session.text(m[0]))
+        # The node worked this answer out after Cancel: the model still ran on it then.
+        assert "SmolLM2-135M-Instruct.Q4_1 on this node" in shown, f"Cancel stopped the model: {shown}"
+        print("Cancel keeps the app and its model")
         session.click(session.find_all("[data-testid=quit-confirm]")[0])
 
         def stopped():
@@ -211,34 +262,74 @@ def test_quit_asks_first(processes, work):
         print("Quit anyway ended the app and its node")
     finally:
         session.close()
-        trayer.terminate()
+        stop_trayer(trayer)
 
 
-def test_notification(processes, work):
-    """With the window out of sight, a node joining makes one desktop notification (a D-Bus Notify call
-    to the notification server, dunst here)."""
+def read(path):
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+FOCUSED = "the dashboard window has focus"
+UNFOCUSED = "the dashboard window lost focus"
+
+
+def app_sees_focus(app_log):
+    """What the app last said about its window's focus (it logs each change): FOCUSED, UNFOCUSED or None."""
+    said = [line for line in read(app_log).splitlines() if FOCUSED in line or UNFOCUSED in line]
+    return None if not said else FOCUSED if FOCUSED in said[-1] else UNFOCUSED
+
+
+def join_tray_app(processes, work, name, port):
+    code = api(TRAY_PORT, "/api/cluster/code", {})["code"]
+    node(processes, work, name, port, join=f"{code}@127.0.0.1:{TRAY_PORT + 1}")
+
+
+def test_notifications(processes, work, app_log):
+    """Desktop notifications, seen as D-Bus Notify calls to the notification server (dunst here) by
+    dbus-monitor. While the window has focus, a node joining makes none; with the window out of sight,
+    a node joining makes exactly one."""
     log = os.path.join(OUT, "notifications.log")
     monitor = processes.start(["dbus-monitor", "interface='org.freedesktop.Notifications',member='Notify'"], log)
-    window = wait("the app window", lambda: subprocess.run(["xdotool", "search", "--name", "^shoal$"],
-                                                           capture_output=True, text=True).stdout.split())
-    for w in window:
-        subprocess.run(["xdotool", "windowunmap", w], check=True)
-    time.sleep(1)
-    code = api(TRAY_PORT, "/api/cluster/code", {})["code"]
-    node(processes, work, "studio", TRAY_PORT + 10, join=f"{code}@127.0.0.1:{TRAY_PORT + 1}")
-    wait("a notification that studio joined", lambda: "studio joined the cluster" in open(log).read(), timeout=15)
-    time.sleep(2)
-    assert open(log).read().count("studio joined the cluster") == 1, "one notification per event"
+    # The bus takes a connection's name when it becomes a monitor: from NameLost on, the calls are seen.
+    wait("dbus-monitor to watch the bus", lambda: "member=NameLost" in read(log))
+    windows = wait("the app window on screen", lambda: subprocess.run(
+        ["xdotool", "search", "--onlyvisible", "--name", "^shoal$"], capture_output=True, text=True).stdout.split())
+    assert len(windows) == 1, f"one window named shoal, not {windows}"
+
+    # With no window manager, the window takes the X input focus from xdotool; the app logs what it saw.
+    subprocess.run(["xdotool", "windowfocus", "--sync", windows[0]], check=True)
+    wait("the app to see its window focused", lambda: app_sees_focus(app_log) == FOCUSED)
+    join_tray_app(processes, work, "lookout", LOOKOUT_PORT)
+    # The app logs what it did with the notice: shown ("notified: …") or held back because of the focus.
+    decided = wait("the app to deal with the notice that lookout joined", lambda: [
+        line for line in read(app_log).splitlines() if "lookout joined the cluster" in line])
+    held = all("not notifying while the dashboard has focus" in line for line in decided)
+    assert held, f"a notification while the window had focus: {decided}"
+    assert "lookout joined the cluster" not in read(log), "a Notify call while the window had focus"
+    print("no notification while the window has focus; the app:", decided[0][decided[0].index("not notifying"):])
+
+    for w in windows:
+        subprocess.run(["xdotool", "windowunmap", "--sync", w], check=True)
+    wait("the app to see its window lose focus", lambda: app_sees_focus(app_log) == UNFOCUSED)
+    join_tray_app(processes, work, "studio", STUDIO_PORT)
+    wait("a notification that studio joined", lambda: "studio joined the cluster" in read(log), timeout=15)
+    # The app deals with events in order: once lookout leaving is notified, whatever studio joining
+    # called for has been done.
+    api(LOOKOUT_PORT, "/api/cluster/leave", {})
+    wait("a notification that lookout left", lambda: "lookout left the cluster" in read(log), timeout=15)
+    assert read(log).count("studio joined the cluster") == 1, "one notification per event"
     monitor.terminate()
-    print("a node joining made one desktop notification")
+    print("with the window out of sight, a node joining made one desktop notification")
 
 
 def test_tray(processes, work):
     trayer = start_trayer(processes, "trayer.log")
     env = dict(os.environ, SHOAL_DATA_DIR=os.path.join(work, "tray"), SHOAL_PORT=str(TRAY_PORT), SHOAL_NO_MDNS="1")
-    app = processes.start([APP], os.path.join(OUT, "tray-app.log"), env=env)
+    app_log = os.path.join(OUT, "tray-app.log")
+    app = processes.start([APP], app_log, env=env)
     wait("the app's node", lambda: api(TRAY_PORT, "/api/health")["ok"])
-    test_notification(processes, work)
+    test_notifications(processes, work, app_log)
     tray_quit(screenshot=os.path.join(OUT, "tray-menu.png"))
     code = app.wait(timeout=20)
     assert code == 0, f"Quit ended the app with status {code}"
@@ -248,7 +339,7 @@ def test_tray(processes, work):
     except OSError:
         pass
     print("tray menu opened; Quit exited with status 0 and stopped the node")
-    trayer.terminate()
+    stop_trayer(trayer)
 
 
 def main():
