@@ -304,7 +304,7 @@ test('a model file gamma has is copied to beta from its page, with progress, its
 
     // The mesh drew it on the gamma–beta edge while it ran, and keeps the final rate there a while.
     const edge = mesh.locator('[data-testid="copy-edge"][data-state="done"]');
-    await edge.waitFor({ timeout: 5_000 });
+    await edge.waitFor({ timeout: 30_000 });
     assert.equal(await edge.getAttribute('data-from'), idOf('gamma'));
     assert.equal(await edge.getAttribute('data-to'), idOf('beta'));
     assert.match((await edge.locator('text').textContent()) ?? '', /^copied SmolLM2… at [\d.]+ [KMG]B\/s$/);
@@ -420,7 +420,7 @@ test("a SIGKILLed node turns red within twice the detector's DOWN_AFTER, and its
     const shown = Number(await page.getAttribute('[data-testid="pool-total"]', 'data-bytes'));
     const now = await api(basePort, '/api/cluster');
     return shown === now.pool.memory_total && now.pool.nodes_up === 2 ? true : undefined;
-  }, 5_000);
+  }, 30_000);
 
   // The model the three nodes ran is placed again on the nodes that remain, by itself, and says why.
   await open('models');
@@ -495,7 +495,7 @@ test('a node with an API token asks for it once, and is read-only without it', a
     await tab.click('text=Use token');
     await tab.waitForSelector('[data-testid="read-only"]', { state: 'detached' });
     await tab.click('[data-testid="add-node"]');
-    const code = await tab.locator('[data-testid="join-code"] .code').innerText({ timeout: 5_000 });
+    const code = await tab.locator('[data-testid="join-code"] .code').innerText({ timeout: 30_000 });
     assert.match(code, /^[A-Z0-9]{4}-[A-Z0-9]{4}$/);
     assert.equal(await tab.evaluate(() => localStorage.getItem('shoal.apiToken')), 'e2e-secret');
 
