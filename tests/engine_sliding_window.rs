@@ -19,7 +19,7 @@ fn tokens() -> Vec<u32> {
 }
 
 fn options(batch: usize) -> StageOptions {
-    StageOptions { context: CONTEXT, sequences: 1, threads: 2, batch }
+    StageOptions { context: CONTEXT, sequences: 1, threads: 2, batch, ..StageOptions::default() }
 }
 
 /// The logits after each step of 4 tokens of `tokens`.

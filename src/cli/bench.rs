@@ -33,6 +33,8 @@ pub struct BenchArgs {
     /// Measure the model split into in-process stages at these layers.
     #[arg(long, value_delimiter = ',')]
     split: Vec<usize>,
+    #[command(flatten)]
+    device: super::devices::DeviceArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -47,7 +49,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         gen_tokens: args.gen_tokens,
         repetitions: args.repetitions,
         threads: args.threads.unwrap_or_else(default_threads),
-        splits: args.split,
+        splits: args.split.clone(),
+        stage: args.device.apply(shoal::engine::StageOptions::default())?,
     };
     let report = bench::run(args.model.as_deref().expect("clap requires it"), &options)?;
     if args.json {
@@ -62,6 +65,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         report.stages,
         report.threads
     );
+    println!("device     {} (weights {})", report.devices.join(", "), report.weights);
     println!(
         "pp{:<8} {:>8.1} tok/s  (median of {})",
         report.prompt_tokens, report.prefill_tokens_per_second, report.repetitions

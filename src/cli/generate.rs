@@ -46,6 +46,8 @@ pub struct GenerateArgs {
     /// Compute threads per stage (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
+    #[command(flatten)]
+    device: super::devices::DeviceArgs,
     /// Context size in tokens (default: the model's, at most 4096).
     #[arg(long, value_parser = super::at_least_one)]
     ctx_size: Option<usize>,
@@ -76,11 +78,11 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     };
     let prompt_ids = tokenizer.encode(&text)?;
     let context = args.ctx_size.unwrap_or(model.config().training_context.min(4096));
-    let options = StageOptions {
+    let options = args.device.apply(StageOptions {
         context,
         threads: args.threads.unwrap_or_else(engine::default_threads),
         ..StageOptions::default()
-    };
+    })?;
     let format = if args.f16_boundaries { WireFormat::F16 } else { WireFormat::F32 };
     let mut pipeline = LocalPipeline::load(&model, &args.split, &options, format)?;
     let request = GenerateRequest {

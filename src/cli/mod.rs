@@ -4,6 +4,7 @@ mod bench;
 mod chat;
 mod client;
 mod code;
+mod devices;
 mod doctor;
 mod generate;
 mod leave;
@@ -37,6 +38,8 @@ enum Command {
     Tokenize(tokenize::TokenizeArgs),
     /// Measure prefill and decode tokens/s of a model on this machine.
     Bench(bench::BenchArgs),
+    /// List the devices this machine can run models on (the CPU; a GPU where this build has one).
+    Devices(devices::DevicesArgs),
     /// Run this machine's node agent headless (cluster, discovery, links, API).
     Node(shoal::node::NodeOptions),
     /// Show the cluster: members, memory pool, links, model instances, nearby clusters.
@@ -73,6 +76,7 @@ pub fn main() -> ExitCode {
         Command::Generate(args) => generate::run(args),
         Command::Tokenize(args) => tokenize::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Devices(args) => devices::run(args),
         Command::Node(args) => node::run(args),
         Command::Status(args) => status::run(args),
         Command::Code(args) => code::run(args),

@@ -20,6 +20,8 @@ pub struct BenchOptions {
     pub threads: usize,
     /// Split points, to measure a pipeline of in-process stages.
     pub splits: Vec<usize>,
+    /// The device and weight placement of the stages (their sizes and threads come from the fields above).
+    pub stage: StageOptions,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -28,6 +30,10 @@ pub struct BenchReport {
     pub model_bytes: u64,
     pub threads: usize,
     pub stages: usize,
+    /// The device of each stage.
+    pub devices: Vec<String>,
+    /// `mapped` (computed on the mapped file) or `copied` (into the device's memory).
+    pub weights: &'static str,
     pub prompt_tokens: usize,
     pub gen_tokens: usize,
     pub repetitions: usize,
@@ -50,6 +56,7 @@ pub fn run(path: &Path, options: &BenchOptions) -> Result<BenchReport, EngineErr
         sequences: 1,
         threads: options.threads,
         batch: options.prompt_tokens.clamp(1, 512),
+        ..options.stage.clone()
     };
     let mut pipeline = LocalPipeline::load(&model, &options.splits, &stage_options, WireFormat::F32)?;
     let load_seconds = started.elapsed().as_secs_f64();
@@ -100,6 +107,8 @@ pub fn run(path: &Path, options: &BenchOptions) -> Result<BenchReport, EngineErr
         model_bytes: model.file_bytes(),
         threads: options.threads,
         stages: pipeline.stages().len(),
+        devices: pipeline.stages().iter().map(|s| s.device().name()).collect(),
+        weights: if pipeline.stages().iter().all(|s| s.weights_mapped()) { "mapped" } else { "copied" },
         prompt_tokens: options.prompt_tokens,
         gen_tokens: options.gen_tokens,
         repetitions: options.repetitions.max(1),

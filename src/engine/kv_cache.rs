@@ -4,7 +4,7 @@
 //! A sliding-window layer keeps only a ring of the last positions it can still see.
 
 use super::EngineError;
-use crate::ggml::{DType, GraphBuilder, SetTensor, SetTensorRef, Tensor, TensorSet};
+use crate::ggml::{DType, Device, GraphBuilder, SetTensor, SetTensorRef, Tensor, TensorSet};
 use crate::model::CacheRow;
 use half::f16;
 
@@ -44,10 +44,16 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// A zeroed cache for layers holding `rows` per position (one entry per layer), `context` positions
-    /// (rounded up to a whole block) for each of `sequences` sequences, written in steps of at most
-    /// `batch` tokens.
-    pub fn new(rows: &[CacheRow], context: usize, sequences: usize, batch: usize) -> Result<KvCache, EngineError> {
+    /// A zeroed cache on `device` for layers holding `rows` per position (one entry per layer), `context`
+    /// positions (rounded up to a whole block) for each of `sequences` sequences, written in steps of at
+    /// most `batch` tokens.
+    pub fn new(
+        rows: &[CacheRow],
+        context: usize,
+        sequences: usize,
+        batch: usize,
+        device: Device,
+    ) -> Result<KvCache, EngineError> {
         let context = context.max(1).div_ceil(CACHE_BLOCK) * CACHE_BLOCK;
         let sequences = sequences.max(1);
         let mut specs: Vec<(String, [u64; 2])> = Vec::new();
@@ -60,7 +66,8 @@ impl KvCache {
         }
         let tensors: Vec<SetTensor<'_>> =
             specs.iter().map(|(name, shape)| SetTensor { name, dtype: DType::F16, shape }).collect();
-        let set = TensorSet::allocate(&tensors).map_err(|e| EngineError::OutOfMemory(format!("KV cache: {e}")))?;
+        let set =
+            TensorSet::allocate(&tensors, device).map_err(|e| EngineError::OutOfMemory(format!("KV cache: {e}")))?;
         let keys = (0..rows.len()).map(|l| set.get(&format!("cache_k_{l}")).expect("allocated")).collect();
         let values = (0..rows.len()).map(|l| set.get(&format!("cache_v_{l}"))).collect();
         let sliding = rows.iter().find_map(|row| row.window.map(|w| (w, positions_held(row, context, batch))));
@@ -237,7 +244,7 @@ mod tests {
     fn sliding_cache(window: usize, batch: usize) -> KvCache {
         let row = CacheRow { key_width: 2, value_width: 2, values_in_keys: false, window: Some(window) };
         let full = CacheRow { window: None, ..row };
-        KvCache::new(&[row, full], 2048, 1, batch).unwrap()
+        KvCache::new(&[row, full], 2048, 1, batch, Device::cpu()).unwrap()
     }
 
     /// Over a long sequence taken in steps of every size up to the batch, each token sees through the

@@ -1,4 +1,5 @@
-//! A stage: layers [a, b) of a model with their own KV cache, run on ggml's CPU back end.
+//! A stage: layers [a, b) of a model with their own KV cache, run on one device (the best ggml offers
+//! unless told: a GPU where this build has one, else the CPU) with the CPU for what the device lacks.
 //! The first stage takes token ids, the others hidden states; the last returns logits.
 
 use super::blocks::{input, GraphShape};
@@ -6,7 +7,7 @@ use super::forward::{self, StageParts};
 use super::kv_cache::KvCache;
 use super::weights::StageWeights;
 use super::EngineError;
-use crate::ggml::{CpuBackend, Graph};
+use crate::ggml::{Backend, Device, Graph, WeightPlacement};
 use crate::model::{Model, ModelConfig};
 use half::f16;
 use std::ops::Range;
@@ -22,11 +23,33 @@ pub struct StageOptions {
     pub threads: usize,
     /// Most tokens one forward step takes (prompts are processed in chunks of this size).
     pub batch: usize,
+    /// The device to run on, by ggml's name for it (`CPU`, `Metal`, `Vulkan0`, …); the best one when
+    /// absent.
+    pub device: Option<String>,
+    /// Where the weights live on the device.
+    pub weights: WeightPlacement,
 }
 
 impl Default for StageOptions {
     fn default() -> StageOptions {
-        StageOptions { context: 4096, sequences: 1, threads: default_threads(), batch: 512 }
+        StageOptions {
+            context: 4096,
+            sequences: 1,
+            threads: default_threads(),
+            batch: 512,
+            device: None,
+            weights: WeightPlacement::Automatic,
+        }
+    }
+}
+
+impl StageOptions {
+    /// The device these options name, or the best one.
+    pub fn device(&self) -> Result<Device, EngineError> {
+        match &self.device {
+            Some(name) => Device::named(name).map_err(EngineError::Backend),
+            None => Ok(Device::best()),
+        }
     }
 }
 
@@ -66,7 +89,7 @@ pub struct Stage {
     options: StageOptions,
     weights: StageWeights,
     cache: KvCache,
-    backend: CpuBackend,
+    backend: Backend,
     /// The graph of the previous step, reused while the shape stays the same (a decode step usually does).
     graph: Option<(GraphShape, Graph)>,
     compute_bytes: u64,
@@ -93,11 +116,13 @@ impl Stage {
             sequences: options.sequences.max(1),
             threads: options.threads.max(1),
             batch: options.batch.clamp(1, options.context.max(1)),
+            ..options
         };
-        let weights = StageWeights::map(model, layers.clone())?;
+        let device = options.device()?;
+        let weights = StageWeights::map(model, layers.clone(), device, options.weights)?;
         let rows: Vec<_> = layers.clone().map(|l| config.cache_row(l)).collect();
-        let cache = KvCache::new(&rows, options.context, options.sequences, options.batch)?;
-        let backend = CpuBackend::new(options.threads).map_err(EngineError::Backend)?;
+        let cache = KvCache::new(&rows, options.context, options.sequences, options.batch, device)?;
+        let backend = Backend::new(device, options.threads).map_err(EngineError::Backend)?;
         let mut stage = Stage {
             config,
             layers,
@@ -123,11 +148,12 @@ impl Stage {
         };
         let graph = stage.build(worst);
         if let Some(node) = stage.backend.unsupported_node(&graph) {
-            return Err(EngineError::Unsupported(format!("the CPU back end cannot compute {node}")));
+            return Err(EngineError::Unsupported(format!("neither {} nor the CPU can compute {node}", device.name())));
         }
         stage.compute_bytes = stage.backend.reserve(&graph).map_err(EngineError::OutOfMemory)? as u64;
         tracing::debug!(
             layers = ?stage.layers,
+            device = %device.name(),
             weights = stage.weights.mapped_bytes(),
             kv_cache = stage.cache.bytes(),
             compute = stage.compute_bytes,
@@ -161,6 +187,16 @@ impl Stage {
 
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// The device the stage runs on.
+    pub fn device(&self) -> Device {
+        self.backend.device()
+    }
+
+    /// Whether the stage computes on the mapped model file (else on its own copy of the weights).
+    pub fn weights_mapped(&self) -> bool {
+        self.options.weights == WeightPlacement::Automatic && self.device().maps_host_memory()
     }
 
     pub fn options(&self) -> &StageOptions {

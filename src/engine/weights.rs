@@ -2,7 +2,7 @@
 //! it is the first or last stage. Nothing else of the file is bound, so nothing else becomes resident.
 
 use super::EngineError;
-use crate::ggml::{MappedTensor, SetTensorRef, TensorSet};
+use crate::ggml::{Device, MappedTensor, SetTensorRef, TensorSet, WeightPlacement};
 use crate::model::layout::{OUTPUT, OUTPUT_NORM, ROPE_FREQS, TOKEN_EMBEDDING};
 use crate::model::Model;
 use std::ops::Range;
@@ -42,8 +42,14 @@ pub struct StageWeights {
 }
 
 impl StageWeights {
-    /// Maps the tensors of `layers` (already validated by [`Model::open`]).
-    pub fn map(model: &Model, layers: Range<usize>) -> Result<StageWeights, EngineError> {
+    /// Maps the tensors of `layers` (already validated by [`Model::open`]) for `device` (in place, or
+    /// copied into its memory: see [`TensorSet::map`]).
+    pub fn map(
+        model: &Model,
+        layers: Range<usize>,
+        device: Device,
+        placement: WeightPlacement,
+    ) -> Result<StageWeights, EngineError> {
         let by_part = model.stage_tensors_by_part(layers.clone());
         let mut sets = Vec::new();
         for (part, infos) in model.parts().iter().zip(&by_part).filter(|(_, infos)| !infos.is_empty()) {
@@ -53,7 +59,7 @@ impl StageWeights {
                 .iter()
                 .map(|t| MappedTensor { name: &t.name, dtype: t.dtype, shape: &t.shape, file_offset: t.offset })
                 .collect();
-            let set = TensorSet::map(part.mapping().clone(), &specs).map_err(|reason| {
+            let set = TensorSet::map(part.mapping().clone(), &specs, device, placement).map_err(|reason| {
                 EngineError::Model(crate::model::ModelError::Corrupt { path: part.path().into(), reason })
             })?;
             sets.push(set);

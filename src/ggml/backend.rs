@@ -1,68 +1,114 @@
-//! ggml's CPU back end: a persistent thread pool, one compute-buffer allocator, and graph execution.
+//! Runs graphs on a device through ggml's scheduler: the device's own back end (a GPU where there is
+//! one) with the CPU back end beside it for any operation the device lacks, a persistent CPU thread pool,
+//! one compute buffer per back end, and graph execution. On the CPU alone the scheduler has one back end.
 
-use super::{sys, DType, Element, Graph};
+use super::{sys, DType, Device, DeviceKind, Element, Graph};
 use std::ptr::NonNull;
 
-/// Runs graphs on the CPU. It owns the thread pool (created once, not per compute) and the allocator of
-/// intermediate tensors; exactly one graph is allocated at a time, and only that one can be computed.
-pub struct CpuBackend {
-    backend: NonNull<sys::ggml_backend>,
+/// Most nodes a graph may have (the scheduler sizes its tables by it). A stage's largest graph has a few
+/// thousand nodes; this leaves room for hundreds of layers.
+const MAX_GRAPH_NODES: usize = 1 << 16;
+
+/// Runs graphs on one device (and the CPU). Exactly one graph is allocated at a time, and only that one
+/// can be computed.
+pub struct Backend {
+    scheduler: NonNull<sys::ggml_backend_sched>,
+    /// The device's back end when the device is not the CPU.
+    device_backend: Option<NonNull<sys::ggml_backend>>,
+    cpu: NonNull<sys::ggml_backend>,
     threadpool: NonNull<sys::ggml_threadpool>,
-    allocator: NonNull<sys::ggml_gallocr>,
     threads: usize,
-    /// Id of the graph whose intermediate tensors currently own the compute buffer.
+    device: Device,
+    /// Id of the graph whose intermediate tensors currently own the compute buffers.
     allocated: Option<u64>,
 }
 
-// SAFETY: the back end, pool and allocator have no thread affinity; `&mut self` serialises their use.
-unsafe impl Send for CpuBackend {}
+// SAFETY: the back ends, pool and scheduler have no thread affinity; `&mut self` serialises their use.
+unsafe impl Send for Backend {}
 
-impl Drop for CpuBackend {
+impl Drop for Backend {
     fn drop(&mut self) {
-        // SAFETY: each was created in `new` and is freed once; the pool after the back end that uses it.
+        // SAFETY: each was created in `new` and is freed once: the scheduler before the back ends it uses,
+        // the pool after the CPU back end that uses it.
         unsafe {
-            sys::ggml_gallocr_free(self.allocator.as_ptr());
-            sys::ggml_backend_free(self.backend.as_ptr());
+            sys::ggml_backend_sched_free(self.scheduler.as_ptr());
+            if let Some(device) = self.device_backend {
+                sys::ggml_backend_free(device.as_ptr());
+            }
+            sys::ggml_backend_free(self.cpu.as_ptr());
             sys::ggml_threadpool_free(self.threadpool.as_ptr());
         }
     }
 }
 
-impl CpuBackend {
-    pub fn new(threads: usize) -> Result<CpuBackend, String> {
+impl Backend {
+    /// A back end on `device` with `threads` CPU threads.
+    pub fn new(device: Device, threads: usize) -> Result<Backend, String> {
         super::init();
         let threads = threads.clamp(1, 512);
-        // SAFETY: plain constructors; failures are reported as null and checked.
+        // SAFETY: plain constructors; failures are reported as null, checked, and what was made is freed.
         unsafe {
-            let backend = NonNull::new(sys::ggml_backend_cpu_init()).ok_or("ggml could not start its CPU back end")?;
+            let cpu = NonNull::new(sys::ggml_backend_cpu_init()).ok_or("ggml could not start its CPU back end")?;
             let mut params = sys::ggml_threadpool_params_default(threads as i32);
             let Some(threadpool) = NonNull::new(sys::ggml_threadpool_new(&mut params)) else {
-                sys::ggml_backend_free(backend.as_ptr());
+                sys::ggml_backend_free(cpu.as_ptr());
                 return Err(format!("ggml could not start a pool of {threads} threads"));
             };
-            sys::ggml_backend_cpu_set_n_threads(backend.as_ptr(), threads as i32);
-            sys::ggml_backend_cpu_set_threadpool(backend.as_ptr(), threadpool.as_ptr());
-            let Some(allocator) = NonNull::new(sys::ggml_gallocr_new(sys::ggml_backend_cpu_buffer_type())) else {
-                sys::ggml_backend_free(backend.as_ptr());
-                sys::ggml_threadpool_free(threadpool.as_ptr());
-                return Err("ggml could not create a graph allocator".into());
+            sys::ggml_backend_cpu_set_n_threads(cpu.as_ptr(), threads as i32);
+            sys::ggml_backend_cpu_set_threadpool(cpu.as_ptr(), threadpool.as_ptr());
+            let device_backend = if device.kind() == DeviceKind::Cpu {
+                None
+            } else {
+                match NonNull::new(sys::ggml_backend_dev_init(device.raw(), std::ptr::null())) {
+                    Some(b) => Some(b),
+                    None => {
+                        sys::ggml_backend_free(cpu.as_ptr());
+                        sys::ggml_threadpool_free(threadpool.as_ptr());
+                        return Err(format!("ggml could not start the {} back end", device.name()));
+                    }
+                }
             };
-            Ok(CpuBackend { backend, threadpool, allocator, threads, allocated: None })
+            // The scheduler's last back end must be the CPU's, which takes what the device cannot run.
+            let mut backends: Vec<*mut sys::ggml_backend> = device_backend.iter().map(|b| b.as_ptr()).collect();
+            backends.push(cpu.as_ptr());
+            let scheduler = sys::ggml_backend_sched_new(
+                backends.as_mut_ptr(),
+                std::ptr::null_mut(),
+                backends.len() as i32,
+                MAX_GRAPH_NODES,
+                false,
+                false,
+            );
+            let Some(scheduler) = NonNull::new(scheduler) else {
+                if let Some(b) = device_backend {
+                    sys::ggml_backend_free(b.as_ptr());
+                }
+                sys::ggml_backend_free(cpu.as_ptr());
+                sys::ggml_threadpool_free(threadpool.as_ptr());
+                return Err("ggml could not create a graph scheduler".into());
+            };
+            Ok(Backend { scheduler, device_backend, cpu, threadpool, threads, device, allocated: None })
         }
+    }
+
+    /// The device this back end computes on.
+    pub fn device(&self) -> Device {
+        self.device
     }
 
     pub fn threads(&self) -> usize {
         self.threads
     }
 
-    /// The first node of `graph` this back end cannot compute, described for a user
-    /// (for example a weight in a quantization the CPU kernels lack).
+    /// The first node of `graph` neither the device nor the CPU can compute, described for a user (for
+    /// example a weight in a quantization no kernel here takes).
     pub fn unsupported_node(&self, graph: &Graph) -> Option<String> {
         (0..graph.node_count()).find_map(|i| {
             // SAFETY: `i` is a valid node index of a live graph.
             unsafe {
                 let node = sys::ggml_graph_node(graph.raw(), i as i32);
-                if sys::ggml_backend_supports_op(self.backend.as_ptr(), node) {
+                let on_device = self.device_backend.is_some_and(|b| sys::ggml_backend_supports_op(b.as_ptr(), node));
+                if on_device || sys::ggml_backend_supports_op(self.cpu.as_ptr(), node) {
                     return None;
                 }
                 let op = std::ffi::CStr::from_ptr(sys::ggml_op_desc(node)).to_string_lossy().into_owned();
@@ -81,10 +127,10 @@ impl CpuBackend {
         })
     }
 
-    /// Sizes the compute buffer for `graph` (use the largest graph that will run) and returns its bytes.
+    /// Sizes the compute buffers for `graph` (use the largest graph that will run) and returns their bytes.
     pub fn reserve(&mut self, graph: &Graph) -> Result<usize, String> {
         // SAFETY: the graph is alive; reserving only sizes buffers and assigns no tensor data.
-        let ok = unsafe { sys::ggml_gallocr_reserve(self.allocator.as_ptr(), graph.raw()) };
+        let ok = unsafe { sys::ggml_backend_sched_reserve(self.scheduler.as_ptr(), graph.raw()) };
         self.allocated = None;
         if !ok {
             return Err("could not allocate the compute buffer".into());
@@ -92,10 +138,11 @@ impl CpuBackend {
         Ok(self.compute_buffer_bytes())
     }
 
-    /// Bytes of the compute buffer holding intermediate tensors.
+    /// Bytes of the compute buffers holding intermediate tensors (the device's and the CPU's).
     pub fn compute_buffer_bytes(&self) -> usize {
-        // SAFETY: buffer 0 is the allocator's only buffer.
-        unsafe { sys::ggml_gallocr_get_buffer_size(self.allocator.as_ptr(), 0) }
+        let backends = self.device_backend.iter().copied().chain([self.cpu]);
+        // SAFETY: each back end is one of the scheduler's.
+        backends.map(|b| unsafe { sys::ggml_backend_sched_get_buffer_size(self.scheduler.as_ptr(), b.as_ptr()) }).sum()
     }
 
     /// Gives `graph`'s intermediate tensors their place in the compute buffer, unless it already has it.
@@ -105,9 +152,13 @@ impl CpuBackend {
             return Ok(());
         }
         self.allocated = None;
-        // SAFETY: the graph is alive; the allocator may grow its buffer, which only invalidates the
-        // previously allocated graph, and that one is no longer marked as allocated.
-        if !unsafe { sys::ggml_gallocr_alloc_graph(self.allocator.as_ptr(), graph.raw()) } {
+        // SAFETY: the graph is alive; resetting and allocating may grow the buffers, which only
+        // invalidates the previously allocated graph, and that one is no longer marked as allocated.
+        let ok = unsafe {
+            sys::ggml_backend_sched_reset(self.scheduler.as_ptr());
+            sys::ggml_backend_sched_alloc_graph(self.scheduler.as_ptr(), graph.raw())
+        };
+        if !ok {
             return Err("could not allocate the compute buffer".into());
         }
         self.allocated = Some(graph.id);
@@ -136,7 +187,7 @@ impl CpuBackend {
     pub fn compute(&mut self, graph: &Graph) -> Result<(), String> {
         self.check_allocated(graph);
         // SAFETY: the graph is allocated and all its inputs and stored tensors are alive.
-        let status = unsafe { sys::ggml_backend_graph_compute(self.backend.as_ptr(), graph.raw()) };
+        let status = unsafe { sys::ggml_backend_sched_graph_compute(self.scheduler.as_ptr(), graph.raw()) };
         if status != sys::GGML_STATUS_SUCCESS {
             return Err(format!("ggml compute failed with status {status}"));
         }

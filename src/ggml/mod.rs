@@ -2,11 +2,14 @@
 //!
 //! Everything above this module works with owned Rust values and borrow-checked handles:
 //! - [`DType`]: ggml's tensor element types (F32, F16, the quantizations) and their byte sizes.
-//! - [`TensorSet`]: tensors whose data lives in one buffer, either mapped from a model file (weights) or
-//!   allocated and zeroed (a KV cache). A set keeps its buffer, and the file mapping, alive.
+//! - [`TensorSet`]: tensors whose data lives in one buffer on a device, either mapped from a model file
+//!   (weights; copied into device memory where the device cannot use the mapping) or allocated and zeroed
+//!   (a KV cache). A set keeps its buffer, and the file mapping, alive.
 //! - [`GraphBuilder`] / [`Graph`]: a compute graph built from ops on [`Tensor`] handles; a graph keeps alive
 //!   every set whose tensors it uses, so it can be cached and re-run without dangling pointers.
-//! - [`CpuBackend`]: ggml's CPU back end with a persistent thread pool, its graph allocator, and compute.
+//! - [`Device`]: the devices ggml offers (the CPU; a GPU where the build has one), their memory and kind.
+//! - [`Backend`]: graph execution on a device through ggml's scheduler, the CPU taking what the device
+//!   cannot run, with a persistent CPU thread pool and the compute buffers.
 //! - [`Vocab`]: llama.cpp's own tokenizer, loaded from a GGUF file without its weights.
 //! - [`os`]: the two operating-system calls that need `unsafe` (mapping a file, reading peak memory).
 //!
@@ -15,6 +18,7 @@
 //! here so that no view can reach outside its source tensor.
 
 mod backend;
+mod device;
 mod dtype;
 mod graph;
 mod layout_ops;
@@ -24,7 +28,8 @@ pub mod os;
 mod tensor_set;
 mod vocab;
 
-pub use backend::CpuBackend;
+pub use backend::Backend;
+pub use device::{Device, DeviceKind, WeightPlacement};
 pub use dtype::DType;
 pub use graph::{Element, Graph, GraphBuilder, GraphOutput, RopeParams, Tensor};
 pub use tensor_set::{MappedTensor, SetTensor, SetTensorRef, TensorSet};

@@ -1,6 +1,7 @@
-//! Tensors whose data lives in one buffer: weights mapped from a model file, or an allocated KV cache.
+//! Tensors whose data lives in one buffer on a device: weights mapped from a model file (in place where
+//! the device computes on host memory, else copied into the device's memory), or an allocated KV cache.
 
-use super::{sys, DType};
+use super::{sys, DType, Device, WeightPlacement};
 use memmap2::Mmap;
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -94,11 +95,18 @@ unsafe impl Send for TensorSet {}
 unsafe impl Sync for TensorSet {}
 
 impl TensorSet {
-    /// Binds `tensors` to their bytes inside `mapping` without copying them: one ggml CPU buffer wraps the
-    /// span from the first to the last tensor, so pages become resident only when a computation reads them.
+    /// Binds `tensors` to their bytes inside `mapping` for `device`. Where the device computes on host
+    /// memory (the CPU, Apple Silicon's GPU) and `placement` allows, nothing is copied: one buffer wraps
+    /// the span from the first to the last tensor, so pages become resident only when a computation reads
+    /// them. Otherwise each tensor is copied once into a buffer of the device's own memory.
     ///
     /// Fails (never aborts) when a tensor lies outside the mapping, overlaps the end, or is misaligned.
-    pub fn map(mapping: Arc<Mmap>, tensors: &[MappedTensor<'_>]) -> Result<TensorSet, String> {
+    pub fn map(
+        mapping: Arc<Mmap>,
+        tensors: &[MappedTensor<'_>],
+        device: Device,
+        placement: WeightPlacement,
+    ) -> Result<TensorSet, String> {
         if tensors.is_empty() {
             return Err("no tensors to map".into());
         }
@@ -115,18 +123,23 @@ impl TensorSet {
             last = last.max(end);
             sizes.push(size);
         }
+        if placement == WeightPlacement::Copied || !device.maps_host_memory() {
+            return Self::copy(&mapping, tensors, &sizes, device);
+        }
         let first = first as usize / BUFFER_ALIGNMENT * BUFFER_ALIGNMENT;
         let span = last as usize - first;
+        let largest = sizes.iter().copied().max().unwrap_or(0) as usize;
         let ctx = new_context(tensors.len())?;
         let mut by_name = HashMap::with_capacity(tensors.len());
         // SAFETY: the span lies inside the mapping (checked above) and the mapping outlives the buffer
         // (stored in `SetInner`). ggml never writes to weight buffers. `first` is 32-aligned and the map
         // itself is page-aligned, which satisfies ggml's alignment assertion.
         let base = unsafe { mapping.as_ptr().add(first) } as *mut std::ffi::c_void;
-        let buffer = NonNull::new(unsafe { sys::ggml_backend_cpu_buffer_from_ptr(base, span) });
+        let buffer =
+            NonNull::new(unsafe { sys::ggml_backend_dev_buffer_from_host_ptr(device.raw(), base, span, largest) });
         let Some(buffer) = buffer else {
             unsafe { sys::ggml_free(ctx.as_ptr()) };
-            return Err("ggml could not wrap the mapped file".into());
+            return Err(format!("ggml could not wrap the mapped file for {}", device.name()));
         };
         // From here on `inner` frees the context and buffer on every exit path.
         let mut tensor_ranges: Vec<(usize, usize)> = tensors
@@ -163,8 +176,29 @@ impl TensorSet {
         Ok(TensorSet { inner, by_name, data_bytes })
     }
 
-    /// Allocates `tensors` in one new CPU buffer, filled with zeros.
-    pub fn allocate(tensors: &[SetTensor<'_>]) -> Result<TensorSet, String> {
+    /// Copies `tensors` (of `sizes` bytes) out of `mapping` into a new buffer of `device`'s memory.
+    fn copy(mapping: &Mmap, tensors: &[MappedTensor<'_>], sizes: &[u64], device: Device) -> Result<TensorSet, String> {
+        let specs: Vec<SetTensor<'_>> =
+            tensors.iter().map(|t| SetTensor { name: t.name, dtype: t.dtype, shape: t.shape }).collect();
+        let set = TensorSet::allocate(&specs, device)?;
+        // SAFETY: the buffer was just allocated for these tensors.
+        unsafe {
+            sys::ggml_backend_buffer_set_usage(set.inner.buffer.as_ptr(), sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+        };
+        for (t, &size) in tensors.iter().zip(sizes) {
+            let raw = set.by_name[t.name];
+            // SAFETY: offset..offset+size lies inside the mapping (checked by `map`), and `size` is the
+            // tensor's ggml_nbytes: both derive from the same type and shape.
+            unsafe {
+                let source = mapping.as_ptr().add(t.file_offset as usize);
+                sys::ggml_backend_tensor_set(raw.as_ptr(), source.cast(), 0, size as usize);
+            }
+        }
+        Ok(set)
+    }
+
+    /// Allocates `tensors` in one new buffer of `device`'s memory, filled with zeros.
+    pub fn allocate(tensors: &[SetTensor<'_>], device: Device) -> Result<TensorSet, String> {
         if tensors.is_empty() {
             return Err("no tensors to allocate".into());
         }
@@ -183,12 +217,11 @@ impl TensorSet {
             by_name.insert(t.name.to_string(), raw);
         }
         // SAFETY: ctx holds only tensors without data; ggml allocates one buffer for all of them.
-        let buffer = NonNull::new(unsafe {
-            sys::ggml_backend_alloc_ctx_tensors_from_buft(ctx.as_ptr(), sys::ggml_backend_cpu_buffer_type())
-        });
+        let buffer =
+            NonNull::new(unsafe { sys::ggml_backend_alloc_ctx_tensors_from_buft(ctx.as_ptr(), device.buffer_type()) });
         let Some(buffer) = buffer else {
             unsafe { sys::ggml_free(ctx.as_ptr()) };
-            return Err(format!("could not allocate {data_bytes} bytes"));
+            return Err(format!("could not allocate {data_bytes} bytes on {}", device.name()));
         };
         // SAFETY: the buffer was just allocated for these tensors.
         unsafe { sys::ggml_backend_buffer_clear(buffer.as_ptr(), 0) };

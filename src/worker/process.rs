@@ -67,6 +67,7 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
         sequences: config.sequences,
         threads: config.threads,
         batch: config.batch,
+        ..StageOptions::default()
     };
     let stage = Stage::load(&model, config.layers.clone(), options)?;
     let mut last = 0.0;

@@ -1,0 +1,70 @@
+//! `shoal devices`: the devices this build of shoal can compute on (the CPU; a GPU where ggml was built
+//! with one), their memory, and which one a stage takes by default; and the `--device` and
+//! `--copy-weights` flags of the commands that run a model here.
+
+use shoal::engine::StageOptions;
+use shoal::ggml::{Device, WeightPlacement};
+use shoal::util::format_bytes;
+
+#[derive(clap::Args)]
+pub struct DevicesArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Where a model runs on this machine.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct DeviceArgs {
+    /// The device to run on, as `shoal devices` names it (default: the first GPU, else the CPU).
+    #[arg(long)]
+    device: Option<String>,
+    /// Copy the weights into the device's memory even where it could compute on the mapped file (what a
+    /// discrete GPU needs; on the CPU, a way to test that path).
+    #[arg(long)]
+    copy_weights: bool,
+}
+
+impl DeviceArgs {
+    /// `options` with the device and weight placement these flags choose.
+    pub fn apply(&self, options: StageOptions) -> anyhow::Result<StageOptions> {
+        if let Some(name) = &self.device {
+            Device::named(name).map_err(anyhow::Error::msg)?;
+        }
+        let weights = if self.copy_weights { WeightPlacement::Copied } else { WeightPlacement::Automatic };
+        Ok(StageOptions { device: self.device.clone(), weights, ..options })
+    }
+}
+
+pub fn run(args: DevicesArgs) -> anyhow::Result<()> {
+    let best = Device::best();
+    let devices: Vec<serde_json::Value> = Device::all()
+        .iter()
+        .map(|d| {
+            let (free, total) = d.memory();
+            serde_json::json!({
+                "name": d.name(), "kind": d.kind().name(), "description": d.description(),
+                "memory_free": free, "memory_total": total, "maps_host_memory": d.maps_host_memory(),
+                "default": *d == best,
+            })
+        })
+        .collect();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&devices)?);
+        return Ok(());
+    }
+    for d in &devices {
+        println!(
+            "{} {:<10} {:<15} {:>9} free of {:<9} {}{}",
+            if d["default"] == true { "*" } else { " " },
+            d["name"].as_str().unwrap_or_default(),
+            d["kind"].as_str().unwrap_or_default(),
+            format_bytes(d["memory_free"].as_u64().unwrap_or(0)),
+            format_bytes(d["memory_total"].as_u64().unwrap_or(0)),
+            d["description"].as_str().unwrap_or_default(),
+            if d["maps_host_memory"] == true { "" } else { " (weights are copied to it)" },
+        );
+    }
+    println!("* runs stages unless --device says otherwise");
+    Ok(())
+}
