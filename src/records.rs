@@ -53,6 +53,9 @@ pub struct StageStatus {
     /// The fetch of this stage's share of the model, when its node lacked it.
     #[serde(default)]
     pub fetch: Option<StageFetch>,
+    /// The device the stage computes on (`CPU`, `Metal`, …), once it has loaded.
+    #[serde(default)]
+    pub device: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
@@ -137,6 +140,7 @@ pub struct StageReport {
     pub stats: Option<StageStats>,
     pub error: Option<String>,
     pub fetch: Option<StageFetch>,
+    pub device: Option<String>,
 }
 
 /// A stage's fetch of its share, as the instance shows it.

@@ -1,5 +1,6 @@
 //! Distributed inference with real processes: three `shoal node`s whose memory limits force SmolLM2 into
-//! three stages serve greedy completions identical to the single-process engine, stop a request whose
+//! three stages (one node copying its weights into its device's memory, the others mapping them) serve
+//! greedy completions identical to the single-process engine, stop a request whose
 //! client hangs up, stream through the official `openai` client, refuse bad requests with 4xx, and, when a worker is killed, nodes drop
 //! off the network or the instance's owner dies, end the request in flight with an error and place the
 //! model again by themselves.
@@ -15,7 +16,12 @@ const LIMIT: &str = "64MB";
 /// Forms a cluster of `n` nodes (each offering at most `limit`) and launches the test model with `extra`
 /// arguments to `shoal run`; returns the instance's model name.
 fn launch(c: &mut TestCluster, limit: &str, extra: &[&str]) -> String {
-    c.form(&["--memory-limit", limit]);
+    launch_with(c, limit, extra, &[])
+}
+
+/// [`launch`], node `i` also started with `own[i]`.
+fn launch_with(c: &mut TestCluster, limit: &str, extra: &[&str], own: &[&[&str]]) -> String {
+    c.form_with(&["--memory-limit", limit], own);
     let model = common::model_path();
     let mut args = vec!["run", model.to_str().unwrap(), "--context", "256", "--sequences", "2", "--threads", "1"];
     args.extend_from_slice(extra);
@@ -57,10 +63,15 @@ fn get(c: &TestCluster, i: usize, path: &str) -> Value {
 fn three_nodes_serve_a_split_model_exactly_like_one_process() {
     let _one_at_a_time = common::cluster::exclusive();
     let mut c = TestCluster::new(3);
-    let model = launch(&mut c, LIMIT, &[]);
+    // node1 copies its weights into its device's memory, as a discrete GPU needs; the others map them.
+    let model = launch_with(&mut c, LIMIT, &[], &[&[], &["--copy-weights"]]);
     let instances = get(&c, 1, "/api/instances");
     let stages = instances[0]["stages"].as_array().unwrap();
     assert_eq!(stages.len(), 3, "the memory limits force three stages: {instances:#}");
+    assert!(stages.iter().all(|s| s["device"] == "CPU"), "each stage says its device: {instances:#}");
+    let copying: Vec<bool> =
+        (0..3).map(|i| c.descendants(i).iter().any(|(_, cmdline)| cmdline.contains("--copy-weights"))).collect();
+    assert_eq!(copying, [false, true, false], "only node1's worker copies its weights");
     let mut nodes: Vec<&str> = stages.iter().map(|s| s["node"].as_str().unwrap()).collect();
     nodes.dedup();
     assert_eq!(nodes.len(), 3, "one stage per node");

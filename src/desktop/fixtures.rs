@@ -75,6 +75,7 @@ pub fn instance(model: &str, state: InstanceState, progress: &[f32]) -> Instance
                 stats: None,
                 error: None,
                 fetch: None,
+                device: None,
             })
             .collect(),
         ready_at_ms: None,

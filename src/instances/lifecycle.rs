@@ -217,6 +217,7 @@ pub(super) async fn launch_as(
                 stats: None,
                 error: None,
                 fetch: None,
+                device: None,
             })
             .collect(),
         plan,
@@ -305,11 +306,15 @@ fn start_worker(instances: &Arc<Instances>, spec: StageSpec, owner: NodeId) {
     let (events_agent, exit_instances) = (instances.clone(), instances.clone());
     let (instance, stage) = (spec.instance.clone(), spec.stage);
     let (instance2, stage2) = (spec.instance.clone(), spec.stage);
+    let setup = supervisor::WorkerSetup {
+        threads,
+        device: &instances.agent.config.device,
+        // The data port listens where the instances's control port does (--bind), never wider.
+        listen: instances.agent.config.control_bind,
+    };
     let spawned = supervisor::spawn(
         &spec,
-        threads,
-        // The data port listens where the instances's control port does (--bind), never wider.
-        instances.agent.config.control_bind,
+        setup,
         &secret,
         &log_dir,
         move |event| on_worker_event(&events_agent, owner, &instance, stage, event),
@@ -350,7 +355,7 @@ fn on_worker_event(instances: &Arc<Instances>, owner: NodeId, instance: &str, st
         WorkerEvent::Loading { progress } => {
             StageReport { state: WorkerState::Loading, progress: Some(progress), ..Default::default() }
         }
-        WorkerEvent::Listening { data_port, front_port, memory } => {
+        WorkerEvent::Listening { data_port, front_port, memory, device } => {
             if let Some(local) = instances.registry().local.get_mut(&(instance.to_string(), stage)) {
                 local.front_port = front_port;
             }
@@ -359,6 +364,7 @@ fn on_worker_event(instances: &Arc<Instances>, owner: NodeId, instance: &str, st
                 progress: Some(1.0),
                 data_port: Some(data_port),
                 memory: Some(memory),
+                device: Some(device),
                 ..Default::default()
             }
         }
@@ -413,6 +419,9 @@ pub(super) fn apply_report(instances: &Arc<Instances>, instance: &str, stage: us
         }
         if report.memory.is_some() {
             s.memory = report.memory;
+        }
+        if report.device.is_some() {
+            s.device = report.device.clone();
         }
         if report.stats.is_some() {
             s.stats = report.stats;

@@ -49,6 +49,14 @@ pub struct NodeOptions {
     /// headroom for the OS).
     #[arg(long, value_parser = crate::util::parse_bytes)]
     pub memory_limit: Option<u64>,
+    /// The device this node's stages compute on, as `shoal devices` names it (default: the first GPU,
+    /// else the CPU).
+    #[arg(long, env = "SHOAL_DEVICE")]
+    pub device: Option<String>,
+    /// Copy the weights into the device's memory even where it could compute on the mapped file (what a
+    /// discrete GPU needs; on the CPU, a way to test that path).
+    #[arg(long)]
+    pub copy_weights: bool,
     /// Launch this model (a GGUF file) as soon as the node can place it, unless the cluster already
     /// serves a model of that name.
     #[arg(long = "run", value_name = "MODEL.gguf", env = "SHOAL_RUN")]
@@ -107,6 +115,7 @@ impl NodeOptions {
             mdns: !self.no_mdns,
             memory_limit: self.memory_limit,
             forget_down_after: std::time::Duration::from_secs(self.forget_down_after),
+            device: crate::worker::StageDevice { name: self.device, copy_weights: self.copy_weights },
         };
         let (agent, instances) = cluster::agent::start(config, self.join, Instances::start).await?;
         let api_addr = api::serve(instances.clone(), api).await?;

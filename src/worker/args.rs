@@ -1,7 +1,7 @@
 //! The command line of a worker process (`shoal worker …`, also understood by the app binary, whose
 //! agent starts workers as copies of itself): the stage to run, and the secrets from the environment.
 
-use crate::worker::process::{self, WorkerConfig, FRONT_TOKEN_ENV, SECRET_ENV};
+use crate::worker::process::{self, StageDevice, WorkerConfig, FRONT_TOKEN_ENV, SECRET_ENV};
 use std::net::{IpAddr, Ipv4Addr};
 use std::ops::Range;
 use std::path::PathBuf;
@@ -28,6 +28,12 @@ pub struct WorkerArgs {
     /// Address the data port listens on.
     #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::UNSPECIFIED))]
     pub listen: IpAddr,
+    /// The device to compute on (default: the best there is).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Copy the weights into the device's memory even where it could use the mapped file.
+    #[arg(long)]
+    pub copy_weights: bool,
 }
 
 fn parse_range(s: &str) -> Result<Range<usize>, String> {
@@ -58,6 +64,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
         batch: args.batch,
         threads: args.threads,
         listen: args.listen,
+        device: StageDevice { name: args.device, copy_weights: args.copy_weights },
     };
     process::run(config, secret, front_token)
 }

@@ -9,6 +9,7 @@ pub mod process;
 pub mod protocol;
 pub mod supervisor;
 
+pub use process::StageDevice;
 pub use protocol::{
     FrontEvent, FrontRequest, GenerationReport, PromptInput, StageStats, WorkerCommand, WorkerEvent, WorkerState,
 };

@@ -6,6 +6,7 @@
 use super::compute::{Compute, Head, Work};
 use super::protocol::{FrontEvent, FrontRequest, StageStats, WorkerCommand, WorkerEvent};
 use crate::engine::{self, Stage, StageOptions};
+use crate::ggml::WeightPlacement;
 use crate::model::Model;
 use crate::transport::ring::{self, RdmaRoute, TransportReport};
 use crate::transport::{self, rdma, FrameSink, FrameSource};
@@ -41,6 +42,26 @@ pub struct WorkerConfig {
     pub batch: usize,
     pub threads: usize,
     pub listen: IpAddr,
+    pub device: StageDevice,
+}
+
+/// The device a node's stages compute on (`shoal node --device`), and whether they copy the weights to
+/// it (`--copy-weights`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StageDevice {
+    pub name: Option<String>,
+    pub copy_weights: bool,
+}
+
+impl StageDevice {
+    /// The worker arguments that pass this choice on.
+    pub fn args(&self) -> Vec<String> {
+        let mut args: Vec<String> = self.name.iter().flat_map(|n| ["--device".to_string(), n.clone()]).collect();
+        if self.copy_weights {
+            args.push("--copy-weights".into());
+        }
+        args
+    }
 }
 
 fn emit(event: &WorkerEvent) {
@@ -67,7 +88,8 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
         sequences: config.sequences,
         threads: config.threads,
         batch: config.batch,
-        ..StageOptions::default()
+        device: config.device.name.clone(),
+        weights: if config.device.copy_weights { WeightPlacement::Copied } else { WeightPlacement::Automatic },
     };
     let stage = Stage::load(&model, config.layers.clone(), options)?;
     let mut last = 0.0;
@@ -105,6 +127,7 @@ async fn serve(
         data_port: data.local_addr()?.port(),
         front_port: front.as_ref().map(|f| f.local_addr().map(|a| a.port())).transpose()?,
         memory: stage.memory(),
+        device: stage.device().name(),
     });
 
     let (work_tx, work_rx) = std::sync::mpsc::channel::<Work>();

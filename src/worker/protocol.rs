@@ -36,6 +36,9 @@ pub enum WorkerEvent {
         data_port: u16,
         front_port: Option<u16>,
         memory: crate::engine::StageMemory,
+        /// The device the stage computes on (ggml's name for it).
+        #[serde(default)]
+        device: String,
     },
     Ready,
     Stats {

@@ -2,7 +2,7 @@
 //! environment, turns its stdout into events, keeps its stderr in a log file, sends it commands, and
 //! reports how it ended. Closing its stdin (or dropping the handle) stops it.
 
-use super::process::{FRONT_TOKEN_ENV, SECRET_ENV};
+use super::process::{StageDevice, FRONT_TOKEN_ENV, SECRET_ENV};
 use super::protocol::{WorkerCommand, WorkerEvent};
 use crate::util::LockExt;
 use serde::{Deserialize, Serialize};
@@ -82,12 +82,18 @@ impl WorkerHandle {
     }
 }
 
+/// How this node runs a worker: its compute threads, its device, and the address its data port listens on.
+pub struct WorkerSetup<'a> {
+    pub threads: usize,
+    pub device: &'a StageDevice,
+    pub listen: std::net::IpAddr,
+}
+
 /// Starts a worker for `spec`. `on_event` receives its events in order; `on_exit` is called once with
 /// how it ended (after its last event).
 pub fn spawn(
     spec: &StageSpec,
-    threads: usize,
-    listen: std::net::IpAddr,
+    setup: WorkerSetup<'_>,
     secret: &[u8; 32],
     log_dir: &Path,
     on_event: impl Fn(WorkerEvent) + Send + 'static,
@@ -104,8 +110,9 @@ pub fn spawn(
         .args(["--layers", &format!("{}-{}", spec.layers.start, spec.layers.end - 1)])
         .args(["--stage", &spec.stage.to_string(), "--stages", &spec.stages.to_string()])
         .args(["--context", &spec.context.to_string(), "--sequences", &spec.sequences.to_string()])
-        .args(["--batch", &spec.batch.to_string(), "--threads", &threads.to_string()])
-        .args(["--listen", &listen.to_string()])
+        .args(["--batch", &spec.batch.to_string(), "--threads", &setup.threads.to_string()])
+        .args(["--listen", &setup.listen.to_string()])
+        .args(setup.device.args())
         // The node's own secrets (given to it in its environment) are not the worker's business.
         .env_remove("SHOAL_JOIN_CODE")
         .env_remove("SHOAL_API_TOKEN")

@@ -293,8 +293,15 @@ impl TestCluster {
     /// Starts every node with `extra` arguments, the first one alone and the others joining it with its
     /// code, and waits until each sees all of them alive with their telemetry.
     pub fn form(&mut self, extra: &[&str]) {
+        self.form_with(extra, &[]);
+    }
+
+    /// [`TestCluster::form`], node `i` also started with `own[i]` (when there is one).
+    pub fn form_with(&mut self, extra: &[&str], own: &[&[&str]]) {
         let n = self.nodes.len();
-        self.start(0, extra);
+        let own_args = |i: usize| own.get(i).copied().unwrap_or_default();
+        let first: Vec<&str> = extra.iter().chain(own_args(0)).copied().collect();
+        self.start(0, &first);
         self.wait_ready(0);
         let code = self.code(0);
         let join = match self.network {
@@ -304,6 +311,7 @@ impl TestCluster {
         for i in 1..n {
             let mut args = vec!["--join", join.as_str()];
             args.extend_from_slice(extra);
+            args.extend_from_slice(own_args(i));
             self.start(i, &args);
         }
         self.wait_for(Duration::from_secs(15), "the cluster to form with telemetry", || {

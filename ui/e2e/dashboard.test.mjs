@@ -339,6 +339,8 @@ test('a model launched from the page splits over the three nodes', async () => {
   await page.waitForSelector('[data-testid="instance"][data-state="ready"]', { timeout: 90_000 });
   const stages = await page.$$eval('[data-testid="stage"]', (rows) => rows.map((r) => r.getAttribute('data-node-id')));
   assert.equal(new Set(stages).size, 3, 'one stage on each node');
+  const devices = await page.$$eval('[data-testid="stage-device"]', (cells) => cells.map((c) => c.textContent));
+  assert.deepEqual(devices, ['CPU', 'CPU', 'CPU'], 'each stage says the device its node computes it on');
   await shot('models');
   await open('mesh');
   await page.waitForFunction(() => document.querySelectorAll('[data-testid="node-layers"]').length === 3, null, { timeout: 10_000 });

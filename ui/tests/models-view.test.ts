@@ -292,6 +292,7 @@ describe('an instance that ended', () => {
     const card = await screen.findByTestId('instance');
     expect(card.getAttribute('data-state')).toBe('failed');
     const stages = within(card).getAllByTestId('stage');
+    expect(within(card).getAllByTestId('stage-device').map((cell) => cell.textContent)).toEqual(['CPU', 'CPU', 'CPU']);
     expect(stages.map((s) => s.dataset['state'])).not.toContain('ready');
     const gamma = stages.find((s) => s.textContent?.includes('gamma'));
     expect(gamma?.dataset['state']).toBe('failed');

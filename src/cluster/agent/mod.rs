@@ -75,6 +75,8 @@ pub struct AgentConfig {
     pub memory_limit: Option<u64>,
     /// A member down for this long is forgotten (it may join again by reconnecting with the secret).
     pub forget_down_after: Duration,
+    /// The device this node's stages compute on.
+    pub device: crate::worker::StageDevice,
 }
 
 /// How long a member may stay down before the others forget it.

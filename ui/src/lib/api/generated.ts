@@ -238,7 +238,11 @@ progress: number, data_port: number | null, memory: StageMemory | null, stats: S
 /**
  * The fetch of this stage's share of the model, when its node lacked it.
  */
-fetch: StageFetch | null, };
+fetch: StageFetch | null, 
+/**
+ * The device the stage computes on (`CPU`, `Metal`, …), once it has loaded.
+ */
+device: string | null, };
 
 export type StagePlan = { node: NodeId, node_name: string, layers: { start: number, end: number, }, bytes: StageBytes, offer: number, 
 /**
