@@ -111,7 +111,7 @@ fn one_node_per_data_directory_and_what_runs_is_listed_stopped_and_not_launched_
 
     let ps = text(&c.cli(0, &["ps"]));
     let line = ps.lines().find(|l| l.contains(MODEL)).unwrap_or_else(|| panic!("ps lists the model: {ps}"));
-    assert!(line.contains("ready") && line.contains("node0 0-29"), "{ps}");
+    assert!(line.contains("ready") && line.contains("node0 0-29 ready CPU"), "ps names each stage's device: {ps}");
     let first_id = line.split_whitespace().next().unwrap().to_string();
     let status = text(&c.cli(0, &["status"]));
     assert!(status.contains(&first_id) && status.contains(MODEL), "status shows the instance: {status}");

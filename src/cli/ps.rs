@@ -46,15 +46,18 @@ pub fn render(instances: &[InstanceInfo], all: bool) -> String {
         };
     }
     shown.sort_by_key(|i| std::cmp::Reverse(i.created_at_ms));
-    let mut out =
-        format!("{:<10} {:<32} {:<11} {:>7}  {}\n", "ID", "MODEL", "STATE", "CONTEXT", "STAGES (node layers state)");
+    let mut out = format!(
+        "{:<10} {:<32} {:<11} {:>7}  {}\n",
+        "ID", "MODEL", "STATE", "CONTEXT", "STAGES (node layers state device)"
+    );
     for i in shown {
         let stages = i
             .stages
             .iter()
             .map(|s| {
                 let state = format!("{:?}", s.state).to_lowercase();
-                format!("{} {}-{} {state}", s.node_name, s.layers.start, s.layers.end.saturating_sub(1))
+                let device = s.device.as_deref().map(|d| format!(" {d}")).unwrap_or_default();
+                format!("{} {}-{} {state}{device}", s.node_name, s.layers.start, s.layers.end.saturating_sub(1))
             })
             .collect::<Vec<_>>()
             .join(" · ");
