@@ -37,6 +37,8 @@ pub fn typescript() -> String {
         rdma::checks::ThunderboltLink,
         rdma::parse::MacOsVersion,
         rdma::checks::NodeReport,
+        node::telemetry::DeviceMemory,
+        node::telemetry::DeviceTelemetry,
         node::telemetry::NodeTelemetry,
         cluster::state::NodeView,
         links::kind::LinkKind,

@@ -1,8 +1,10 @@
 //! What a node reports about itself every second: memory (total, available, used by shoal), CPU, load,
-//! OS; on macOS also the chip and how much memory the GPU may use. Sampling refreshes only memory, the
-//! load average and shoal's own processes, so it costs little.
+//! OS, the device its stages compute on; on macOS also the chip and how much memory the GPU may use.
+//! Sampling refreshes only memory, the load average, shoal's own processes and the device's free memory,
+//! so it costs little.
 
 use super::platform;
+use crate::ggml::Device;
 use serde::{Deserialize, Serialize};
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 
@@ -35,7 +37,38 @@ pub struct NodeTelemetry {
     /// The RDMA doctor's latest report on this node (refreshed every minute).
     #[serde(default)]
     pub rdma: Option<Box<crate::rdma::NodeReport>>,
+    /// The device this node's stages compute on (`--device`, else the best there is).
+    #[serde(default)]
+    pub device: Option<DeviceTelemetry>,
     pub sampled_at_ms: u64,
+}
+
+/// A node's compute device as its telemetry shows it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ts_rs::TS)]
+pub struct DeviceTelemetry {
+    /// ggml's name for it: `CPU`, `Metal`, `CUDA0`, `Vulkan0`, …
+    pub name: String,
+    /// `CPU`, `GPU`, `integrated GPU` or `accelerator`.
+    pub kind: String,
+    pub description: String,
+    /// Its own memory, when it has memory apart from the host's (a discrete GPU): weights, KV cache and
+    /// compute buffers must fit there, so it bounds what the node offers.
+    pub own_memory: Option<DeviceMemory>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, ts_rs::TS)]
+pub struct DeviceMemory {
+    pub total: u64,
+    pub free: u64,
+}
+
+/// What a node can offer models: `host_offer` (the host's memory the node may use), bounded by a device
+/// with memory of its own by that memory's free part less a tenth for the driver and other users.
+pub fn offer_for_device(host_offer: u64, device: Option<&DeviceTelemetry>) -> u64 {
+    match device.and_then(|d| d.own_memory) {
+        Some(memory) => host_offer.min(memory.free.saturating_sub(memory.total / 10)),
+        None => host_offer,
+    }
 }
 
 pub struct TelemetrySampler {
@@ -43,6 +76,8 @@ pub struct TelemetrySampler {
     static_part: NodeTelemetry,
     pids: Vec<Pid>,
     memory_limit: Option<u64>,
+    /// The device the node's stages run on (None when `--device` names none there is).
+    device: Option<Device>,
 }
 
 /// Memory kept free for the OS and other apps: a tenth of the machine, at most 2 GiB.
@@ -65,8 +100,13 @@ pub fn measure_memory_bandwidth() -> u64 {
 }
 
 impl TelemetrySampler {
-    /// A sampler; `memory_limit` caps what the node offers (--memory-limit).
-    pub fn new(memory_limit: Option<u64>) -> TelemetrySampler {
+    /// A sampler; `memory_limit` caps what the node offers (--memory-limit), `device` names the device
+    /// its stages run on (--device; the best one when None).
+    pub fn new(memory_limit: Option<u64>, device: Option<&str>) -> TelemetrySampler {
+        let device = match device {
+            Some(name) => Device::named(name).inspect_err(|e| tracing::warn!("--device: {e}")).ok(),
+            None => Some(Device::best()),
+        };
         let mut system = System::new().expect("sysinfo supports this OS");
         system.refresh_cpu_list(sysinfo::CpuRefreshKind::nothing());
         let cpu_model = system.cpus().first().map(|c| c.brand().trim().to_string()).unwrap_or_default();
@@ -83,7 +123,8 @@ impl TelemetrySampler {
             memory_bandwidth: Some(measure_memory_bandwidth()),
             ..NodeTelemetry::default()
         };
-        TelemetrySampler { system, static_part, pids: vec![Pid::from_u32(std::process::id())], memory_limit }
+        let pids = vec![Pid::from_u32(std::process::id())];
+        TelemetrySampler { system, static_part, pids, memory_limit, device }
     }
 
     /// Counts `pid` (a worker) in `memory_used_by_shoal` from now on.
@@ -116,6 +157,16 @@ impl TelemetrySampler {
         if let Some(gpu) = gpu_memory_limit {
             memory_offer = memory_offer.min(gpu.saturating_sub(memory_used_by_shoal));
         }
+        let device = self.device.map(|d| DeviceTelemetry {
+            name: d.name(),
+            kind: d.kind().name().to_string(),
+            description: d.description(),
+            own_memory: (!d.maps_host_memory()).then(|| {
+                let (free, total) = d.memory();
+                DeviceMemory { total, free }
+            }),
+        });
+        memory_offer = offer_for_device(memory_offer, device.as_ref());
         NodeTelemetry {
             memory_total,
             memory_available,
@@ -124,6 +175,7 @@ impl TelemetrySampler {
             load_1m: System::load_average().map_or(0.0, |l| l.one),
             gpu_memory_limit,
             gpu_memory_limit_source,
+            device,
             sampled_at_ms: crate::util::now_ms(),
             ..self.static_part.clone()
         }
@@ -136,12 +188,34 @@ mod tests {
 
     #[test]
     fn a_sample_reports_this_machine() {
-        let mut s = TelemetrySampler::new(Some(64_000_000));
+        let mut s = TelemetrySampler::new(Some(64_000_000), None);
         let t = s.sample();
+        let device = t.device.as_ref().expect("the best device");
+        assert_eq!((device.name.as_str(), device.own_memory), ("CPU", None), "the CPU shares the host's memory");
         assert!(t.memory_total > 0 && t.memory_available <= t.memory_total);
         assert!(t.memory_offer <= 64_000_000 && t.memory_offer > 0, "the limit caps the offer");
         assert!(t.memory_bandwidth.is_some_and(|b| b > 100_000_000), "{:?}", t.memory_bandwidth);
         assert!(t.memory_used_by_shoal > 0, "this test process is counted");
         assert!(t.cpu_threads >= 1 && !t.os.is_empty());
+    }
+
+    #[test]
+    fn a_gpu_with_memory_of_its_own_bounds_the_offer() {
+        let gpu = |free: u64, total: u64| DeviceTelemetry {
+            name: "CUDA0".into(),
+            kind: "GPU".into(),
+            description: "a card".into(),
+            own_memory: Some(DeviceMemory { total, free }),
+        };
+        let gb = 1_000_000_000;
+        // 24 GB card with 20 GB free: 20 less a tenth of 24 for the driver.
+        assert_eq!(offer_for_device(100 * gb, Some(&gpu(20 * gb, 24 * gb))), 20 * gb - 24 * gb / 10);
+        // The host's offer is the smaller.
+        assert_eq!(offer_for_device(5 * gb, Some(&gpu(20 * gb, 24 * gb))), 5 * gb);
+        // A device sharing the host's memory (the CPU, Apple Silicon) leaves the host's offer as it is.
+        let shared = DeviceTelemetry { own_memory: None, ..gpu(0, 0) };
+        assert_eq!(offer_for_device(7 * gb, Some(&shared)), 7 * gb);
+        assert_eq!(offer_for_device(7 * gb, None), 7 * gb);
+        assert_eq!(offer_for_device(7 * gb, Some(&gpu(gb, 24 * gb))), 0, "a full card offers nothing");
     }
 }

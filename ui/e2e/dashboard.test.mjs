@@ -164,6 +164,8 @@ test('the mesh shows every node and every link between them', async () => {
   await page.waitForFunction(() => document.querySelectorAll('[data-testid="transport-detail"]').length === 3, null, { timeout: 10_000 });
   const shown = await page.$$eval('[data-testid="transport-detail"]', (rows) => rows.map((r) => r.textContent ?? ''));
   assert.ok(shown.every((text) => reasons.some((/** @type {string} */ reason) => text.includes(reason))), shown.join(' | '));
+  const devices = await page.$$eval('[data-testid="node-device"]', (rows) => rows.map((r) => (r.textContent ?? '').trim()));
+  assert.deepEqual(devices, ['computes on the CPU', 'computes on the CPU', 'computes on the CPU'], 'each node names its device');
   await shot('mesh-3-nodes');
 });
 

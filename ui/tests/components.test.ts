@@ -25,6 +25,7 @@ describe('NodeCard', () => {
     expect(card.dataset['health']).toBe('up');
     expect(within(card).getByText('gamma')).toBeTruthy();
     expect(within(card).getByText(/AMD EPYC/)).toBeTruthy();
+    expect(within(card).getByTestId('node-device').textContent?.trim()).toBe('computes on the CPU');
     expect(layers.length).toBeGreaterThan(0);
     expect(within(card).getAllByTestId('node-layers')).toHaveLength(layers.length);
   });

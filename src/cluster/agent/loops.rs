@@ -251,7 +251,11 @@ pub(super) async fn health_loop(shared: Agent) {
 /// Samples this node's telemetry every second and shares it, with this node's link reports.
 pub(super) async fn telemetry_loop(shared: Agent) {
     let limit = shared.config.memory_limit;
-    let Ok(mut sampler) = tokio::task::spawn_blocking(move || TelemetrySampler::new(limit)).await else { return };
+    let device = shared.config.device.name.clone();
+    let Ok(mut sampler) = tokio::task::spawn_blocking(move || TelemetrySampler::new(limit, device.as_deref())).await
+    else {
+        return;
+    };
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;

@@ -49,6 +49,26 @@ export type RdmaNodeReport = { platform: string, macos: MacOsVersion | null, che
  */
 usable_interfaces: Array<string>, };
 
+export type DeviceMemory = { total: number, free: number, };
+
+/**
+ * A node's compute device as its telemetry shows it.
+ */
+export type DeviceTelemetry = { 
+/**
+ * ggml's name for it: `CPU`, `Metal`, `CUDA0`, `Vulkan0`, …
+ */
+name: string, 
+/**
+ * `CPU`, `GPU`, `integrated GPU` or `accelerator`.
+ */
+kind: string, description: string, 
+/**
+ * Its own memory, when it has memory apart from the host's (a discrete GPU): weights, KV cache and
+ * compute buffers must fit there, so it bounds what the node offers.
+ */
+own_memory: DeviceMemory | null, };
+
 export type NodeTelemetry = { memory_total: number, memory_available: number, 
 /**
  * Resident memory of this node's shoal processes (the agent and its workers).
@@ -79,7 +99,11 @@ gpu_memory_limit_source: string | null,
 /**
  * The RDMA doctor's latest report on this node (refreshed every minute).
  */
-rdma: RdmaNodeReport | null, sampled_at_ms: number, };
+rdma: RdmaNodeReport | null, 
+/**
+ * The device this node's stages compute on (`--device`, else the best there is).
+ */
+device: DeviceTelemetry | null, sampled_at_ms: number, };
 
 export type NodeView = { id: NodeId, name: string, is_self: boolean, 
 /**
