@@ -111,6 +111,8 @@ fn reasoning_comes_back_apart_from_the_answer_in_every_api() {
     );
     let quiet = post_json(&c, "/api/chat", with(ollama, "think", json!(false)));
     assert!(quiet["message"].get("thinking").is_none(), "{quiet}");
+    let show = post_json(&c, "/api/show", json!({ "model": MODEL }));
+    assert_eq!(show["capabilities"], json!(["completion", "thinking"]), "{show}");
 
     // Reasoning sent back with an earlier reply reaches the template (`reasoning_content`), so the
     // prompt grows by it.

@@ -224,6 +224,24 @@ fn each_family_says_how_its_replies_are_laid_out() {
     assert_eq!(format_of("Qwen-Qwen2.5-7B-Instruct", 2), ReplyFormat::Plain);
 }
 
+#[test]
+fn each_family_says_what_it_can_do_as_ollama_names_it() {
+    let capabilities = |name: &str| {
+        let &(_, bos, eos) = TEMPLATES.iter().find(|t| t.0 == name).unwrap();
+        load(name, bos, eos).capabilities()
+    };
+    assert_eq!(capabilities("openai-gpt-oss-120b"), ["completion", "tools", "thinking"]);
+    assert_eq!(capabilities("Qwen-Qwen3-0.6B"), ["completion", "tools", "thinking"]);
+    assert_eq!(capabilities("Qwen-Qwen2.5-7B-Instruct"), ["completion", "tools"]);
+    assert_eq!(capabilities("meta-llama-Llama-3.3-70B-Instruct"), ["completion", "tools"]);
+    let smollm2 = ChatTemplate::new(
+        shoal::model::Model::open(&common::model_path()).unwrap().chat_template_source(),
+        String::new(),
+        String::new(),
+    );
+    assert_eq!(smollm2.unwrap().capabilities(), ["completion"], "SmolLM2's template ignores tools");
+}
+
 /// gpt-oss's harmony markers, as its vocabulary (o200k_harmony) holds them: control tokens.
 const HARMONY_TOKENS: [&str; 7] =
     ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>", "<|constrain|>"];

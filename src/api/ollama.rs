@@ -407,6 +407,17 @@ fn details(model: Option<&LibraryModel>) -> Value {
     })
 }
 
+/// What the model at `path` can do, from its chat template (`completion` alone when this node lacks
+/// the file).
+async fn capabilities(path: std::path::PathBuf) -> Vec<&'static str> {
+    let read = move || {
+        let model = crate::model::Model::open(&path).ok()?;
+        crate::model::ChatTemplate::new(model.chat_template_source(), String::new(), String::new()).ok()
+    };
+    let template = tokio::task::spawn_blocking(read).await.ok().flatten();
+    template.map_or_else(|| vec!["completion"], |t| t.capabilities())
+}
+
 /// The running models, each with what the library says of its file and the fields `extra` adds:
 /// `/api/tags` and `/api/ps` list them.
 async fn listed(state: &ApiState, extra: impl Fn(&InstanceInfo) -> Value) -> Json<Value> {
@@ -455,6 +466,7 @@ async fn show(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejec
         let name = resolve(&state, check_show(body)?);
         let instance = ready_instance(&state, &name)?;
         let model = describe(&instance).await;
+        let capabilities = capabilities(instance.model_path.clone()).await;
         let arch = model.as_ref().and_then(|m| m.architecture.clone()).unwrap_or_default();
         let mut info = json!({ "general.architecture": arch, "general.basename": instance.model });
         if let Some(n) = model.as_ref().and_then(|m| m.parameters) {
@@ -470,7 +482,7 @@ async fn show(State(state): State<ApiState>, body: Result<Json<Value>, JsonRejec
                 "template": "",
                 "details": details(model.as_ref()),
                 "model_info": info,
-                "capabilities": ["completion"],
+                "capabilities": capabilities,
                 "modified_at": crate::util::rfc3339(instance.created_at_ms),
             }))
             .into_response(),

@@ -174,8 +174,12 @@ impl Model {
 
     /// The model's chat template, or its architecture's usual one, or ChatML when neither exists.
     pub fn chat_template(&self, tokenizer: &Tokenizer) -> Result<ChatTemplate, ModelError> {
+        ChatTemplate::new(self.chat_template_source(), tokenizer.bos_text(), tokenizer.eos_text())
+    }
+
+    /// The source of the model's chat template, or of its architecture's usual one (None: ChatML).
+    pub fn chat_template_source(&self) -> Option<&str> {
         let source = self.file().get("tokenizer.chat_template").and_then(Value::as_str);
-        let source = source.or_else(|| self.config.architecture.spec().default_chat_template());
-        ChatTemplate::new(source, tokenizer.bos_text(), tokenizer.eos_text())
+        source.or_else(|| self.config.architecture.spec().default_chat_template())
     }
 }

@@ -47,6 +47,8 @@ pub struct ChatTemplate {
     bos: String,
     eos: String,
     format: Shape,
+    /// Whether the template uses the `tools` it is given.
+    takes_tools: bool,
 }
 
 /// What the template's source says of the replies it asks for.
@@ -93,7 +95,8 @@ impl ChatTemplate {
         } else {
             Shape::Plain
         };
-        Ok(ChatTemplate { env, bos, eos, format })
+        let takes_tools = env.get_template("chat").is_ok_and(|t| t.undeclared_variables(false).contains("tools"));
+        Ok(ChatTemplate { env, bos, eos, format, takes_tools })
     }
 
     /// The prompt for `messages`, ending where the assistant's reply begins.
@@ -111,6 +114,19 @@ impl ChatTemplate {
         variables: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<String, ModelError> {
         self.render_any(messages, (!tools.is_empty()).then_some(tools), variables)
+    }
+
+    /// What a model with this template can do, as Ollama's `capabilities` name it: `completion`, `tools`
+    /// when the template renders the tools a request offers, `thinking` when replies reason first.
+    pub fn capabilities(&self) -> Vec<&'static str> {
+        let mut capabilities = vec!["completion"];
+        if self.takes_tools {
+            capabilities.push("tools");
+        }
+        if self.format != Shape::Plain {
+            capabilities.push("thinking");
+        }
+        capabilities
     }
 
     /// How the reply to `prompt` (rendered by this template) is laid out.
