@@ -68,3 +68,16 @@ fn hidden_states_with_a_nonzero_reserved_field_are_refused() {
     assert!(err.to_string().contains("reserved field"), "{err}");
     targets::ring(&input);
 }
+
+#[test]
+fn a_begin_frame_whose_temperature_overflows_to_infinity_is_refused() {
+    // The fuzzer's input: a Begin frame whose JSON temperature (4444…0.0) reads as an infinite f32, which
+    // would have been encoded again as `null`.
+    let input = fixture("ring-begin-infinite-temperature");
+    let frame = shoal::transport::RingFrame::decode(&input);
+    match frame {
+        Err(shoal::transport::RingFrameError::Malformed(why)) => assert!(why.contains("temperature"), "{why}"),
+        other => panic!("the frame was not refused: {other:?}"),
+    }
+    targets::ring(&input);
+}

@@ -86,8 +86,10 @@ impl RingFrame<'_> {
         let short = || RingFrameError::Short(bytes.len());
         Ok(match bytes[0] {
             1 => {
-                let (sampling, recent) =
+                let (sampling, recent): (SamplingParams, Vec<u32>) =
                     serde_json::from_slice(body).map_err(|e| RingFrameError::Malformed(e.to_string()))?;
+                // A number too large for an f32 reads as infinity: refuse what the sampler would refuse.
+                sampling.validate().map_err(|e| RingFrameError::Malformed(format!("sampling parameters: {e}")))?;
                 RingFrame::Begin { request, slot, sampling, recent }
             }
             2 => {
