@@ -180,7 +180,8 @@ impl TensorSet {
     fn copy(mapping: &Mmap, tensors: &[MappedTensor<'_>], sizes: &[u64], device: Device) -> Result<TensorSet, String> {
         let specs: Vec<SetTensor<'_>> =
             tensors.iter().map(|t| SetTensor { name: t.name, dtype: t.dtype, shape: t.shape }).collect();
-        let set = TensorSet::allocate(&specs, device)?;
+        // Every byte is written below: no need to clear the buffer first.
+        let set = TensorSet::allocate_uncleared(&specs, device)?;
         // SAFETY: the buffer was just allocated for these tensors.
         unsafe {
             sys::ggml_backend_buffer_set_usage(set.inner.buffer.as_ptr(), sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
@@ -199,6 +200,13 @@ impl TensorSet {
 
     /// Allocates `tensors` in one new buffer of `device`'s memory, filled with zeros.
     pub fn allocate(tensors: &[SetTensor<'_>], device: Device) -> Result<TensorSet, String> {
+        let mut set = Self::allocate_uncleared(tensors, device)?;
+        set.clear();
+        Ok(set)
+    }
+
+    /// Allocates `tensors` in one new buffer of `device`'s memory, left as the allocator gives it.
+    fn allocate_uncleared(tensors: &[SetTensor<'_>], device: Device) -> Result<TensorSet, String> {
         if tensors.is_empty() {
             return Err("no tensors to allocate".into());
         }
@@ -223,8 +231,6 @@ impl TensorSet {
             unsafe { sys::ggml_free(ctx.as_ptr()) };
             return Err(format!("could not allocate {data_bytes} bytes on {}", device.name()));
         };
-        // SAFETY: the buffer was just allocated for these tensors.
-        unsafe { sys::ggml_backend_buffer_clear(buffer.as_ptr(), 0) };
         Ok(TensorSet {
             inner: Arc::new(SetInner { ctx, buffer, _mapping: None, tensor_ranges: Vec::new() }),
             by_name,

@@ -76,8 +76,9 @@ pub struct TelemetrySampler {
     static_part: NodeTelemetry,
     pids: Vec<Pid>,
     memory_limit: Option<u64>,
-    /// The device the node's stages run on (None when `--device` names none there is).
-    device: Option<Device>,
+    /// The device the node's stages run on (None when `--device` names none there is), and what does
+    /// not change about it.
+    device: Option<(Device, DeviceTelemetry)>,
 }
 
 /// Memory kept free for the OS and other apps: a tenth of the machine, at most 2 GiB.
@@ -107,6 +108,15 @@ impl TelemetrySampler {
             Some(name) => Device::named(name).inspect_err(|e| tracing::warn!("--device: {e}")).ok(),
             None => Some(Device::best()),
         };
+        let device = device.map(|d| {
+            let described = DeviceTelemetry {
+                name: d.name(),
+                kind: d.kind().name().to_string(),
+                description: d.description(),
+                own_memory: None,
+            };
+            (d, described)
+        });
         let mut system = System::new().expect("sysinfo supports this OS");
         system.refresh_cpu_list(sysinfo::CpuRefreshKind::nothing());
         let cpu_model = system.cpus().first().map(|c| c.brand().trim().to_string()).unwrap_or_default();
@@ -157,14 +167,12 @@ impl TelemetrySampler {
         if let Some(gpu) = gpu_memory_limit {
             memory_offer = memory_offer.min(gpu.saturating_sub(memory_used_by_shoal));
         }
-        let device = self.device.map(|d| DeviceTelemetry {
-            name: d.name(),
-            kind: d.kind().name().to_string(),
-            description: d.description(),
+        let device = self.device.as_ref().map(|(d, described)| DeviceTelemetry {
             own_memory: (!d.maps_host_memory()).then(|| {
                 let (free, total) = d.memory();
                 DeviceMemory { total, free }
             }),
+            ..described.clone()
         });
         memory_offer = offer_for_device(memory_offer, device.as_ref());
         NodeTelemetry {

@@ -176,6 +176,9 @@ pub fn strftime(format: &str, now_ms: u64) -> String {
     ];
     const DAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
     let t = crate::util::CivilTime::at(now_ms);
+    let month = MONTHS[t.month as usize - 1];
+    let day = DAYS[t.weekday as usize];
+    let hour12 = if t.hour.is_multiple_of(12) { 12 } else { t.hour % 12 };
     let mut out = String::new();
     let mut chars = format.chars();
     while let Some(c) = chars.next() {
@@ -183,9 +186,6 @@ pub fn strftime(format: &str, now_ms: u64) -> String {
             out.push(c);
             continue;
         }
-        let month = MONTHS[t.month as usize - 1];
-        let day = DAYS[t.weekday as usize];
-        let hour12 = if t.hour.is_multiple_of(12) { 12 } else { t.hour % 12 };
         let _ = match chars.next() {
             Some('Y') => write!(out, "{}", t.year),
             Some('y') => write!(out, "{:02}", t.year.rem_euclid(100)),
