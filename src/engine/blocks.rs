@@ -20,18 +20,58 @@ pub(super) mod input {
     pub const MASK: &str = "mask";
     /// The mask of sliding-window layers.
     pub const MASK_SLIDING: &str = "mask_sliding";
-    pub const LAST_ROW: &str = "last_row";
+    /// On the last stage, the rows whose logits are wanted (when not every row's).
+    pub const OUTPUT_ROWS: &str = "output_rows";
 }
 
-/// Everything that fixes a graph's shape. Two steps with equal shapes run the same graph with new inputs.
+/// One sequence's part of a step: its tokens are consecutive rows of the step, and its queries attend
+/// only to its own sequence's cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct GraphShape {
+pub(super) struct SegmentShape {
+    pub seq: usize,
     pub tokens: usize,
     /// Cache rows attended (a whole number of cache blocks).
     pub attended: usize,
     /// Ring rows the sliding layers attend (0 without such layers).
     pub attended_sliding: usize,
-    pub seq: usize,
+}
+
+/// Everything that fixes a graph's shape. Two steps with equal shapes run the same graph with new inputs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct GraphShape {
+    /// Tokens of the step, all segments together.
+    pub tokens: usize,
+    /// The step's sequences, in row order.
+    pub segments: Vec<SegmentShape>,
+    /// Rows of logits the last stage returns (every row's when equal to `tokens`).
+    pub outputs: usize,
+}
+
+impl GraphShape {
+    /// Where each segment's rows begin.
+    pub fn row_offsets(&self) -> impl Iterator<Item = usize> + '_ {
+        self.segments.iter().scan(0, |at, s| {
+            let start = *at;
+            *at += s.tokens;
+            Some(start)
+        })
+    }
+
+    /// Where each segment's part of the causal mask (or, `sliding`, of the sliding mask) begins, in
+    /// elements of the flat mask input, and the input's whole length.
+    pub fn mask_offsets(&self, sliding: bool) -> (Vec<usize>, usize) {
+        let mut at = 0;
+        let offsets = self
+            .segments
+            .iter()
+            .map(|s| {
+                let start = at;
+                at += s.tokens * if sliding { s.attended_sliding } else { s.attended };
+                start
+            })
+            .collect();
+        (offsets, at)
+    }
 }
 
 /// What every layer of one step shares: the model's hyper-parameters, the stage's cache and the step's
@@ -52,8 +92,8 @@ pub struct StepContext<'a, 'g> {
     /// The sliding-window mask, when a layer of the stage slides.
     pub(super) mask_sliding: Option<Tensor<'g>>,
     pub(super) rope_factors: Option<Tensor<'g>>,
-    /// On the model's last layer with several tokens: the row whose logits are wanted.
-    pub(super) last_row: Option<Tensor<'g>>,
+    /// On the model's last layer, when not every row's logits are wanted: the rows whose are.
+    pub(super) output_rows: Option<Tensor<'g>>,
 }
 
 impl<'g> StepContext<'_, 'g> {
@@ -62,8 +102,8 @@ impl<'g> StepContext<'_, 'g> {
         self.shape.tokens as i64
     }
 
-    /// On the model's last layer only the last token's row is needed further on: drops the others from
-    /// the attention output and its residual, as llama.cpp does before the feed-forward.
+    /// On the model's last layer only the rows whose logits are wanted are needed further on: drops the
+    /// others from the attention output and its residual, as llama.cpp does before the feed-forward.
     pub fn prune_last_layer(
         &self,
         g: &'g GraphBuilder,
@@ -71,7 +111,7 @@ impl<'g> StepContext<'_, 'g> {
         h: Tensor<'g>,
         residual: Tensor<'g>,
     ) -> (Tensor<'g>, Tensor<'g>) {
-        match self.last_row {
+        match self.output_rows {
             Some(rows) if layer + 1 == self.config.layers => (g.get_rows(h, rows), g.get_rows(residual, rows)),
             _ => (h, residual),
         }
@@ -178,26 +218,81 @@ pub fn attention<'g>(
     let width = (c.kv_heads * c.head_dim) as i64;
     let k_rows = g.view(k, &[width, t], &[k.strides()[2]], 0);
     let v_rows = g.view(v, &[width, t], &[v.strides()[2]], 0);
-    let (rows, attended) = if params.sliding {
-        let rows = step.cache_rows_sliding.expect("a stage with sliding layers has their cache rows");
-        (rows, step.shape.attended_sliding)
+    let rows = if params.sliding {
+        step.cache_rows_sliding.expect("a stage with sliding layers has their cache rows")
     } else {
-        (step.cache_rows.expect("a stage with global layers has their cache rows"), step.shape.attended)
+        step.cache_rows.expect("a stage with global layers has their cache rows")
     };
     step.cache.store(g, local, k_rows, Some(v_rows), rows);
-    let (k_all, v_all) = step.cache.view(g, local, step.shape.seq, attended, c.head_dim, c.head_dim);
-
-    let q = g.permute(q, [0, 2, 1, 3]);
-    let k_all = g.permute(k_all, [0, 2, 1, 3]);
-    let v_all = g.permute(v_all, [0, 2, 1, 3]);
-    let mask = if params.sliding { step.mask_sliding } else { step.mask };
-    let mask = mask.expect("the stage's graph has the mask of each of its layers' kinds");
-    let mut attended = g.flash_attention(q, k_all, v_all, mask, params.kq_scale);
-    if let Some(sinks) = w.get("attn_sinks.weight") {
-        attended = g.attention_sinks(attended, g.stored(sinks));
-    }
+    let sinks = w.get("attn_sinks.weight").map(|s| g.stored(s));
+    let keys = CachedKeys { layer: local, key_head: c.head_dim, value_head: c.head_dim, sliding: params.sliding };
+    let attended = attend(g, step, q, keys, params.kq_scale, sinks);
     let merged = g.reshape_2d(attended, hd * c.heads as i64, t);
     linear(g, w.req("attn_output.weight"), w.get("attn_output.bias"), merged)
+}
+
+/// Which cached keys and values a layer's queries attend to.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct CachedKeys {
+    /// The layer's index within the stage.
+    pub layer: usize,
+    pub key_head: usize,
+    pub value_head: usize,
+    /// Through the sliding window (the layer's ring and the sliding mask).
+    pub sliding: bool,
+}
+
+/// Attention of the step's queries `q` ([key_head, heads, tokens], this step's keys and values already
+/// stored) over the cache: each segment's rows over its own sequence's cached positions, through its
+/// part of the mask, with the sinks when the layer has them. Returns [value_head, heads, tokens].
+pub(super) fn attend<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    q: Tensor<'g>,
+    keys: CachedKeys,
+    kq_scale: f32,
+    sinks: Option<Tensor<'g>>,
+) -> Tensor<'g> {
+    let shape = &step.shape;
+    let mask = if keys.sliding { step.mask_sliding } else { step.mask };
+    let mask = mask.expect("the stage's graph has the mask of each of its layers' kinds");
+    let (mask_offsets, _) = shape.mask_offsets(keys.sliding);
+    let [d, heads, ..] = q.shape();
+    let q_strides = q.strides();
+    let whole = shape.segments.len() == 1;
+    let parts: Vec<Tensor<'g>> = shape
+        .segments
+        .iter()
+        .zip(shape.row_offsets())
+        .zip(mask_offsets)
+        .map(|((segment, row), mask_at)| {
+            let t = segment.tokens as i64;
+            let attended = if keys.sliding { segment.attended_sliding } else { segment.attended };
+            let q =
+                if whole { q } else { g.view(q, &[d, heads, t], &[q_strides[1], q_strides[2]], row * q_strides[2]) };
+            let mask = g.view(mask, &[attended as i64, t], &[attended * 2], mask_at * 2);
+            let (k, v) = step.cache.view(g, keys.layer, segment.seq, attended, keys.key_head, keys.value_head);
+            let q = g.permute(q, [0, 2, 1, 3]);
+            let out = g.flash_attention(q, g.permute(k, [0, 2, 1, 3]), g.permute(v, [0, 2, 1, 3]), mask, kq_scale);
+            match sinks {
+                Some(sinks) => g.attention_sinks(out, sinks),
+                None => out,
+            }
+        })
+        .collect();
+    concat_rows(g, &parts)
+}
+
+/// `parts` joined along their last dimension, pairwise so that each value is copied about log₂(parts)
+/// times rather than once per part after it.
+fn concat_rows<'g>(g: &'g GraphBuilder, parts: &[Tensor<'g>]) -> Tensor<'g> {
+    match parts {
+        [one] => *one,
+        _ => {
+            let (a, b) = parts.split_at(parts.len() / 2);
+            g.concat(concat_rows(g, a), concat_rows(g, b), 2)
+        }
+    }
 }
 
 /// The dense SwiGLU feed-forward `down(silu(gate·x) ⊙ up·x)` over the tensors `ffn_{gate,up,down}` +

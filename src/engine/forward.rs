@@ -18,19 +18,20 @@ pub(super) struct StageParts<'a> {
 }
 
 /// Graph tensors per layer: about 40 for a dense layer, a mixture-of-experts layer adds one view and
-/// one sum per chosen expert (and a dozen for group-limited routing), latent attention about 30.
-fn tensors_per_layer(config: &ModelConfig) -> usize {
-    64 + config.moe.map_or(0, |m| 2 * m.experts_used + 48) + config.latent_attention.map_or(0, |_| 32)
+/// one sum per chosen expert (and a dozen for group-limited routing), latent attention about 30; each
+/// sequence of the step adds its attention's views, its attention and a concatenation.
+fn tensors_per_layer(config: &ModelConfig, segments: usize) -> usize {
+    64 + config.moe.map_or(0, |m| 2 * m.experts_used + 48) + config.latent_attention.map_or(0, |_| 32) + 12 * segments
 }
 
-pub(super) fn build(parts: &StageParts<'_>, shape: GraphShape) -> Graph {
-    let g = GraphBuilder::new(tensors_per_layer(parts.config) * parts.layers.len() + 64);
+pub(super) fn build(parts: &StageParts<'_>, shape: &GraphShape) -> Graph {
+    let g = GraphBuilder::new(tensors_per_layer(parts.config, shape.segments.len()) * parts.layers.len() + 64);
     let out = forward(&g, parts, shape);
     let out = g.output(out);
     g.finish(out)
 }
 
-fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: GraphShape) -> Tensor<'g> {
+fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: &GraphShape) -> Tensor<'g> {
     let c = p.config;
     let spec = c.architecture.spec();
     let t = shape.tokens as i64;
@@ -41,22 +42,25 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: GraphShape) -> Te
     let is_last = p.weights.output.is_some();
     let slides = p.layers.clone().any(|l| c.is_sliding(l));
     let sees_all = p.layers.clone().any(|l| !c.is_sliding(l));
+    let mask_len = |sliding| shape.mask_offsets(sliding).1 as i64;
     let step = StepContext {
         config: c,
         layers: p.layers.clone(),
         cache: p.cache,
-        shape,
+        shape: shape.clone(),
         rope_mode: spec.rope_mode(),
         positions: g.input(input::POSITIONS, DType::I32, &[t]),
         // Each only where a layer writes it: an input no node reads gets no memory.
         cache_rows: sees_all.then(|| g.input(input::CACHE_ROWS, DType::I64, &[t])),
         cache_rows_sliding: slides.then(|| g.input(input::CACHE_ROWS_SLIDING, DType::I64, &[t])),
-        // Each mask only where a layer reads it: an input no node reads gets no memory.
-        mask: sees_all.then(|| g.input(input::MASK, DType::F16, &[shape.attended as i64, t])),
-        mask_sliding: slides.then(|| g.input(input::MASK_SLIDING, DType::F16, &[shape.attended_sliding as i64, t])),
+        // Each mask only where a layer reads it: an input no node reads gets no memory. Each holds the
+        // segments' masks one after the other ([attended, tokens] each).
+        mask: sees_all.then(|| g.input(input::MASK, DType::F16, &[mask_len(false)])),
+        mask_sliding: slides.then(|| g.input(input::MASK_SLIDING, DType::F16, &[mask_len(true)])),
         rope_factors: p.weights.rope_factors.as_ref().map(|f| g.stored(f)),
-        // Only the last token's logits are needed, so the model's last layer drops the other rows early.
-        last_row: (is_last && t > 1).then(|| g.input(input::LAST_ROW, DType::I32, &[1])),
+        // Only some rows' logits are wanted, so the model's last layer drops the other rows early.
+        output_rows: (is_last && shape.outputs < shape.tokens)
+            .then(|| g.input(input::OUTPUT_ROWS, DType::I32, &[shape.outputs as i64])),
     };
     for (i, layer) in p.layers.clone().enumerate() {
         x = spec.layer(g, &step, layer, &p.weights.layers[i], x);

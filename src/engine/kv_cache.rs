@@ -153,22 +153,23 @@ impl KvCache {
         (seq * ring + pos % ring) as i64
     }
 
-    /// The mask of the sliding layers for a step writing positions `start..start + tokens`: row `i` says
-    /// which of the first `attended` ring rows token `i` sees (0) or not (-∞). After the step's writes,
-    /// ring row `r` holds the one position of `end - ring..end` that is `r` modulo the ring; a token
-    /// sees it when it is not in the future and less than the window behind.
-    pub(super) fn fill_sliding_mask(&self, mask: &mut Vec<f16>, start: usize, tokens: usize, attended: usize) {
+    /// Appends to `mask` the mask of the sliding layers for a step writing positions `start..start +
+    /// tokens` of one sequence: row `i` says which of the first `attended` ring rows token `i` sees (0)
+    /// or not (-∞). After the step's writes, ring row `r` holds the one position of `end - ring..end`
+    /// that is `r` modulo the ring; a token sees it when it is not in the future and less than the
+    /// window behind.
+    pub(super) fn push_sliding_mask(&self, mask: &mut Vec<f16>, start: usize, tokens: usize, attended: usize) {
         let Some((window, ring)) = self.sliding else { return };
         let (ring, end) = (ring as i64, (start + tokens) as i64);
         let base = end - ring;
-        mask.clear();
-        mask.resize(attended * tokens, f16::NEG_INFINITY);
+        let at = mask.len();
+        mask.resize(at + attended * tokens, f16::NEG_INFINITY);
         for i in 0..tokens {
             let q = (start + i) as i64;
             for r in 0..attended {
                 let p = base + (r as i64 - base).rem_euclid(ring);
                 if p >= 0 && p <= q && q - p < window as i64 {
-                    mask[i * attended + r] = f16::ZERO;
+                    mask[at + i * attended + r] = f16::ZERO;
                 }
             }
         }
@@ -264,7 +265,8 @@ mod tests {
                     written[cache.sliding_row(0, p) as usize] = Some(p);
                 }
                 let attended = cache.attended_sliding(start + step);
-                cache.fill_sliding_mask(&mut mask, start, step, attended);
+                mask.clear();
+                cache.push_sliding_mask(&mut mask, start, step, attended);
                 for i in 0..step {
                     let q = start + i;
                     let seen: Vec<usize> = (0..attended)

@@ -23,7 +23,7 @@ pub use hidden::{HiddenStates, WireFormat};
 pub use kv_cache::{positions_held as kv_cache_positions, CACHE_BLOCK};
 pub use pipeline::{split_ranges, LocalPipeline};
 pub use sampler::{argmax, Sampler, SamplingParams};
-pub use stage::{default_threads, Stage, StageInput, StageMemory, StageOptions};
+pub use stage::{default_threads, Segment, Stage, StageInput, StageMemory, StageOptions};
 pub use stop::StopStrings;
 pub use weights::StageWeights;
 

@@ -2,7 +2,7 @@
 //! hidden states are encoded to bytes and decoded again, so `--split` exercises the wire format.
 
 use super::hidden::{HiddenStates, WireFormat};
-use super::stage::{Stage, StageInput, StageOptions};
+use super::stage::{Segment, Stage, StageInput, StageOptions};
 use super::EngineError;
 use crate::model::Model;
 use std::ops::Range;
@@ -79,6 +79,12 @@ impl LocalPipeline {
 
     /// Runs `tokens` at positions `start..` of `seq` through every stage; returns the last token's logits.
     pub fn forward(&mut self, seq: usize, start: usize, tokens: &[u32]) -> Result<&[f32], EngineError> {
+        self.forward_batch(&[Segment { seq, start, tokens: tokens.len(), logits: true }], tokens)
+    }
+
+    /// Runs one batched step of several sequences (see [`Stage::forward_batch`]) through every stage;
+    /// returns the logits of each segment that asks for them, one row after another.
+    pub fn forward_batch(&mut self, segments: &[Segment], tokens: &[u32]) -> Result<&[f32], EngineError> {
         let count = self.stages.len();
         let (format, wire, hidden) = (self.format, &mut self.wire, &mut self.hidden);
         for (i, stage) in self.stages.iter_mut().enumerate() {
@@ -89,7 +95,7 @@ impl LocalPipeline {
                 StageInput::Hidden { values: &hidden.values, tokens: hidden.tokens }
             };
             let width = stage.config().embedding;
-            let out = stage.forward(seq, start, input)?;
+            let out = stage.forward_batch(segments, input)?;
             if i + 1 < count {
                 HiddenStates::encode(width, out.len() / width, out, format, wire);
                 self.boundary_bytes += wire.len() as u64;

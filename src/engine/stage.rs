@@ -2,7 +2,7 @@
 //! unless told: a GPU where this build has one, else the CPU) with the CPU for what the device lacks.
 //! The first stage takes token ids, the others hidden states; the last returns logits.
 
-use super::blocks::{input, GraphShape};
+use super::blocks::{input, GraphShape, SegmentShape};
 use super::forward::{self, StageParts};
 use super::kv_cache::KvCache;
 use super::weights::StageWeights;
@@ -75,6 +75,17 @@ impl StageInput<'_> {
     }
 }
 
+/// One sequence's part of a batched step: positions `start..start + tokens` of sequence `seq`, whose
+/// rows follow the previous segment's in the step's input; on the last stage, `logits` asks for the
+/// logits of its last position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub seq: usize,
+    pub start: usize,
+    pub tokens: usize,
+    pub logits: bool,
+}
+
 /// Memory a stage uses, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
 pub struct StageMemory {
@@ -101,6 +112,7 @@ pub struct Stage {
     mask: Vec<f16>,
     mask_sliding: Vec<f16>,
     token_ids: Vec<i32>,
+    output_rows: Vec<i32>,
 }
 
 impl Stage {
@@ -139,31 +151,57 @@ impl Stage {
             mask: Vec::new(),
             mask_sliding: Vec::new(),
             token_ids: Vec::new(),
+            output_rows: Vec::new(),
         };
-        let worst = GraphShape {
-            tokens: stage.options.batch,
-            attended: stage.cache.context(),
-            attended_sliding: stage.cache.attended_sliding(stage.cache.context()),
-            seq: 0,
-        };
-        let graph = stage.build(worst);
-        if let Some(node) = stage.backend.unsupported_node(&graph) {
-            return Err(EngineError::Unsupported(format!("neither {} nor the CPU can compute {node}", device.name())));
+        let mut compute_bytes = 0;
+        let mut nodes = 0;
+        for worst in stage.worst_shapes() {
+            let graph = stage.build(&worst);
+            if let Some(node) = stage.backend.unsupported_node(&graph) {
+                return Err(EngineError::Unsupported(format!(
+                    "neither {} nor the CPU can compute {node}",
+                    device.name()
+                )));
+            }
+            // Reserving keeps the largest buffers any of the graphs needs.
+            compute_bytes = stage.backend.reserve(&graph).map_err(EngineError::OutOfMemory)?;
+            nodes = nodes.max(graph.node_count());
         }
-        stage.compute_bytes = stage.backend.reserve(&graph).map_err(EngineError::OutOfMemory)? as u64;
+        stage.compute_bytes = compute_bytes as u64;
         tracing::debug!(
             layers = ?stage.layers,
             device = %device.name(),
             weights = stage.weights.mapped_bytes(),
             kv_cache = stage.cache.bytes(),
             compute = stage.compute_bytes,
-            nodes = graph.node_count(),
+            nodes,
             "stage loaded"
         );
         Ok(stage)
     }
 
-    fn build(&self, shape: GraphShape) -> Graph {
+    /// The largest steps the stage may run, for sizing its compute buffer: a whole batch of one
+    /// sequence over the whole context, and with several sequences, each of them over the whole context
+    /// with one token each but the first, which takes the rest of the batch.
+    fn worst_shapes(&self) -> Vec<GraphShape> {
+        let (batch, context) = (self.options.batch, self.cache.context());
+        let segment = |seq, tokens| SegmentShape {
+            seq,
+            tokens,
+            attended: context,
+            attended_sliding: self.cache.attended_sliding(context),
+        };
+        let mut shapes = vec![GraphShape { tokens: batch, segments: vec![segment(0, batch)], outputs: 1 }];
+        let sequences = self.cache.sequences().min(batch);
+        if sequences > 1 {
+            let segments: Vec<_> =
+                (0..sequences).map(|seq| segment(seq, if seq == 0 { batch - sequences + 1 } else { 1 })).collect();
+            shapes.push(GraphShape { tokens: batch, segments, outputs: sequences });
+        }
+        shapes
+    }
+
+    fn build(&self, shape: &GraphShape) -> Graph {
         let parts = StageParts {
             config: &self.config,
             layers: self.layers.clone(),
@@ -241,24 +279,54 @@ impl Stage {
     /// Returns hidden states (`tokens` rows of the embedding width) or, on the last stage, the logits of
     /// the last position (the vocabulary's width).
     pub fn forward(&mut self, seq: usize, start: usize, input: StageInput<'_>) -> Result<&[f32], EngineError> {
+        let segment = Segment { seq, start, tokens: input.tokens(), logits: true };
+        self.forward_batch(&[segment], input)
+    }
+
+    /// Runs this stage's layers on one step of several sequences at once (continuous batching): the
+    /// input's rows are the segments' tokens one segment after another, each segment a different
+    /// sequence, and each sequence's tokens attend only to that sequence's cache. The weights are read
+    /// once for all of them.
+    ///
+    /// Returns hidden states (every row) or, on the last stage, the logits of the last position of each
+    /// segment that asks for them, in order (none asking: the last row's, to be ignored).
+    pub fn forward_batch(&mut self, segments: &[Segment], input: StageInput<'_>) -> Result<&[f32], EngineError> {
+        self.check_batch(segments, &input)?;
         let tokens = input.tokens();
-        self.check_step(seq, start, &input)?;
-        let end = start + tokens;
-        let shape = GraphShape {
-            tokens,
-            attended: self.cache.attended(end),
-            attended_sliding: self.cache.attended_sliding(end),
-            seq,
-        };
-        if self.graph.as_ref().map(|(s, _)| *s) != Some(shape) {
+        let is_last = self.is_last();
+        self.output_rows.clear();
+        let mut row = 0;
+        for s in segments {
+            row += s.tokens;
+            if s.logits {
+                self.output_rows.push(row as i32 - 1);
+            }
+        }
+        if self.output_rows.is_empty() {
+            self.output_rows.push(tokens as i32 - 1);
+        }
+        let cache = &self.cache;
+        let segment_shapes = segments.iter().map(|s| SegmentShape {
+            seq: s.seq,
+            tokens: s.tokens,
+            attended: cache.attended(s.start + s.tokens),
+            attended_sliding: cache.attended_sliding(s.start + s.tokens),
+        });
+        let outputs = if is_last { self.output_rows.len() } else { tokens };
+        let same = self.graph.as_ref().is_some_and(|(shape, _)| {
+            shape.tokens == tokens
+                && shape.outputs == outputs
+                && shape.segments.iter().copied().eq(segment_shapes.clone())
+        });
+        if !same {
+            let shape = GraphShape { tokens, segments: segment_shapes.collect(), outputs };
             // Free the old graph first: it holds the compute buffer's place.
             self.graph = None;
-            let graph = self.build(shape);
+            let graph = self.build(&shape);
             self.graph = Some((shape, graph));
         }
-        self.fill_inputs(seq, start, tokens, shape, &input);
-        let is_last = self.is_last();
-        let (_, graph) = self.graph.as_ref().expect("built above");
+        self.fill_inputs(segments, &input);
+        let (shape, graph) = self.graph.as_ref().expect("built above");
         let backend = &mut self.backend;
         backend.allocate(graph).map_err(EngineError::OutOfMemory)?;
         match &input {
@@ -278,20 +346,47 @@ impl Stage {
         if graph.has_input(input::MASK_SLIDING) {
             backend.set_input(graph, input::MASK_SLIDING, &self.mask_sliding);
         }
-        if is_last && tokens > 1 {
-            backend.set_input(graph, input::LAST_ROW, &[tokens as i32 - 1]);
+        if is_last && shape.outputs < tokens {
+            backend.set_input(graph, input::OUTPUT_ROWS, &self.output_rows);
         }
         backend.compute(graph).map_err(EngineError::Backend)?;
         backend.read_output(graph, &mut self.output);
-        self.cache.wrote(seq, start, end);
+        for s in segments {
+            self.cache.wrote(s.seq, s.start, s.start + s.tokens);
+        }
         if let Some(bad) = self.output.iter().position(|v| !v.is_finite()) {
             return Err(EngineError::NonFinite { layers: self.layers.clone(), index: bad });
         }
         Ok(&self.output)
     }
 
-    fn check_step(&self, seq: usize, start: usize, input: &StageInput<'_>) -> Result<(), EngineError> {
-        let tokens = input.tokens();
+    /// Checks a batched step: one to `batch` tokens in all, as many as the input has, each segment a
+    /// different sequence, each a valid step of its own.
+    fn check_batch(&self, segments: &[Segment], input: &StageInput<'_>) -> Result<(), EngineError> {
+        let total: usize = segments.iter().map(|s| s.tokens).sum();
+        if segments.is_empty() || total != input.tokens() {
+            return Err(EngineError::BadInput(format!(
+                "a step's {} segments hold {total} tokens but its input has {}",
+                segments.len(),
+                input.tokens()
+            )));
+        }
+        for (i, s) in segments.iter().enumerate() {
+            if segments[..i].iter().any(|o| o.seq == s.seq) {
+                return Err(EngineError::BadInput(format!("sequence {} appears twice in one step", s.seq)));
+            }
+            self.check_segment(s)?;
+        }
+        if total > self.options.batch {
+            return Err(EngineError::BadInput(format!("a step takes 1 to {} tokens, not {total}", self.options.batch)));
+        }
+        self.check_input(input)
+    }
+
+    /// Whether one sequence's part of a step can run: an existing sequence, positions that follow
+    /// what it holds and fit its context.
+    pub fn check_segment(&self, s: &Segment) -> Result<(), EngineError> {
+        let (seq, start, tokens) = (s.seq, s.start, s.tokens);
         if seq >= self.cache.sequences() {
             return Err(EngineError::BadInput(format!(
                 "sequence {seq} does not exist (this stage holds {})",
@@ -314,6 +409,10 @@ impl Stage {
         if start + tokens > self.cache.context() {
             return Err(EngineError::ContextFull { needed: start + tokens, context: self.cache.context() });
         }
+        Ok(())
+    }
+
+    fn check_input(&self, input: &StageInput<'_>) -> Result<(), EngineError> {
         match input {
             StageInput::Tokens(ids) => {
                 if !self.is_first() {
@@ -346,32 +445,41 @@ impl Stage {
         Ok(())
     }
 
-    fn fill_inputs(&mut self, seq: usize, start: usize, tokens: usize, shape: GraphShape, input: &StageInput<'_>) {
+    fn fill_inputs(&mut self, segments: &[Segment], input: &StageInput<'_>) {
         if let StageInput::Tokens(ids) = input {
             self.token_ids.clear();
             self.token_ids.extend(ids.iter().map(|&id| id as i32));
         }
         self.positions.clear();
-        self.positions.extend((start..start + tokens).map(|p| p as i32));
+        for s in segments {
+            self.positions.extend((s.start..s.start + s.tokens).map(|p| p as i32));
+        }
         // Each layer kind's inputs only when this stage's graph has such layers (it then has the inputs).
-        let has = |name| self.graph.as_ref().is_some_and(|(_, graph)| graph.has_input(name));
-        if has(input::MASK) {
+        let Some((shape, graph)) = self.graph.as_ref() else { return };
+        if graph.has_input(input::MASK) {
             self.rows.clear();
-            self.rows.extend((start..start + tokens).map(|p| self.cache.row(seq, p)));
-            // Causal mask: token i (at position start + i) sees cache positions 0..=start + i.
-            let attended = shape.attended;
             self.mask.clear();
-            self.mask.resize(attended * tokens, f16::NEG_INFINITY);
-            for i in 0..tokens {
-                let visible = start + i + 1;
-                self.mask[i * attended..i * attended + visible].fill(f16::ZERO);
+            for (s, shape) in segments.iter().zip(&shape.segments) {
+                self.rows.extend((s.start..s.start + s.tokens).map(|p| self.cache.row(s.seq, p)));
+                // Causal mask: token i (at position start + i) sees cache positions 0..=start + i.
+                let attended = shape.attended;
+                let at = self.mask.len();
+                self.mask.resize(at + attended * s.tokens, f16::NEG_INFINITY);
+                for i in 0..s.tokens {
+                    let visible = s.start + i + 1;
+                    let row = at + i * attended;
+                    self.mask[row..row + visible].fill(f16::ZERO);
+                }
             }
         }
         // Sliding-window layers keep a ring of recent positions.
-        if has(input::MASK_SLIDING) {
+        if graph.has_input(input::MASK_SLIDING) {
             self.rows_sliding.clear();
-            self.rows_sliding.extend((start..start + tokens).map(|p| self.cache.sliding_row(seq, p)));
-            self.cache.fill_sliding_mask(&mut self.mask_sliding, start, tokens, shape.attended_sliding);
+            self.mask_sliding.clear();
+            for (s, shape) in segments.iter().zip(&shape.segments) {
+                self.rows_sliding.extend((s.start..s.start + s.tokens).map(|p| self.cache.sliding_row(s.seq, p)));
+                self.cache.push_sliding_mask(&mut self.mask_sliding, s.start, s.tokens, shape.attended_sliding);
+            }
         }
     }
 }

@@ -11,7 +11,7 @@
 //! plus shared experts. Next-token-prediction layers are skipped.
 
 use super::ArchSpec;
-use crate::engine::blocks::{self, StepContext};
+use crate::engine::blocks::{self, CachedKeys, StepContext};
 use crate::engine::weights::LayerWeights;
 use crate::ggml::{GraphBuilder, RopeParams, Tensor};
 use crate::model::config::Keys;
@@ -290,10 +290,8 @@ fn attention<'g>(
     let k_rows = g.view(k, &[k_width * k_heads, t], &[k.strides()[2]], 0);
     let rows = step.cache_rows.expect("a deepseek2 stage's graph has its cache rows");
     step.cache.store(g, local, k_rows, v_rows, rows);
-    let (k_all, v_all) = step.cache.view(g, local, step.shape.seq, step.shape.attended, k_width as usize, value_head);
-    let mask = step.mask.expect("a deepseek2 stage's graph has the causal mask");
-    let q = g.permute(q, [0, 2, 1, 3]);
-    let attended = g.flash_attention(q, g.permute(k_all, [0, 2, 1, 3]), g.permute(v_all, [0, 2, 1, 3]), mask, scale);
+    let keys = CachedKeys { layer: local, key_head: k_width as usize, value_head, sliding: false };
+    let attended = blocks::attend(g, step, q, keys, scale, None);
     let out = if mla.absorbed {
         // Expand each head's attended latent into its values: [value_head, heads, tokens].
         let per_head = g.permute(attended, [0, 2, 1, 3]);
