@@ -24,8 +24,11 @@ fn options(sequences: usize) -> StageOptions {
     StageOptions { context: 512, sequences, threads: 2, batch: 64, ..StageOptions::default() }
 }
 
+/// A request's greedy tokens and the logits of each of its steps.
+type Outcome = (Vec<u32>, Vec<Vec<f32>>);
+
 /// Greedy tokens and each step's logits of one request, alone in a single-sequence pipeline.
-fn alone(model: &Model, splits: &[usize], prompt: &[u32], decode: usize) -> (Vec<u32>, Vec<Vec<f32>>) {
+fn alone(model: &Model, splits: &[usize], prompt: &[u32], decode: usize) -> Outcome {
     let mut pipeline = LocalPipeline::load(model, splits, &options(1), WireFormat::F32).unwrap();
     let mut logits = vec![pipeline.forward(0, 0, prompt).unwrap().to_vec()];
     let mut tokens = vec![argmax(&logits[0])];
@@ -48,11 +51,11 @@ struct Running {
 
 /// All requests through one pipeline of four sequences, every step batched: new requests' prompts with
 /// the others' decode rows, each request leaving when it has its tokens.
-fn batched(model: &Model, splits: &[usize]) -> Vec<(Vec<u32>, Vec<Vec<f32>>)> {
+fn batched(model: &Model, splits: &[usize]) -> Vec<Outcome> {
     let mut pipeline = LocalPipeline::load(model, splits, &options(4), WireFormat::F32).unwrap();
     let vocabulary = model.config().vocabulary;
     let mut running: Vec<Running> = Vec::new();
-    let mut done: Vec<Option<(Vec<u32>, Vec<Vec<f32>>)>> = vec![None; REQUESTS.len()];
+    let mut done: Vec<Option<Outcome>> = vec![None; REQUESTS.len()];
     let mut step = 0;
     let mut steps_with_both = 0;
     while done.iter().any(Option::is_none) {

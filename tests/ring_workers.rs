@@ -98,7 +98,7 @@ fn generate(front_port: u16) -> String {
         match serde_json::from_str::<FrontEvent>(&line.unwrap()).unwrap() {
             FrontEvent::Text { text: t } => text += &t,
             FrontEvent::Done { .. } => return text,
-            FrontEvent::Error { message, .. } => panic!("generation failed: {message}"),
+            FrontEvent::Error { message, .. } | FrontEvent::Busy { message } => panic!("generation failed: {message}"),
             FrontEvent::Started { .. } => {}
         }
     }

@@ -71,6 +71,17 @@ impl ApiError {
         ApiError { status: StatusCode::SERVICE_UNAVAILABLE, kind: "server_error", ..ApiError::bad_request(message) }
     }
 
+    /// Every slot of the model is taken and its queue is full: try again shortly (429, with
+    /// `Retry-After`).
+    pub fn busy(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            kind: "rate_limit_error",
+            code: Some("model_busy"),
+            ..ApiError::bad_request(message)
+        }
+    }
+
     pub fn unprocessable(message: impl Into<String>) -> ApiError {
         ApiError { status: StatusCode::UNPROCESSABLE_ENTITY, ..ApiError::bad_request(message) }
     }
@@ -83,7 +94,8 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body())).into_response()
+        let body = self.body();
+        self.respond(body)
     }
 }
 
@@ -129,7 +141,16 @@ impl ApiError {
             Dialect::Anthropic => self.anthropic_body(),
             Dialect::Ollama => serde_json::json!({ "error": self.message }),
         };
-        (self.status, Json(body)).into_response()
+        self.respond(body)
+    }
+
+    fn respond(self, body: serde_json::Value) -> Response {
+        let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            // A busy model frees a slot as soon as any request ends.
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+        }
+        response
     }
 
     /// The body of this error in Anthropic's shape (also sent as an `error` event in streams).

@@ -169,6 +169,7 @@ pub async fn start(state: &ApiState, model: &str, front: FrontRequest) -> Result
                     return Ok(Started { events, prompt_tokens, reply })
                 }
                 Some(FrontEvent::Error { message, client_error: true }) => return Err(ApiError::bad_request(message)),
+                Some(FrontEvent::Busy { message }) => return Err(ApiError::busy(message)),
                 Some(FrontEvent::Error { message, .. }) => message,
                 _ => "the model's first stage ended the request before it started".to_string(),
             },
@@ -219,7 +220,9 @@ pub async fn collect(
                 state.instances.record_request(model, &report);
                 return Ok(Finished { text, reason: finish_reason, report });
             }
-            Some(FrontEvent::Error { message, .. }) => return Err(ApiError::failed(message)),
+            Some(FrontEvent::Error { message, .. } | FrontEvent::Busy { message }) => {
+                return Err(ApiError::failed(message))
+            }
             Some(FrontEvent::Started { .. }) => {}
             None => return Err(ApiError::failed(STOPPED)),
         }
@@ -260,7 +263,9 @@ where
                     state.instances.record_request(&model, &report);
                     (Piece::Done(finish_reason, report), true)
                 }
-                Some(FrontEvent::Error { message, .. }) => (Piece::Failed(message), true),
+                Some(FrontEvent::Error { message, .. } | FrontEvent::Busy { message }) => {
+                    (Piece::Failed(message), true)
+                }
                 None => (Piece::Failed(STOPPED.into()), true),
             };
             // A failed send means the client went away: dropping `events` cancels the request.

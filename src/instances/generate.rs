@@ -148,7 +148,7 @@ fn call_local(
                         },
                         _ => return fail(&events, "the model's first stage stopped in the middle of the request".into()),
                     };
-                    let end = matches!(event, FrontEvent::Done { .. } | FrontEvent::Error { .. });
+                    let end = event.is_final();
                     if events.send(event).is_err() || end {
                         return;
                     }
@@ -172,7 +172,7 @@ pub fn on_message(instances: &Arc<Instances>, from: NodeId, message: ControlMess
                     let instances = instances.clone();
                     tokio::spawn(async move {
                         while let Some(event) = rx.recv().await {
-                            let end = matches!(event, FrontEvent::Done { .. } | FrontEvent::Error { .. });
+                            let end = event.is_final();
                             if !instances.agent.send_to(from, ControlMessage::GenerateEvent { call, event }) || end {
                                 break;
                             }
@@ -187,7 +187,7 @@ pub fn on_message(instances: &Arc<Instances>, from: NodeId, message: ControlMess
             }
         }
         ControlMessage::GenerateEvent { call, event } => {
-            let end = matches!(event, FrontEvent::Done { .. } | FrontEvent::Error { .. });
+            let end = event.is_final();
             // Only the node serving a call sends its events.
             let sender =
                 instances.registry().calls.get(&call).filter(|(node, _)| *node == from).map(|(_, tx)| tx.clone());

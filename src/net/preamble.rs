@@ -6,7 +6,7 @@ use super::NetError;
 pub const MAGIC: &[u8; 5] = b"SHOAL";
 /// Bumped when the wire protocol changes incompatibly; nodes of different versions refuse each other
 /// with a message that says so.
-pub const PROTOCOL_VERSION: u8 = 1;
+pub const PROTOCOL_VERSION: u8 = 2;
 
 /// What a connection is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

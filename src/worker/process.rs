@@ -298,7 +298,7 @@ async fn serve_front(
         tokio::select! {
             event = events.recv() => {
                 let Some(event) = event else { return Ok(()) };
-                let end = matches!(event, FrontEvent::Done { .. } | FrontEvent::Error { .. });
+                let end = event.is_final();
                 let line = format!("{}\n", serde_json::to_string(&event)?);
                 if write.write_all(line.as_bytes()).await.is_err() {
                     let _ = work.send(Work::Cancel { id });

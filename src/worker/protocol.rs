@@ -81,6 +81,9 @@ pub struct StageStats {
     pub hop_p50_us: Option<u64>,
     pub hop_p99_us: Option<u64>,
     pub active_requests: usize,
+    /// Stage 0: requests waiting for a slot.
+    #[serde(default)]
+    pub queued_requests: usize,
 }
 
 /// The prompt of a request.
@@ -118,6 +121,10 @@ pub struct FrontRequest {
 pub struct GenerationReport {
     pub prompt_tokens: usize,
     pub generated_tokens: usize,
+    /// How long the request waited for a slot before its prompt ran (ms).
+    #[serde(default)]
+    pub queue_ms: f64,
+    /// From its prompt starting to run to its first token (the wait for a slot not included).
     pub time_to_first_token_ms: f64,
     pub prefill_tokens_per_second: f64,
     pub decode_tokens_per_second: f64,
@@ -150,4 +157,15 @@ pub enum FrontEvent {
         message: String,
         client_error: bool,
     },
+    /// Refused before it started: every slot is taken and the queue is full.
+    Busy {
+        message: String,
+    },
+}
+
+impl FrontEvent {
+    /// Whether the request ends with this event.
+    pub fn is_final(&self) -> bool {
+        matches!(self, FrontEvent::Done { .. } | FrontEvent::Error { .. } | FrontEvent::Busy { .. })
+    }
 }

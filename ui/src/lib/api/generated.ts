@@ -231,7 +231,11 @@ requests: number, generated_tokens: number,
 /**
  * Stage 0: per decode step, the time on the ring's links divided by the hops (p50/p99, µs).
  */
-hop_p50_us: number | null, hop_p99_us: number | null, active_requests: number, };
+hop_p50_us: number | null, hop_p99_us: number | null, active_requests: number, 
+/**
+ * Stage 0: requests waiting for a slot.
+ */
+queued_requests: number, };
 
 /**
  * A stage's fetch of its share, as the instance shows it.
@@ -365,7 +369,15 @@ fetches: Array<ShareNeed | null>, };
 /**
  * Counts and rates of one finished request.
  */
-export type GenerationReport = { prompt_tokens: number, generated_tokens: number, time_to_first_token_ms: number, prefill_tokens_per_second: number, decode_tokens_per_second: number, 
+export type GenerationReport = { prompt_tokens: number, generated_tokens: number, 
+/**
+ * How long the request waited for a slot before its prompt ran (ms).
+ */
+queue_ms: number, 
+/**
+ * From its prompt starting to run to its first token (the wait for a slot not included).
+ */
+time_to_first_token_ms: number, prefill_tokens_per_second: number, decode_tokens_per_second: number, 
 /**
  * Median per-hop link time of this request's decode steps (µs), on multi-stage instances.
  */

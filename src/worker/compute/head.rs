@@ -1,0 +1,437 @@
+//! Stage 0's side of the compute thread: requests are admitted into free KV slots in the order they
+//! came (the others wait in a bounded queue; a request finding it full is refused at once as busy),
+//! their prompts rendered and tokenized, and each step runs, as one batch, the rows the schedule picks
+//! from every admitted request. Tokens coming back (or, on a one-stage instance, sampled here) become
+//! text for the client, and each request ends on a stop, its length, the context's end, a
+//! cancellation or a failure, freeing its slot for the next in the queue.
+
+use super::schedule::{self, Need};
+use super::Compute;
+use crate::engine::{self, FinishReason, Sampler, Segment, StageInput, TokenStream};
+use crate::links::RttWindow;
+use crate::model::{ChatTemplate, ModelError, ReplyFormat, Tokenizer};
+use crate::transport::{Records, RingFrame, StepRows};
+use crate::util::LockExt;
+use crate::worker::protocol::{FrontEvent, FrontRequest, GenerationReport, PromptInput};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// Requests that may wait for a slot, per slot; one more is refused as busy.
+pub const QUEUE_PER_SLOT: usize = 4;
+
+struct Active {
+    id: u64,
+    slot: u32,
+    events: UnboundedSender<FrontEvent>,
+    stream: TokenStream,
+    max_tokens: usize,
+    generated: usize,
+    prompt: Vec<u32>,
+    /// Prompt tokens already run.
+    prefilled: usize,
+    /// The chunks the prompt is cut into.
+    chunk: usize,
+    /// The token to feed next, once sampled; none while its step is on the ring.
+    next: Option<u32>,
+    /// The position the next token is fed at.
+    pos: usize,
+    /// How long the request waited for its slot.
+    queued: Duration,
+    started: Instant,
+    first_token: Option<Instant>,
+    /// When its last decode row left this stage (for the hop time).
+    sent_at: Option<Instant>,
+    hops: RttWindow,
+    /// Single-stage instances sample here.
+    sampler: Option<Sampler>,
+}
+
+impl Active {
+    fn need(&self) -> Need {
+        if self.prefilled < self.prompt.len() {
+            Need::Prefill { remaining: self.prompt.len() - self.prefilled, chunk: self.chunk }
+        } else if self.next.is_some() {
+            Need::Decode
+        } else {
+            Need::Waiting
+        }
+    }
+}
+
+struct Waiting {
+    id: u64,
+    request: FrontRequest,
+    events: UnboundedSender<FrontEvent>,
+    since: Instant,
+}
+
+/// Stage 0's state.
+pub struct Head {
+    pub tokenizer: Tokenizer,
+    pub template: ChatTemplate,
+    /// Admitted requests, oldest first.
+    active: Vec<Active>,
+    free_slots: Vec<u32>,
+    waiting: VecDeque<Waiting>,
+    queue_limit: usize,
+    hops: RttWindow,
+    // Reused for every step.
+    needs: Vec<Need>,
+    tokens: Vec<u32>,
+}
+
+impl Head {
+    pub fn new(tokenizer: Tokenizer, template: ChatTemplate, slots: usize) -> Head {
+        Head {
+            tokenizer,
+            template,
+            active: Vec::new(),
+            free_slots: (0..slots as u32).rev().collect(),
+            waiting: VecDeque::new(),
+            queue_limit: QUEUE_PER_SLOT * slots.max(1),
+            hops: RttWindow::default(),
+            needs: Vec::new(),
+            tokens: Vec::new(),
+        }
+    }
+
+    fn find(&mut self, id: u64) -> Option<&mut Active> {
+        self.active.iter_mut().find(|a| a.id == id)
+    }
+}
+
+impl Compute {
+    pub(super) fn on_frame_at_head(&mut self, frame: RingFrame<'_>) {
+        match frame {
+            RingFrame::Tokens { tokens, compute_us } => {
+                for t in tokens.iter() {
+                    self.on_token(t.request, t.token, Some(compute_us));
+                }
+            }
+            RingFrame::Failed { request, message, .. } => self.finish(request, Err(message)),
+            other => tracing::debug!("stage 0 ignores a returning {other:?} frame"),
+        }
+    }
+
+    pub(super) fn on_request(&mut self, id: u64, request: FrontRequest, events: UnboundedSender<FrontEvent>) {
+        let head = self.head.as_mut().expect("requests go to stage 0");
+        if let Some(slot) = head.free_slots.pop() {
+            return self.start(id, slot, request, events, Duration::ZERO);
+        }
+        if head.waiting.len() >= head.queue_limit {
+            let message = format!(
+                "the model is busy: {} requests run and {} wait, the most it queues; try again shortly",
+                head.active.len(),
+                head.waiting.len()
+            );
+            let _ = events.send(FrontEvent::Busy { message });
+            return;
+        }
+        head.waiting.push_back(Waiting { id, request, events, since: Instant::now() });
+        self.stats.locked().queued_requests = head.waiting.len();
+    }
+
+    fn reject(events: &UnboundedSender<FrontEvent>, message: String) {
+        let _ = events.send(FrontEvent::Error { message, client_error: true });
+    }
+
+    /// Renders and tokenizes the prompt of `request`; the prompt, and how the reply will be laid out.
+    fn prompt_of(&mut self, request: &FrontRequest) -> Result<(Vec<u32>, ReplyFormat), String> {
+        let context = self.stage.context();
+        let head = self.head.as_mut().expect("stage 0");
+        let encode = |text: &str| head.tokenizer.encode(text).map_err(|e| e.to_string());
+        let mut reply = ReplyFormat::Plain;
+        let mut templated = |rendered: Result<String, ModelError>| {
+            let text = rendered.map_err(|e| e.to_string())?;
+            reply = head.template.reply_format(&text);
+            encode(&text)
+        };
+        let prompt = match &request.prompt {
+            PromptInput::Text(t) => encode(t),
+            PromptInput::Messages(m) => templated(head.template.render(m)),
+            PromptInput::Conversation { messages, tools, variables } => {
+                templated(head.template.render_conversation(messages, tools, variables))
+            }
+            PromptInput::Tokens(t) => Ok(t.clone()),
+        }?;
+        let vocabulary = head.tokenizer.vocabulary_size();
+        if prompt.is_empty() {
+            return Err("the prompt is empty".to_string());
+        }
+        if prompt.len() >= context {
+            return Err(format!(
+                "the prompt is {} tokens but the instance's context holds {context}; shorten it",
+                prompt.len()
+            ));
+        }
+        if prompt.iter().any(|&t| t as usize >= vocabulary) {
+            return Err("a prompt token is outside the vocabulary".into());
+        }
+        Ok((prompt, reply))
+    }
+
+    /// Admits a request into `slot`: its prompt is checked and its first step waits for the schedule.
+    fn start(
+        &mut self,
+        id: u64,
+        slot: u32,
+        request: FrontRequest,
+        events: UnboundedSender<FrontEvent>,
+        queued: Duration,
+    ) {
+        let single = self.stages == 1;
+        // Validated once (a format's schema is compiled to check it); single-stage instances sample here.
+        let admitted = request.sampling.validate().and_then(|_| self.prompt_of(&request)).and_then(|(p, reply)| {
+            let sampler = if single { Some(self.sampler(&request.sampling)?) } else { None };
+            Ok((p, reply, sampler))
+        });
+        let (prompt, reply, mut sampler) = match admitted {
+            Ok(admitted) => admitted,
+            Err(message) => {
+                Self::reject(&events, message);
+                self.head.as_mut().expect("stage 0").free_slots.push(slot);
+                return self.start_waiting();
+            }
+        };
+        let _ = events.send(FrontEvent::Started { prompt_tokens: prompt.len(), reply });
+        if let Some(s) = sampler.as_mut() {
+            prompt.iter().for_each(|&t| s.accept(t));
+        }
+        if !single {
+            let recent_from = prompt.len().saturating_sub(request.sampling.repeat_last_n);
+            self.send(&RingFrame::Begin {
+                request: id,
+                slot,
+                sampling: request.sampling.clone(),
+                recent: prompt[recent_from..].to_vec(),
+            });
+        }
+        let chunk = schedule::prompt_chunk(prompt.len(), self.stages, self.stage.options().batch);
+        let head = self.head.as_mut().expect("stage 0");
+        head.active.push(Active {
+            id,
+            slot,
+            events,
+            stream: TokenStream::new(&request.stop, request.ignore_eos),
+            max_tokens: request.max_tokens,
+            generated: 0,
+            pos: prompt.len(),
+            prompt,
+            prefilled: 0,
+            chunk,
+            next: None,
+            queued,
+            started: Instant::now(),
+            first_token: None,
+            sent_at: None,
+            hops: RttWindow::default(),
+            sampler,
+        });
+        self.stats.locked().active_requests = head.active.len();
+        if request.max_tokens == 0 {
+            self.finish(id, Ok(FinishReason::Length));
+        }
+    }
+
+    /// Whether an admitted request has rows to run.
+    pub(super) fn has_step(&self) -> bool {
+        self.head.as_ref().is_some_and(|h| h.active.iter().any(|a| a.need() != Need::Waiting))
+    }
+
+    /// Runs one batched step of the rows the schedule picks, and sends it on (or samples it here).
+    pub(super) fn step_at_head(&mut self) {
+        let batch = self.stage.options().batch;
+        let head = self.head.as_mut().expect("stage 0");
+        head.needs.clear();
+        head.needs.extend(head.active.iter().map(Active::need));
+        let picked = schedule::next_step(&head.needs, self.stages, batch);
+        if picked.is_empty() {
+            return;
+        }
+        self.segments.clear();
+        self.rows.clear();
+        head.tokens.clear();
+        for &(i, tokens) in &picked {
+            let a = &mut head.active[i];
+            let (start, sample) = match a.next.take() {
+                Some(token) => {
+                    head.tokens.push(token);
+                    a.pos += 1;
+                    (a.pos - 1, true)
+                }
+                None => {
+                    head.tokens.extend_from_slice(&a.prompt[a.prefilled..a.prefilled + tokens]);
+                    a.prefilled += tokens;
+                    (a.prefilled - tokens, a.prefilled == a.prompt.len())
+                }
+            };
+            self.segments.push(Segment { seq: a.slot as usize, start, tokens, logits: sample });
+            self.rows.push(StepRows {
+                request: a.id,
+                slot: a.slot,
+                start: start as u32,
+                tokens: tokens as u32,
+                sample,
+            });
+        }
+        let tokens = std::mem::take(&mut head.tokens);
+        let result = self.step(StageInput::Tokens(&tokens));
+        self.head.as_mut().expect("stage 0").tokens = tokens;
+        let rows = std::mem::take(&mut self.rows);
+        match result {
+            Err(e) => {
+                let message = e.to_string();
+                rows.iter().for_each(|r| self.finish(r.request, Err(message.clone())));
+            }
+            Ok(_) if self.stages == 1 => self.sample_here(&rows),
+            Ok(_) => {
+                self.encode_output();
+                let wire = std::mem::take(&mut self.wire);
+                // Stamped before the write: on a busy machine the next stage may run before it returns.
+                let now = Instant::now();
+                let head = self.head.as_mut().expect("stage 0");
+                for r in rows.iter().filter(|r| r.sample) {
+                    if let Some(a) = head.find(r.request) {
+                        a.sent_at = Some(now);
+                    }
+                }
+                self.send(&RingFrame::Forward { rows: Records::Items(&rows), compute_us: 0, hidden: &wire });
+                self.wire = wire;
+            }
+        }
+        self.rows = rows;
+    }
+
+    /// Single-stage instances: each row that asks samples from its logits, then goes on.
+    fn sample_here(&mut self, rows: &[StepRows]) {
+        let vocabulary = self.stage.config().vocabulary;
+        let head = self.head.as_mut().expect("stage 0");
+        let mut tokens = Vec::with_capacity(rows.len());
+        for (r, logits) in rows.iter().filter(|r| r.sample).zip(self.stage.last_output().chunks(vocabulary)) {
+            let Some(sampler) = head.find(r.request).and_then(|a| a.sampler.as_mut()) else { continue };
+            let token = sampler.sample(logits);
+            sampler.accept(token);
+            tokens.push((r.request, token));
+        }
+        for (id, token) in tokens {
+            self.on_token(id, token, None);
+        }
+    }
+
+    fn on_token(&mut self, id: u64, token: u32, others_us: Option<u32>) {
+        let stages = self.stages as u64;
+        let context = self.stage.context();
+        let Some(head) = self.head.as_mut() else { return };
+        let Some(a) = head.active.iter_mut().find(|a| a.id == id) else { return };
+        let now = Instant::now();
+        a.first_token.get_or_insert(now);
+        if let (Some(sent), Some(others)) = (a.sent_at.take(), others_us) {
+            // The ring time of a step, less the other stages' compute, shared by the hops.
+            let ring_us = now.duration_since(sent).as_micros() as u64;
+            let hop = Duration::from_micros(ring_us.saturating_sub(others as u64) / stages.max(1));
+            a.hops.record(hop);
+            head.hops.record(hop);
+        }
+        a.generated += 1;
+        let (text, stop) = a.stream.push(&head.tokenizer, token);
+        if !text.is_empty() && a.events.send(FrontEvent::Text { text }).is_err() {
+            return self.finish(id, Ok(FinishReason::Cancelled));
+        }
+        if stop {
+            return self.finish(id, Ok(FinishReason::Stop));
+        }
+        if a.generated >= a.max_tokens || a.pos + 1 > context {
+            return self.finish(id, Ok(FinishReason::Length));
+        }
+        a.next = Some(token);
+    }
+
+    pub(super) fn on_cancel(&mut self, id: u64) {
+        let Some(head) = self.head.as_mut() else { return };
+        head.waiting.retain(|w| w.id != id);
+        self.stats.locked().queued_requests = head.waiting.len();
+        if head.find(id).is_some() {
+            self.finish(id, Ok(FinishReason::Cancelled));
+        }
+    }
+
+    /// Ends request `id`: the last text and the report (or the error) to the client, the slot freed
+    /// along the ring, and the next waiting request started.
+    fn finish(&mut self, id: u64, outcome: Result<FinishReason, String>) {
+        let stages = self.stages;
+        let Some(head) = self.head.as_mut() else { return };
+        let Some(index) = head.active.iter().position(|a| a.id == id) else { return };
+        let mut a = head.active.remove(index);
+        head.free_slots.push(a.slot);
+        match outcome {
+            Ok(reason) => {
+                if reason != FinishReason::Stop {
+                    let tail = a.stream.finish();
+                    if !tail.is_empty() {
+                        let _ = a.events.send(FrontEvent::Text { text: tail });
+                    }
+                }
+                let _ = a.events.send(FrontEvent::Done { finish_reason: reason, report: report(&a) });
+            }
+            Err(message) => {
+                let _ = a.events.send(FrontEvent::Error { message, client_error: false });
+            }
+        }
+        {
+            let mut s = self.stats.locked();
+            s.requests += 1;
+            s.generated_tokens += a.generated as u64;
+            s.active_requests = head.active.len();
+            s.hop_p50_us = head.hops.quantile(0.5).map(|d| d.as_micros() as u64);
+            s.hop_p99_us = head.hops.quantile(0.99).map(|d| d.as_micros() as u64);
+        }
+        if stages > 1 {
+            self.send(&RingFrame::End { request: id, slot: a.slot });
+        }
+        self.start_waiting();
+    }
+
+    fn start_waiting(&mut self) {
+        let Some(head) = self.head.as_mut() else { return };
+        if head.free_slots.is_empty() {
+            return;
+        }
+        if let Some(w) = head.waiting.pop_front() {
+            self.stats.locked().queued_requests = head.waiting.len();
+            let slot = head.free_slots.pop().expect("checked");
+            self.start(w.id, slot, w.request, w.events, w.since.elapsed());
+        }
+    }
+
+    pub(super) fn fail_all(&mut self, message: &str) {
+        let Some(head) = self.head.as_mut() else { return };
+        let ids: Vec<u64> = head.active.iter().map(|a| a.id).collect();
+        for w in head.waiting.drain(..) {
+            let _ = w.events.send(FrontEvent::Error { message: message.to_string(), client_error: false });
+        }
+        for id in ids {
+            self.finish(id, Err(message.to_string()));
+        }
+    }
+}
+
+/// The counts and rates of a finished request.
+fn report(a: &Active) -> GenerationReport {
+    let now = Instant::now();
+    // The prompt is processed when the first token comes back from the last stage.
+    let ttft = a.first_token.unwrap_or(now).duration_since(a.started);
+    // Without a token back, the prompt was not run (max_tokens 0): no rate to report.
+    let prefill = if a.first_token.is_some() { ttft } else { Duration::ZERO };
+    let decode = now.duration_since(a.first_token.unwrap_or(now));
+    GenerationReport {
+        prompt_tokens: a.prompt.len(),
+        generated_tokens: a.generated,
+        queue_ms: a.queued.as_secs_f64() * 1000.0,
+        time_to_first_token_ms: ttft.as_secs_f64() * 1000.0,
+        prefill_tokens_per_second: engine::rate(a.prompt.len(), prefill),
+        decode_tokens_per_second: engine::rate(a.generated.saturating_sub(1), decode),
+        hop_p50_us: a.hops.quantile(0.5).map(|d| d.as_micros() as u64),
+        stop_sequence: a.stream.stop_sequence().map(str::to_string),
+    }
+}
