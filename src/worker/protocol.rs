@@ -73,6 +73,9 @@ pub enum WorkerCommand {
 pub struct StageStats {
     pub steps: u64,
     pub tokens: u64,
+    /// Requests' rows summed over the steps: above `steps` when steps ran several requests at once.
+    #[serde(default)]
+    pub rows: u64,
     pub compute_us_total: u64,
     /// Stage 0: requests served and generated tokens.
     pub requests: u64,

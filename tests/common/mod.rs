@@ -97,7 +97,7 @@ pub fn oracle_greedy() -> Vec<GreedyCase> {
     jsonl("oracle/greedy.jsonl")
 }
 
-/// What the single-process engine generates greedily for `prompt` (256 tokens of context, one thread):
+/// What the single-process engine generates greedily for `prompt` (512 tokens of context, one thread):
 /// what a split instance must generate too.
 pub fn single_process(prompt: &str, max_tokens: usize) -> String {
     single_process_of(&model_path(), prompt, max_tokens)
@@ -108,7 +108,7 @@ pub fn single_process_of(path: &std::path::Path, prompt: &str, max_tokens: usize
     use shoal::engine::{self, GenerateRequest, LocalPipeline, SamplingParams, StageOptions, WireFormat};
     let model = shoal::model::Model::open(path).unwrap();
     let tokenizer = model.tokenizer().unwrap();
-    let options = StageOptions { context: 256, threads: 1, ..StageOptions::default() };
+    let options = StageOptions { context: 512, threads: 1, ..StageOptions::default() };
     let mut pipeline = LocalPipeline::load(&model, &[], &options, WireFormat::F32).unwrap();
     let request = GenerateRequest {
         prompt: tokenizer.encode(prompt).unwrap(),

@@ -155,6 +155,7 @@ impl Compute {
         let mut s = self.stats.locked();
         s.steps += 1;
         s.tokens += tokens as u64;
+        s.rows += self.segments.len() as u64;
         s.compute_us_total += compute.as_micros() as u64;
     }
 

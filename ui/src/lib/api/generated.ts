@@ -223,7 +223,11 @@ export type StageMemory = { weights: number, kv_cache: number, compute: number, 
 /**
  * A stage's counters since it started.
  */
-export type StageStats = { steps: number, tokens: number, compute_us_total: number, 
+export type StageStats = { steps: number, tokens: number, 
+/**
+ * Requests' rows summed over the steps: above `steps` when steps ran several requests at once.
+ */
+rows: number, compute_us_total: number, 
 /**
  * Stage 0: requests served and generated tokens.
  */
