@@ -1,8 +1,10 @@
 //! Prefill and decode throughput, measured the way llama.cpp's `llama-bench` does (pp512 / tg128):
 //! random tokens, an empty cache for every repetition, one warm-up run, and medians over repetitions.
+//! With several sequences, also the decode rate of that many sequences batched in every step (each
+//! from an empty cache), as llama-bench's `-pg`/batched runs compare.
 
 use super::pipeline::LocalPipeline;
-use super::stage::StageOptions;
+use super::stage::{Segment, StageOptions};
 use super::{EngineError, WireFormat};
 use crate::ggml::os::peak_resident_bytes;
 use crate::model::Model;
@@ -17,6 +19,8 @@ pub struct BenchOptions {
     pub prompt_tokens: usize,
     pub gen_tokens: usize,
     pub repetitions: usize,
+    /// Sequences decoding at once, batched (1: only the one-sequence tests).
+    pub concurrency: usize,
     pub threads: usize,
     /// Split points, to measure a pipeline of in-process stages.
     pub splits: Vec<usize>,
@@ -43,9 +47,22 @@ pub struct BenchReport {
     pub decode_tokens_per_second: f64,
     pub prefill_samples: Vec<f64>,
     pub decode_samples: Vec<f64>,
+    /// With several sequences: their decode rates, batched.
+    pub batched: Option<BatchedDecode>,
     /// Opening the file and setting up the stages (weights are mapped, so pages load on first use).
     pub load_seconds: f64,
     pub peak_resident_bytes: Option<u64>,
+}
+
+/// Several sequences decoding together, one token each per step.
+#[derive(Clone, Debug, Serialize)]
+pub struct BatchedDecode {
+    pub sequences: usize,
+    /// Median over repetitions of all sequences' tokens per second.
+    pub aggregate_tokens_per_second: f64,
+    /// The same, per sequence.
+    pub per_sequence_tokens_per_second: f64,
+    pub samples: Vec<f64>,
 }
 
 pub fn run(path: &Path, options: &BenchOptions) -> Result<BenchReport, EngineError> {
@@ -53,9 +70,9 @@ pub fn run(path: &Path, options: &BenchOptions) -> Result<BenchReport, EngineErr
     let model = Model::open(path)?;
     let stage_options = StageOptions {
         context: (options.prompt_tokens + options.gen_tokens).max(1),
-        sequences: 1,
+        sequences: options.concurrency.max(1),
         threads: options.threads,
-        batch: options.prompt_tokens.clamp(1, 512),
+        batch: options.prompt_tokens.clamp(1, 512).max(options.concurrency),
         ..options.stage.clone()
     };
     let mut pipeline = LocalPipeline::load(&model, &options.splits, &stage_options, WireFormat::F32)?;
@@ -102,6 +119,31 @@ pub fn run(path: &Path, options: &BenchOptions) -> Result<BenchReport, EngineErr
             decode_samples.push(decode(&mut pipeline, options.gen_tokens)?);
         }
     }
+    let sequences = options.concurrency.max(1);
+    let mut batched = |pipeline: &mut LocalPipeline, n: usize| -> Result<f64, EngineError> {
+        let mut tokens: Vec<u32> = (0..sequences).map(|_| rng.random_range(0..vocabulary)).collect();
+        for seq in 0..sequences {
+            pipeline.truncate(seq, 0);
+        }
+        let t = Instant::now();
+        for pos in 0..n {
+            let segments: Vec<Segment> =
+                (0..sequences).map(|seq| Segment { seq, start: pos, tokens: 1, logits: true }).collect();
+            let logits = pipeline.forward_batch(&segments, &tokens)?;
+            for (token, row) in tokens.iter_mut().zip(logits.chunks(logits.len() / sequences)) {
+                *token = super::argmax(row);
+            }
+        }
+        Ok(super::rate(n * sequences, t.elapsed()))
+    };
+    let mut batched_samples = Vec::new();
+    if sequences > 1 && options.gen_tokens > 0 {
+        batched(&mut pipeline, 1)?;
+        for _ in 0..options.repetitions.max(1) {
+            batched_samples.push(batched(&mut pipeline, options.gen_tokens)?);
+        }
+    }
+
     Ok(BenchReport {
         model: model.name(),
         model_bytes: model.file_bytes(),
@@ -116,6 +158,12 @@ pub fn run(path: &Path, options: &BenchOptions) -> Result<BenchReport, EngineErr
         decode_tokens_per_second: median(&decode_samples),
         prefill_samples,
         decode_samples,
+        batched: (!batched_samples.is_empty()).then(|| BatchedDecode {
+            sequences,
+            aggregate_tokens_per_second: median(&batched_samples),
+            per_sequence_tokens_per_second: median(&batched_samples) / sequences as f64,
+            samples: batched_samples,
+        }),
         load_seconds,
         peak_resident_bytes: peak_resident_bytes(),
     })

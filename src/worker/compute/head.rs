@@ -75,6 +75,9 @@ pub struct Head {
     free_slots: Vec<u32>,
     waiting: VecDeque<Waiting>,
     queue_limit: usize,
+    /// Whether prompts are cut into chunks that follow each other through the stages (else each runs
+    /// in chunks of the whole batch); `SHOAL_PIPELINED_PREFILL=0` turns it off, to measure what it saves.
+    pipelined_prefill: bool,
     hops: RttWindow,
     // Reused for every step.
     needs: Vec<Need>,
@@ -90,6 +93,7 @@ impl Head {
             free_slots: (0..slots as u32).rev().collect(),
             waiting: VecDeque::new(),
             queue_limit: QUEUE_PER_SLOT * slots.max(1),
+            pipelined_prefill: std::env::var("SHOAL_PIPELINED_PREFILL").map_or(true, |v| v != "0"),
             hops: RttWindow::default(),
             needs: Vec::new(),
             tokens: Vec::new(),
@@ -207,8 +211,9 @@ impl Compute {
                 recent: prompt[recent_from..].to_vec(),
             });
         }
-        let chunk = schedule::prompt_chunk(prompt.len(), self.stages, self.stage.options().batch);
         let head = self.head.as_mut().expect("stage 0");
+        let pipeline = if head.pipelined_prefill { self.stages } else { 1 };
+        let chunk = schedule::prompt_chunk(prompt.len(), pipeline, self.stage.options().batch);
         head.active.push(Active {
             id,
             slot,
