@@ -7,6 +7,7 @@ pub mod arch;
 pub mod bench;
 mod blocks;
 pub mod constraint;
+pub mod cores;
 mod forward;
 mod generate;
 pub mod hidden;

@@ -3,11 +3,12 @@
 //! The first stage takes token ids, the others hidden states; the last returns logits.
 
 use super::blocks::{input, GraphShape, SegmentShape};
+use super::cores::{Cores, Lease};
 use super::forward::{self, StageParts};
 use super::kv_cache::KvCache;
 use super::weights::StageWeights;
 use super::EngineError;
-use crate::ggml::{Backend, Device, Graph, WeightPlacement};
+use crate::ggml::{Backend, Device, DeviceKind, Graph, WeightPlacement};
 use crate::model::{Model, ModelConfig};
 use half::f16;
 use std::ops::Range;
@@ -134,7 +135,9 @@ impl Stage {
         let weights = StageWeights::map(model, layers.clone(), device, options.weights)?;
         let rows: Vec<_> = layers.clone().map(|l| config.cache_row(l)).collect();
         let cache = KvCache::new(&rows, options.context, options.sequences, options.batch, device)?;
-        let backend = Backend::new(device, options.threads).map_err(EngineError::Backend)?;
+        // Where stages share the machine's cores, a thread without work sleeps rather than polling.
+        let sharing_cores = device.kind() == DeviceKind::Cpu && Cores::machine().is_some();
+        let backend = Backend::new(device, options.threads, sharing_cores).map_err(EngineError::Backend)?;
         let mut stage = Stage {
             config,
             layers,
@@ -349,7 +352,12 @@ impl Stage {
         if is_last && shape.outputs < tokens {
             backend.set_input(graph, input::OUTPUT_ROWS, &self.output_rows);
         }
-        backend.compute(graph).map_err(EngineError::Backend)?;
+        // On the CPU, compute only on cores no other stage of this machine computes on.
+        let cores = if backend.device().kind() == DeviceKind::Cpu { Cores::machine() } else { None };
+        let lease = cores.map(|c| c.lease(self.options.threads));
+        let threads = lease.as_ref().map_or(self.options.threads, Lease::threads);
+        backend.compute(graph, threads).map_err(EngineError::Backend)?;
+        drop(lease);
         backend.read_output(graph, &mut self.output);
         for s in segments {
             self.cache.wrote(s.seq, s.start, s.start + s.tokens);

@@ -42,14 +42,19 @@ impl Drop for Backend {
 }
 
 impl Backend {
-    /// A back end on `device` with `threads` CPU threads.
-    pub fn new(device: Device, threads: usize) -> Result<Backend, String> {
+    /// A back end on `device` with `threads` CPU threads. Between graphs, idle threads poll for work for
+    /// a while (ggml's default, which saves a wake-up per graph) unless `sleep_when_idle`: then they
+    /// sleep at once, leaving the core to others (stages sharing a machine's cores).
+    pub fn new(device: Device, threads: usize, sleep_when_idle: bool) -> Result<Backend, String> {
         super::init();
         let threads = threads.clamp(1, 512);
         // SAFETY: plain constructors; failures are reported as null, checked, and what was made is freed.
         unsafe {
             let cpu = NonNull::new(sys::ggml_backend_cpu_init()).ok_or("ggml could not start its CPU back end")?;
             let mut params = sys::ggml_threadpool_params_default(threads as i32);
+            if sleep_when_idle {
+                params.poll = 0;
+            }
             let Some(threadpool) = NonNull::new(sys::ggml_threadpool_new(&mut params)) else {
                 sys::ggml_backend_free(cpu.as_ptr());
                 return Err(format!("ggml could not start a pool of {threads} threads"));
@@ -183,9 +188,11 @@ impl Backend {
         }
     }
 
-    /// Runs the allocated graph.
-    pub fn compute(&mut self, graph: &Graph) -> Result<(), String> {
+    /// Runs the allocated graph with `threads` of the pool's CPU threads (at most its size).
+    pub fn compute(&mut self, graph: &Graph, threads: usize) -> Result<(), String> {
         self.check_allocated(graph);
+        // SAFETY: the CPU back end is alive; its pool was made with `self.threads` threads.
+        unsafe { sys::ggml_backend_cpu_set_n_threads(self.cpu.as_ptr(), threads.clamp(1, self.threads) as i32) };
         // SAFETY: the graph is allocated and all its inputs and stored tensors are alive.
         let status = unsafe { sys::ggml_backend_sched_graph_compute(self.scheduler.as_ptr(), graph.raw()) };
         if status != sys::GGML_STATUS_SUCCESS {

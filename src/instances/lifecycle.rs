@@ -300,7 +300,12 @@ pub(super) fn start_local(instances: &Arc<Instances>, spec: StageSpec, owner: No
 /// Starts a worker for a stage on this node and relays its events to the owner.
 fn start_worker(instances: &Arc<Instances>, spec: StageSpec, owner: NodeId) {
     let key = (spec.instance.clone(), spec.stage);
-    let threads = if spec.threads > 0 { spec.threads } else { crate::engine::default_threads() };
+    let threads = if spec.threads > 0 {
+        spec.threads
+    } else {
+        let hosted: Vec<usize> = instances.registry().local.values().map(|l| l.threads).collect();
+        super::threads::for_new_stage(crate::engine::default_threads(), &hosted)
+    };
     let secret = instances.agent.secret_bytes();
     let log_dir = instances.agent.config.data_dir.file("logs");
     let (events_agent, exit_instances) = (instances.clone(), instances.clone());
@@ -338,7 +343,7 @@ fn start_worker(instances: &Arc<Instances>, spec: StageSpec, owner: NodeId) {
             instances
                 .registry()
                 .local
-                .insert(key, LocalStage { handle: Arc::new(handle), front_port: None, next: None });
+                .insert(key, LocalStage { handle: Arc::new(handle), threads, front_port: None, next: None });
         }
         Err(e) => report(
             instances,

@@ -18,6 +18,7 @@ mod recovery;
 mod service;
 mod share;
 mod takeover;
+mod threads;
 mod validate;
 
 pub use crate::records::{InstanceInfo, InstanceState, LaunchRequest, Recovery, StageFetch, StageReport, StageStatus};
@@ -39,6 +40,8 @@ use tokio::sync::mpsc::UnboundedSender;
 /// A worker this node runs.
 pub(crate) struct LocalStage {
     pub handle: Arc<WorkerHandle>,
+    /// The compute threads it was started with.
+    pub threads: usize,
     pub front_port: Option<u16>,
     /// The node the stage's ring link goes to, once it is connected.
     pub next: Option<NodeId>,
