@@ -5,9 +5,10 @@
 
 use super::kv_cache::KvCache;
 use super::weights::LayerWeights;
-use crate::ggml::{DType, GraphBuilder, RopeParams, SetTensorRef, Tensor};
-use crate::model::{ExpertActivation, ExpertGroups, Gating, ModelConfig, MoeParams};
+use crate::ggml::{Collective, DType, GraphBuilder, RopeParams, SetTensorRef, Tensor};
+use crate::model::{ExpertActivation, ExpertGroups, Gating, ModelConfig, MoeParams, TensorSlice};
 use std::ops::Range;
+use std::sync::Arc;
 
 /// Graph inputs, set before every compute.
 pub(super) mod input {
@@ -94,12 +95,48 @@ pub struct StepContext<'a, 'g> {
     pub(super) rope_factors: Option<Tensor<'g>>,
     /// On the model's last layer, when not every row's logits are wanted: the rows whose are.
     pub(super) output_rows: Option<Tensor<'g>>,
+    /// On a rank of a tensor-parallel group: its share of the model and the group's sum.
+    pub(super) parallel: Option<Parallel<'a>>,
+}
+
+/// A tensor-parallel rank's part in a graph: the heads, columns and experts it holds, and the sum over
+/// the group that completes what each rank computes of a layer.
+#[derive(Clone, Copy)]
+pub(super) struct Parallel<'a> {
+    pub slice: &'a TensorSlice,
+    pub collective: &'a Arc<dyn Collective>,
 }
 
 impl<'g> StepContext<'_, 'g> {
     /// Tokens in this step.
     pub fn tokens(&self) -> i64 {
         self.shape.tokens as i64
+    }
+
+    /// Query heads this graph computes (a tensor-parallel rank's share of them).
+    pub fn heads(&self) -> usize {
+        self.parallel.map_or(self.config.heads, |p| p.slice.query_heads.len())
+    }
+
+    /// Key/value heads this graph computes and caches.
+    pub fn kv_heads(&self) -> usize {
+        self.parallel.map_or(self.config.kv_heads, |p| p.slice.kv_heads.len())
+    }
+
+    /// A layer's output as the whole model computes it: on a tensor-parallel rank, the sum of `partial`
+    /// over the group (each rank computed it from its heads, columns or experts); else `partial` itself.
+    pub fn complete(&self, g: &'g GraphBuilder, partial: Tensor<'g>) -> Tensor<'g> {
+        match self.parallel {
+            Some(p) => g.all_reduce(partial, p.collective),
+            None => partial,
+        }
+    }
+
+    /// The routed experts this graph holds, when a tensor-parallel rank holds only some of them.
+    fn held_experts(&self) -> Option<Range<usize>> {
+        self.parallel
+            .map(|p| p.slice.experts.clone())
+            .filter(|held| held.len() < self.config.moe.map_or(0, |m| m.experts))
     }
 
     /// On the model's last layer only the rows whose logits are wanted are needed further on: drops the
@@ -189,10 +226,11 @@ pub fn attention<'g>(
 ) -> Tensor<'g> {
     let c = step.config;
     let (hd, t) = (c.head_dim as i64, step.tokens());
+    let (heads, kv_heads) = (step.heads(), step.kv_heads());
     let local = layer - step.layers.start;
-    let mut q = g.reshape_3d(linear(g, w.req("attn_q.weight"), w.get("attn_q.bias"), x), hd, c.heads as i64, t);
-    let mut k = g.reshape_3d(linear(g, w.req("attn_k.weight"), w.get("attn_k.bias"), x), hd, c.kv_heads as i64, t);
-    let v = g.reshape_3d(linear(g, w.req("attn_v.weight"), w.get("attn_v.bias"), x), hd, c.kv_heads as i64, t);
+    let mut q = g.reshape_3d(linear(g, w.req("attn_q.weight"), w.get("attn_q.bias"), x), hd, heads as i64, t);
+    let mut k = g.reshape_3d(linear(g, w.req("attn_k.weight"), w.get("attn_k.bias"), x), hd, kv_heads as i64, t);
+    let v = g.reshape_3d(linear(g, w.req("attn_v.weight"), w.get("attn_v.bias"), x), hd, kv_heads as i64, t);
     if let (Some(qn), Some(kn)) = (w.get("attn_q_norm.weight"), w.get("attn_k_norm.weight")) {
         q = norm(g, q, qn, c.rms_epsilon);
         k = norm(g, k, kn, c.rms_epsilon);
@@ -215,7 +253,7 @@ pub fn attention<'g>(
         None => q,
     };
 
-    let width = (c.kv_heads * c.head_dim) as i64;
+    let width = (kv_heads * c.head_dim) as i64;
     let k_rows = g.view(k, &[width, t], &[k.strides()[2]], 0);
     let v_rows = g.view(v, &[width, t], &[v.strides()[2]], 0);
     let rows = if params.sliding {
@@ -227,8 +265,13 @@ pub fn attention<'g>(
     let sinks = w.get("attn_sinks.weight").map(|s| g.stored(s));
     let keys = CachedKeys { layer: local, key_head: c.head_dim, value_head: c.head_dim, sliding: params.sliding };
     let attended = attend(g, step, q, keys, params.kq_scale, sinks);
-    let merged = g.reshape_2d(attended, hd * c.heads as i64, t);
-    linear(g, w.req("attn_output.weight"), w.get("attn_output.bias"), merged)
+    let merged = g.reshape_2d(attended, hd * heads as i64, t);
+    // The output projection of a rank's heads is its part of the sum; the bias is added once, to the sum.
+    let projected = step.complete(g, g.mul_mat(g.stored(w.req("attn_output.weight")), merged));
+    match w.get("attn_output.bias") {
+        Some(b) => g.add(projected, g.stored(b)),
+        None => projected,
+    }
 }
 
 /// Which cached keys and values a layer's queries attend to.
@@ -297,8 +340,14 @@ fn concat_rows<'g>(g: &'g GraphBuilder, parts: &[Tensor<'g>]) -> Tensor<'g> {
 
 /// The dense SwiGLU feed-forward `down(silu(gate·x) ⊙ up·x)` over the tensors `ffn_{gate,up,down}` +
 /// `suffix` (`""` for a dense layer's own, `"_shexp"` for a shared expert).
-pub fn feed_forward<'g>(g: &'g GraphBuilder, w: &LayerWeights, suffix: &str, x: Tensor<'g>) -> Tensor<'g> {
-    gated_feed_forward(g, w, suffix, x, Activation::Silu)
+pub fn feed_forward<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    w: &LayerWeights,
+    suffix: &str,
+    x: Tensor<'g>,
+) -> Tensor<'g> {
+    gated_feed_forward(g, step, w, suffix, x, Activation::Silu)
 }
 
 /// The gate's activation in a gated feed-forward.
@@ -309,9 +358,11 @@ pub enum Activation {
     Gelu,
 }
 
-/// `down(act(gate·x) ⊙ up·x)` over `ffn_{gate,up,down}` + `suffix`.
+/// `down(act(gate·x) ⊙ up·x)` over `ffn_{gate,up,down}` + `suffix` (on a tensor-parallel rank, over
+/// its columns of the inner width, summed over the group).
 pub fn gated_feed_forward<'g>(
     g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
     w: &LayerWeights,
     suffix: &str,
     x: Tensor<'g>,
@@ -323,14 +374,22 @@ pub fn gated_feed_forward<'g>(
         Activation::Silu => g.swiglu(gate, up),
         Activation::Gelu => g.geglu(gate, up),
     };
-    g.mul_mat(g.stored(w.req(&format!("ffn_down{suffix}.weight"))), h)
+    step.complete(g, g.mul_mat(g.stored(w.req(&format!("ffn_down{suffix}.weight"))), h))
 }
 
 /// The mixture-of-experts feed-forward over `ffn_gate_inp` (the router) and the 3-D expert tensors
 /// `ffn_{gate,up,down}_exps`: route each token to its top `experts_used` experts, run only those
 /// experts' rows (`mul_mat_id`), and sum their outputs by weight. `exp_probs_b`, when the layer has it,
-/// biases the choice of experts but not their weights (DeepSeek V3, GLM-4.5).
-pub fn moe_feed_forward<'g>(g: &'g GraphBuilder, w: &LayerWeights, p: &MoeParams, x: Tensor<'g>) -> Tensor<'g> {
+/// biases the choice of experts but not their weights (DeepSeek V3, GLM-4.5). A tensor-parallel rank
+/// that holds some of the experts routes alike, runs only the chosen experts it holds (the others'
+/// weights zeroed) and sums with the group.
+pub fn moe_feed_forward<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    w: &LayerWeights,
+    p: &MoeParams,
+    x: Tensor<'g>,
+) -> Tensor<'g> {
     let [n_embd, tokens, ..] = x.shape();
     let (n_expert, n_used) = (p.experts as i64, p.experts_used as i64);
     let logits = linear(g, w.req("ffn_gate_inp.weight"), w.get("ffn_gate_inp.bias"), x); // [experts, tokens]
@@ -361,6 +420,14 @@ pub fn moe_feed_forward<'g>(g: &'g GraphBuilder, w: &LayerWeights, p: &MoeParams
     if p.scale != 0.0 && p.scale != 1.0 {
         weights = g.scale(weights, p.scale);
     }
+    let held = step.held_experts();
+    let selected = match &held {
+        Some(held) => {
+            weights = g.held_expert_weights(weights, selected, held.clone());
+            g.held_expert_ids(selected, held.clone())
+        }
+        None => selected,
+    };
     g.expand(weights);
 
     let x = g.reshape_3d(x, n_embd, 1, tokens);
@@ -396,24 +463,29 @@ pub fn moe_feed_forward<'g>(g: &'g GraphBuilder, w: &LayerWeights, p: &MoeParams
         out = g.add(out, slot);
         g.expand(out);
     }
-    out
+    if held.is_some() {
+        step.complete(g, out)
+    } else {
+        out
+    }
 }
 
 /// The feed-forward of a model whose first layers are dense and the others routed to experts, with
 /// shared experts every token also goes through (GLM-4.5, DeepSeek V3).
 pub fn sparse_or_dense_feed_forward<'g>(
     g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
     w: &LayerWeights,
     moe: &MoeParams,
     layer: usize,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
     if !moe.is_sparse(layer) {
-        return feed_forward(g, w, "", x);
+        return feed_forward(g, step, w, "", x);
     }
-    let routed = moe_feed_forward(g, w, moe, x);
+    let routed = moe_feed_forward(g, step, w, moe, x);
     if moe.shared_experts > 0 {
-        g.add(routed, feed_forward(g, w, "_shexp", x))
+        g.add(routed, feed_forward(g, step, w, "_shexp", x))
     } else {
         routed
     }

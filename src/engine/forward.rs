@@ -2,8 +2,9 @@
 //! each of its layers as the model's architecture declares it, and on the last stage the final norm and
 //! the output head.
 
-use super::blocks::{self, input, GraphShape, StepContext};
+use super::blocks::{self, input, GraphShape, Parallel, StepContext};
 use super::kv_cache::KvCache;
+use super::parallel::Group;
 use super::weights::StageWeights;
 use crate::ggml::{DType, Graph, GraphBuilder, Tensor};
 use crate::model::ModelConfig;
@@ -15,13 +16,15 @@ pub(super) struct StageParts<'a> {
     pub layers: Range<usize>,
     pub weights: &'a StageWeights,
     pub cache: &'a KvCache,
+    /// A tensor-parallel rank's group.
+    pub group: Option<&'a Group>,
 }
 
 /// Graph tensors per layer: about 40 for a dense layer, a mixture-of-experts layer adds one view and
 /// one sum per chosen expert (and a dozen for group-limited routing), latent attention about 30; each
 /// sequence of the step adds its attention's views, its attention and a concatenation.
 fn tensors_per_layer(config: &ModelConfig, segments: usize) -> usize {
-    64 + config.moe.map_or(0, |m| 2 * m.experts_used + 48) + config.latent_attention.map_or(0, |_| 32) + 12 * segments
+    72 + config.moe.map_or(0, |m| 2 * m.experts_used + 52) + config.latent_attention.map_or(0, |_| 32) + 12 * segments
 }
 
 pub(super) fn build(parts: &StageParts<'_>, shape: &GraphShape) -> Graph {
@@ -61,6 +64,7 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: &GraphShape) -> T
         // Only some rows' logits are wanted, so the model's last layer drops the other rows early.
         output_rows: (is_last && shape.outputs < shape.tokens)
             .then(|| g.input(input::OUTPUT_ROWS, DType::I32, &[shape.outputs as i64])),
+        parallel: p.group.map(|group| Parallel { slice: group.slice(), collective: group.collective() }),
     };
     for (i, layer) in p.layers.clone().enumerate() {
         x = spec.layer(g, &step, layer, &p.weights.layers[i], x);

@@ -12,6 +12,7 @@ mod forward;
 mod generate;
 pub mod hidden;
 mod kv_cache;
+pub mod parallel;
 mod pipeline;
 mod sampler;
 mod stage;
@@ -54,6 +55,8 @@ pub enum EngineError {
     BadInput(String),
     #[error("layers {}..{} produced a non-finite value (at output index {index}); the model file is probably damaged: download it again", layers.start, layers.end)]
     NonFinite { layers: Range<usize>, index: usize },
+    #[error("the tensor-parallel group lost a rank: {0}")]
+    GroupLost(String),
     #[error("internal error: {0}")]
     Internal(String),
 }

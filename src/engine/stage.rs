@@ -6,6 +6,7 @@ use super::blocks::{input, GraphShape, SegmentShape};
 use super::cores::{Cores, Lease};
 use super::forward::{self, StageParts};
 use super::kv_cache::KvCache;
+use super::parallel::Group;
 use super::weights::StageWeights;
 use super::EngineError;
 use crate::ggml::{Backend, Device, DeviceKind, Graph, WeightPlacement};
@@ -104,6 +105,8 @@ pub struct Stage {
     backend: Backend,
     /// The graph of the previous step, reused while the shape stays the same (a decode step usually does).
     graph: Option<(GraphShape, Graph)>,
+    /// A tensor-parallel rank's group (then the stage holds its slice of every layer).
+    group: Option<Group>,
     compute_bytes: u64,
     // Buffers reused across steps so a decode step allocates nothing.
     output: Vec<f32>,
@@ -114,12 +117,30 @@ pub struct Stage {
     mask_sliding: Vec<f16>,
     token_ids: Vec<i32>,
     output_rows: Vec<i32>,
+    /// The leader of a tensor-parallel group assembles the ranks' logits here.
+    gathered: Vec<f32>,
 }
 
 impl Stage {
     /// Maps the tensors of `layers`, allocates the KV cache and sizes the compute buffer for the largest
     /// step. Fails with a clear error for a bad range or a tensor type the CPU back end cannot compute.
     pub fn load(model: &Model, layers: Range<usize>, options: StageOptions) -> Result<Stage, EngineError> {
+        Self::load_in(model, layers, options, None)
+    }
+
+    /// Loads one rank of a tensor-parallel group: its slice of every layer (see [`Group`]), with a KV
+    /// cache of its own heads. The leader takes steps as any whole stage does, the others run
+    /// [`super::parallel::follow`].
+    pub fn load_rank(model: &Model, options: StageOptions, group: Group) -> Result<Stage, EngineError> {
+        Self::load_in(model, 0..model.config().layers, options, Some(group))
+    }
+
+    fn load_in(
+        model: &Model,
+        layers: Range<usize>,
+        options: StageOptions,
+        group: Option<Group>,
+    ) -> Result<Stage, EngineError> {
         let config = model.config().clone();
         if layers.start >= layers.end || layers.end > config.layers {
             return Err(EngineError::InvalidLayers { layers, model_layers: config.layers });
@@ -132,8 +153,16 @@ impl Stage {
             ..options
         };
         let device = options.device()?;
-        let weights = StageWeights::map(model, layers.clone(), device, options.weights)?;
-        let rows: Vec<_> = layers.clone().map(|l| config.cache_row(l)).collect();
+        let weights = match &group {
+            Some(group) => StageWeights::map_slice(model, device, options.weights, group.slice())?,
+            None => StageWeights::map(model, layers.clone(), device, options.weights)?,
+        };
+        // A rank caches the keys and values of its own heads.
+        let cache_config = match &group {
+            Some(group) => ModelConfig { kv_heads: group.slice().kv_heads.len(), ..config.clone() },
+            None => config.clone(),
+        };
+        let rows: Vec<_> = layers.clone().map(|l| cache_config.cache_row(l)).collect();
         let cache = KvCache::new(&rows, options.context, options.sequences, options.batch, device)?;
         // Where stages share the machine's cores, a thread without work sleeps rather than polling.
         let sharing_cores = device.kind() == DeviceKind::Cpu && Cores::machine().is_some();
@@ -146,6 +175,7 @@ impl Stage {
             cache,
             backend,
             graph: None,
+            group,
             compute_bytes: 0,
             output: Vec::new(),
             positions: Vec::new(),
@@ -155,6 +185,7 @@ impl Stage {
             mask_sliding: Vec::new(),
             token_ids: Vec::new(),
             output_rows: Vec::new(),
+            gathered: Vec::new(),
         };
         let mut compute_bytes = 0;
         let mut nodes = 0;
@@ -210,6 +241,7 @@ impl Stage {
             layers: self.layers.clone(),
             weights: &self.weights,
             cache: &self.cache,
+            group: self.group.as_ref(),
         };
         forward::build(&parts, shape)
     }
@@ -246,6 +278,11 @@ impl Stage {
 
     pub fn weights(&self) -> &StageWeights {
         &self.weights
+    }
+
+    /// The tensor-parallel group this stage is a rank of.
+    pub fn group(&self) -> Option<&Group> {
+        self.group.as_ref()
     }
 
     pub fn memory(&self) -> StageMemory {
@@ -329,6 +366,9 @@ impl Stage {
             self.graph = Some((shape, graph));
         }
         self.fill_inputs(segments, &input);
+        if let Some(group) = self.group.as_ref().filter(|g| g.is_leader()) {
+            group.broadcast_step(segments, &input)?;
+        }
         let (shape, graph) = self.graph.as_ref().expect("built above");
         let backend = &mut self.backend;
         backend.allocate(graph).map_err(EngineError::OutOfMemory)?;
@@ -352,13 +392,23 @@ impl Stage {
         if is_last && shape.outputs < tokens {
             backend.set_input(graph, input::OUTPUT_ROWS, &self.output_rows);
         }
-        // On the CPU, compute only on cores no other stage of this machine computes on.
-        let cores = if backend.device().kind() == DeviceKind::Cpu { Cores::machine() } else { None };
+        // On the CPU, compute only on cores no other stage of this machine computes on; but a
+        // tensor-parallel rank computes in step with its group, so it cannot wait for cores others hold
+        // (they may be its group's, waiting for it).
+        let shares_cores = backend.device().kind() == DeviceKind::Cpu && self.group.is_none();
+        let cores = if shares_cores { Cores::machine() } else { None };
         let lease = cores.map(|c| c.lease(self.options.threads));
         let threads = lease.as_ref().map_or(self.options.threads, Lease::threads);
-        backend.compute(graph, threads).map_err(EngineError::Backend)?;
+        let computed = backend.compute(graph, threads).map_err(EngineError::Backend);
         drop(lease);
+        if let Some(group) = &self.group {
+            group.check()?;
+        }
+        computed?;
         backend.read_output(graph, &mut self.output);
+        if let Some(group) = &self.group {
+            group.gather_logits(&mut self.output, shape.outputs, &mut self.gathered)?;
+        }
         for s in segments {
             self.cache.wrote(s.seq, s.start, s.start + s.tokens);
         }

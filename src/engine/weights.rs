@@ -2,10 +2,13 @@
 //! it is the first or last stage. Nothing else of the file is bound, so nothing else becomes resident.
 
 use super::EngineError;
-use crate::ggml::{Device, MappedTensor, SetTensorRef, TensorSet, WeightPlacement};
-use crate::model::layout::{OUTPUT, OUTPUT_NORM, ROPE_FREQS, TOKEN_EMBEDDING};
-use crate::model::Model;
+use crate::ggml::{Device, GatheredTensor, MappedTensor, SetTensorRef, TensorSet, WeightPlacement};
+use crate::model::layout::{self, ExpectedTensor, OUTPUT, OUTPUT_NORM, ROPE_FREQS, TOKEN_EMBEDDING};
+use crate::model::{Model, ModelError, SliceSource, TensorSlice};
 use std::ops::Range;
+
+/// ggml's CPU buffers need tensors mapped in place to start on this boundary.
+const MAPPED_ALIGNMENT: u64 = 32;
 
 /// One layer's tensors, by their short names (`attn_q.weight` for `blk.N.attn_q.weight`), as its
 /// architecture declares them. Required tensors are always present: [`Model::open`] checked them.
@@ -64,6 +67,94 @@ impl StageWeights {
             })?;
             sets.push(set);
         }
+        let names = by_part.iter().flatten().map(|t| t.name.clone()).collect();
+        Self::bind(model, layers, sets, names, None)
+    }
+
+    /// Maps a tensor-parallel rank's share of the whole model: each tensor whole or its `slice` as the
+    /// architecture declares its split. A share that is one aligned run of the file is mapped in place
+    /// (rows of whole heads, of the feed-forward, whole experts, output rows); one in pieces (columns:
+    /// the output projection's and the down projection's inputs) is copied once into a buffer of its
+    /// own. The token embeddings are whole on every rank; when the output head is tied to them, the
+    /// rank's rows of them are mapped again as its head.
+    pub fn map_slice(
+        model: &Model,
+        device: Device,
+        placement: WeightPlacement,
+        slice: &TensorSlice,
+    ) -> Result<StageWeights, EngineError> {
+        let config = model.config();
+        let layers = 0..config.layers;
+        let corrupt = |path: &std::path::Path, reason: String| {
+            EngineError::Model(ModelError::Corrupt { path: path.into(), reason })
+        };
+        let mut declared: Vec<ExpectedTensor> = layers.clone().flat_map(|l| layout::layer_tensors(config, l)).collect();
+        declared.extend(layout::global_tensors(config));
+        let in_place = placement == WeightPlacement::Automatic && device.maps_host_memory();
+        let tied = model.layout().tied_output;
+        // (name, part index, info, its share) of every tensor the rank binds.
+        let mut shares = Vec::new();
+        for t in &declared {
+            let file_name = if tied && t.name == OUTPUT { TOKEN_EMBEDDING } else { t.name.as_str() };
+            let Some(part) = model.parts().iter().position(|p| p.tensor(file_name).is_some()) else { continue };
+            let info = model.parts()[part].tensor(file_name).expect("found above");
+            let source = slice.source(info, t.split).map_err(|e| corrupt(model.parts()[part].path(), e))?;
+            shares.push((t.name.clone(), part, info, source));
+        }
+        let mut sets = Vec::new();
+        for (part, file) in model.parts().iter().enumerate() {
+            let ours: Vec<_> = shares.iter().filter(|s| s.1 == part).collect();
+            if ours.is_empty() {
+                continue;
+            }
+            let infos: Vec<_> = ours.iter().map(|s| s.2).collect();
+            crate::model::shard::check_present(file.path(), &infos)?;
+            let mappable = |source: &SliceSource| {
+                in_place && source.pieces.len() == 1 && source.pieces[0].0.is_multiple_of(MAPPED_ALIGNMENT)
+            };
+            let mapped: Vec<MappedTensor<'_>> = ours
+                .iter()
+                .filter(|s| mappable(&s.3))
+                .map(|(name, _, info, source)| MappedTensor {
+                    name,
+                    dtype: info.dtype,
+                    shape: &source.shape,
+                    file_offset: source.pieces[0].0,
+                })
+                .collect();
+            let gathered: Vec<GatheredTensor<'_>> = ours
+                .iter()
+                .filter(|s| !mappable(&s.3))
+                .map(|(name, _, info, source)| GatheredTensor {
+                    name,
+                    dtype: info.dtype,
+                    shape: &source.shape,
+                    pieces: &source.pieces,
+                })
+                .collect();
+            if !mapped.is_empty() {
+                sets.push(
+                    TensorSet::map(file.mapping().clone(), &mapped, device, placement)
+                        .map_err(|e| corrupt(file.path(), e))?,
+                );
+            }
+            if !gathered.is_empty() {
+                sets.push(TensorSet::gather(file.mapping(), &gathered, device).map_err(|e| corrupt(file.path(), e))?);
+            }
+        }
+        let names = shares.iter().map(|s| s.0.clone()).collect();
+        // Tied or not, the head is bound under its own name: the rank's rows of it.
+        Self::bind(model, layers, sets, names, Some(slice))
+    }
+
+    /// Binds the mapped `sets` to the layers, embeddings and head of a stage running `layers`.
+    fn bind(
+        model: &Model,
+        layers: Range<usize>,
+        sets: Vec<TensorSet>,
+        names: Vec<String>,
+        slice: Option<&TensorSlice>,
+    ) -> Result<StageWeights, EngineError> {
         let get = |name: &str| sets.iter().find_map(|set| set.get(name));
         let need = |name: String| get(&name).ok_or(EngineError::Internal(format!("tensor {name} was not mapped")));
         let config = model.config();
@@ -87,13 +178,13 @@ impl StageWeights {
             layer_weights.push(LayerWeights { tensors });
         }
         let last = layers.end == config.layers;
-        let output = match (last, model.layout().tied_output) {
+        let output = match (last, model.layout().tied_output && slice.is_none()) {
             (false, _) => None,
             (true, true) => Some(need(TOKEN_EMBEDDING.into())?),
             (true, false) => Some(need(OUTPUT.into())?),
         };
         Ok(StageWeights {
-            names: by_part.iter().flatten().map(|t| t.name.clone()).collect(),
+            names,
             layers: layer_weights,
             embedding: if layers.start == 0 { Some(need(TOKEN_EMBEDDING.into())?) } else { None },
             output_norm: if last { Some(need(OUTPUT_NORM.into())?) } else { None },

@@ -1,5 +1,6 @@
 //! Building ggml compute graphs from safe handles: the thin tensor layer model code is written against.
 
+use super::custom_ops::Hooked;
 use super::tensor_set::SetInner;
 use super::{sys, DType, SetTensorRef};
 use std::cell::{Cell, RefCell};
@@ -77,6 +78,8 @@ pub struct GraphBuilder {
     created: Cell<usize>,
     inputs: RefCell<Vec<(&'static str, NonNull<sys::ggml_tensor>)>>,
     keepalive: RefCell<Vec<Arc<SetInner>>>,
+    /// What the graph's custom ops read while it computes.
+    hooks: RefCell<Vec<Hooked>>,
 }
 
 /// The output of a graph under construction, detached from the builder's borrow (see [`GraphBuilder::output`]).
@@ -92,6 +95,7 @@ pub struct Graph {
     inputs: Vec<(&'static str, NonNull<sys::ggml_tensor>)>,
     pub(super) output: NonNull<sys::ggml_tensor>,
     _keepalive: Vec<Arc<SetInner>>,
+    _hooks: Vec<Hooked>,
 }
 
 // SAFETY: a graph is plain heap memory owned by this value; it is only used through `&`/`&mut`, and the
@@ -150,6 +154,7 @@ impl GraphBuilder {
             created: Cell::new(0),
             inputs: RefCell::new(Vec::new()),
             keepalive: RefCell::new(Vec::new()),
+            hooks: RefCell::new(Vec::new()),
         }
     }
 
@@ -172,11 +177,17 @@ impl GraphBuilder {
             inputs: self.inputs.into_inner(),
             output: output.raw,
             _keepalive: self.keepalive.into_inner(),
+            _hooks: self.hooks.into_inner(),
         }
     }
 
     pub(super) fn ctx(&self) -> *mut sys::ggml_context {
         self.parts.ctx.as_ptr()
+    }
+
+    /// Keeps what a custom op reads alive for as long as the graph.
+    pub(super) fn keep(&self, hooked: Hooked) {
+        self.hooks.borrow_mut().push(hooked);
     }
 
     pub(super) fn adopt(&self, raw: *mut sys::ggml_tensor) -> Tensor<'_> {

@@ -8,6 +8,8 @@
 //! - [`GraphBuilder`] / [`Graph`]: a compute graph built from ops on [`Tensor`] handles; a graph keeps alive
 //!   every set whose tensors it uses, so it can be cached and re-run without dangling pointers.
 //! - [`Device`]: the devices ggml offers (the CPU; a GPU where the build has one), their memory and kind.
+//! - [`Collective`]: what a graph's all-reduce hands a tensor to, to sum it over a tensor-parallel group
+//!   (custom ops run on the CPU, with the expert remapping of expert parallelism).
 //! - [`Backend`]: graph execution on a device through ggml's scheduler, the CPU taking what the device
 //!   cannot run, with a persistent CPU thread pool and the compute buffers.
 //! - [`Vocab`]: llama.cpp's own tokenizer, loaded from a GGUF file without its weights.
@@ -18,6 +20,7 @@
 //! here so that no view can reach outside its source tensor.
 
 mod backend;
+mod custom_ops;
 mod device;
 mod dtype;
 mod graph;
@@ -29,10 +32,11 @@ mod tensor_set;
 mod vocab;
 
 pub use backend::Backend;
+pub use custom_ops::Collective;
 pub use device::{Device, DeviceKind, WeightPlacement};
 pub use dtype::DType;
 pub use graph::{Element, Graph, GraphBuilder, GraphOutput, RopeParams, Tensor};
-pub use tensor_set::{MappedTensor, SetTensor, SetTensorRef, TensorSet};
+pub use tensor_set::{GatheredTensor, MappedTensor, SetTensor, SetTensorRef, TensorSet};
 pub use vocab::{Vocab, VocabError};
 
 use llama_cpp_sys_2 as sys;

@@ -21,6 +21,16 @@ pub struct MappedTensor<'a> {
     pub file_offset: u64,
 }
 
+/// A tensor assembled from byte ranges of a mapped file (a tensor-parallel rank's columns of a matrix:
+/// a piece of every row), copied into a buffer of its own.
+pub struct GatheredTensor<'a> {
+    pub name: &'a str,
+    pub dtype: DType,
+    pub shape: &'a [u64],
+    /// (absolute file offset, bytes) of each piece, in order; together exactly the tensor's bytes.
+    pub pieces: &'a [(u64, u64)],
+}
+
 /// A tensor to allocate (zeroed) in a new buffer.
 pub struct SetTensor<'a> {
     pub name: &'a str,
@@ -193,6 +203,51 @@ impl TensorSet {
             unsafe {
                 let source = mapping.as_ptr().add(t.file_offset as usize);
                 sys::ggml_backend_tensor_set(raw.as_ptr(), source.cast(), 0, size as usize);
+            }
+        }
+        Ok(set)
+    }
+
+    /// Copies each of `tensors` from its pieces of `mapping` into one new buffer of `device`'s memory.
+    /// Fails (never aborts) when a piece lies outside the mapping or the pieces do not add up to the
+    /// tensor's size.
+    pub fn gather(mapping: &Mmap, tensors: &[GatheredTensor<'_>], device: Device) -> Result<TensorSet, String> {
+        for t in tensors {
+            let size =
+                t.dtype.tensor_bytes(t.shape).ok_or_else(|| format!("tensor {} has an impossible shape", t.name))?;
+            let mut sum = 0u64;
+            for &(offset, len) in t.pieces {
+                offset.checked_add(len).filter(|&end| end <= mapping.len() as u64).ok_or_else(|| {
+                    format!(
+                        "a piece of tensor {} ({len} bytes at offset {offset}) runs past the end of the file",
+                        t.name
+                    )
+                })?;
+                sum += len;
+            }
+            if sum != size {
+                return Err(format!("the pieces of tensor {} hold {sum} bytes, not its {size}", t.name));
+            }
+        }
+        let specs: Vec<SetTensor<'_>> =
+            tensors.iter().map(|t| SetTensor { name: t.name, dtype: t.dtype, shape: t.shape }).collect();
+        // Every byte is written below.
+        let set = TensorSet::allocate_uncleared(&specs, device)?;
+        // SAFETY: the buffer was just allocated for these tensors.
+        unsafe {
+            sys::ggml_backend_buffer_set_usage(set.inner.buffer.as_ptr(), sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+        };
+        for t in tensors {
+            let raw = set.by_name[t.name];
+            let mut at = 0usize;
+            for &(offset, len) in t.pieces {
+                // SAFETY: each piece lies inside the mapping and the pieces fill the tensor exactly (both
+                // checked above).
+                unsafe {
+                    let source = mapping.as_ptr().add(offset as usize);
+                    sys::ggml_backend_tensor_set(raw.as_ptr(), source.cast(), at, len as usize);
+                }
+                at += len as usize;
             }
         }
         Ok(set)

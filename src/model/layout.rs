@@ -15,6 +15,8 @@ pub struct ExpectedTensor {
     pub name: String,
     pub shape: Vec<u64>,
     pub required: bool,
+    /// How the ranks of a tensor-parallel group divide it (every rank holds it whole unless declared).
+    pub split: Split,
 }
 
 impl ExpectedTensor {
@@ -22,10 +24,44 @@ impl ExpectedTensor {
     pub fn layer(layer: usize, short_name: &str, shape: &[usize], required: bool) -> ExpectedTensor {
         tensor(format!("blk.{layer}.{short_name}"), shape, required)
     }
+
+    /// The same tensor, divided among a tensor-parallel group's ranks along dimension `dim` (ggml order:
+    /// 0 is the row length) by their share of `part`.
+    pub fn split(self, dim: usize, part: Part) -> ExpectedTensor {
+        ExpectedTensor { split: Split::Along { dim, part }, ..self }
+    }
 }
 
 fn tensor(name: String, shape: &[usize], required: bool) -> ExpectedTensor {
-    ExpectedTensor { name, shape: shape.iter().map(|&n| n as u64).collect(), required }
+    ExpectedTensor { name, shape: shape.iter().map(|&n| n as u64).collect(), required, split: Split::Whole }
+}
+
+/// What the ranks of a tensor-parallel group divide among themselves ([`super::TensorSlice`] says which
+/// part of each a rank holds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Part {
+    /// Attention heads: the query heads of whole key/value groups.
+    QueryHeads,
+    /// The key/value heads (grouped-query attention's groups).
+    KvHeads,
+    /// The inner width of the dense feed-forward.
+    FeedForward,
+    /// The inner width of the shared experts' feed-forward.
+    SharedFeedForward,
+    /// The routed experts of a mixture-of-experts layer, whole.
+    Experts,
+    /// The output head's rows: the vocabulary.
+    Vocabulary,
+}
+
+/// How a tensor-parallel group divides one tensor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Split {
+    /// Every rank holds it whole (norms, the router, the token embeddings).
+    #[default]
+    Whole,
+    /// Each rank holds its share of `part` along dimension `dim`.
+    Along { dim: usize, part: Part },
 }
 
 /// Tensors of layer `layer`, as its architecture declares them.
@@ -39,15 +75,17 @@ pub fn attention_tensors(config: &ModelConfig, layer: usize, head_norms: Option<
     let (e, q, hd) = (config.embedding, config.heads * config.head_dim, config.head_dim);
     let kv = config.kv_heads * config.head_dim;
     let t = |part: &str, shape: &[usize], required: bool| ExpectedTensor::layer(layer, part, shape, required);
+    // A tensor-parallel rank holds whole heads: rows of Q, K and V, the matching inputs of the output
+    // projection (whose bias is added once, after the ranks' outputs are summed).
     let mut list = vec![
         t("attn_norm.weight", &[e], true),
-        t("attn_q.weight", &[e, q], true),
-        t("attn_k.weight", &[e, kv], true),
-        t("attn_v.weight", &[e, kv], true),
-        t("attn_q.bias", &[q], false),
-        t("attn_k.bias", &[kv], false),
-        t("attn_v.bias", &[kv], false),
-        t("attn_output.weight", &[q, e], true),
+        t("attn_q.weight", &[e, q], true).split(1, Part::QueryHeads),
+        t("attn_k.weight", &[e, kv], true).split(1, Part::KvHeads),
+        t("attn_v.weight", &[e, kv], true).split(1, Part::KvHeads),
+        t("attn_q.bias", &[q], false).split(0, Part::QueryHeads),
+        t("attn_k.bias", &[kv], false).split(0, Part::KvHeads),
+        t("attn_v.bias", &[kv], false).split(0, Part::KvHeads),
+        t("attn_output.weight", &[q, e], true).split(0, Part::QueryHeads),
         t("attn_output.bias", &[e], false),
     ];
     if let Some(required) = head_norms {
@@ -57,22 +95,29 @@ pub fn attention_tensors(config: &ModelConfig, layer: usize, head_norms: Option<
     list
 }
 
-/// A dense SwiGLU feed-forward of inner width `inner` over tensors `ffn_{gate,up,down}{suffix}`.
+/// A dense SwiGLU feed-forward of inner width `inner` over tensors `ffn_{gate,up,down}{suffix}`; a
+/// tensor-parallel rank holds its share of the inner width (`ffn_shexp` tensors: of the shared experts').
 pub fn feed_forward_tensors(config: &ModelConfig, layer: usize, suffix: &str, inner: usize) -> Vec<ExpectedTensor> {
     let e = config.embedding;
     let t = |part: &str, shape: &[usize]| ExpectedTensor::layer(layer, &format!("{part}{suffix}.weight"), shape, true);
-    vec![t("ffn_gate", &[e, inner]), t("ffn_up", &[e, inner]), t("ffn_down", &[inner, e])]
+    let share = if suffix == "_shexp" { Part::SharedFeedForward } else { Part::FeedForward };
+    vec![
+        t("ffn_gate", &[e, inner]).split(1, share),
+        t("ffn_up", &[e, inner]).split(1, share),
+        t("ffn_down", &[inner, e]).split(0, share),
+    ]
 }
 
 /// A mixture-of-experts feed-forward: the router and the 3-D expert tensors.
 pub fn expert_tensors(config: &ModelConfig, layer: usize, moe: &super::MoeParams) -> Vec<ExpectedTensor> {
     let (e, f, n) = (config.embedding, moe.expert_feed_forward, moe.experts);
     let t = |part: &str, shape: &[usize]| ExpectedTensor::layer(layer, part, shape, true);
+    // A tensor-parallel rank holds whole experts; every rank routes with the whole router.
     vec![
         t("ffn_gate_inp.weight", &[e, n]),
-        t("ffn_gate_exps.weight", &[e, f, n]),
-        t("ffn_up_exps.weight", &[e, f, n]),
-        t("ffn_down_exps.weight", &[f, e, n]),
+        t("ffn_gate_exps.weight", &[e, f, n]).split(2, Part::Experts),
+        t("ffn_up_exps.weight", &[e, f, n]).split(2, Part::Experts),
+        t("ffn_down_exps.weight", &[f, e, n]).split(2, Part::Experts),
     ]
 }
 
@@ -92,7 +137,7 @@ pub fn standard_globals(config: &ModelConfig) -> Vec<ExpectedTensor> {
     vec![
         tensor(TOKEN_EMBEDDING.into(), &[config.embedding, config.vocabulary], true),
         tensor(OUTPUT_NORM.into(), &[config.embedding], true),
-        tensor(OUTPUT.into(), &[config.embedding, config.vocabulary], false),
+        tensor(OUTPUT.into(), &[config.embedding, config.vocabulary], false).split(1, Part::Vocabulary),
         tensor(ROPE_FREQS.into(), &[config.head_dim / 2], false),
     ]
 }

@@ -10,6 +10,7 @@ pub mod names;
 pub mod peer_copy;
 pub mod pull;
 pub mod shard;
+pub mod slice;
 pub mod split;
 mod tokenizer;
 
@@ -20,6 +21,7 @@ pub use config::{
 };
 pub use gguf::{GgufFile, GgufHeader, TensorInfo, Value};
 pub use layout::ModelLayout;
+pub use slice::{SliceSource, TensorSlice};
 pub use tokenizer::{TextStream, Tokenizer};
 
 use crate::ggml::VocabError;

@@ -109,6 +109,11 @@ fn experts(keys: &Keys<'_>, config: &ModelConfig) -> Result<MoeParams, ModelErro
 }
 
 impl ArchSpec for Deepseek2 {
+    fn splits_across_ranks(&self) -> Result<(), String> {
+        Err("multi-head latent attention (DeepSeek, Kimi K2) has no tensor-parallel form yet; run it as a pipeline"
+            .into())
+    }
+
     fn hyper_parameters(&self, keys: &Keys<'_>, config: &mut ModelConfig) -> Result<(), ModelError> {
         super::skip_next_token_layers(keys, config)?;
         if keys.arch_optional_float("attention.temperature_scale")?.is_some_and(|s| s != 0.0) {
@@ -204,7 +209,7 @@ impl ArchSpec for Deepseek2 {
         let (h, residual) = step.prune_last_layer(g, layer, h, x);
         let ffn_in = g.add(h, residual);
         let h = blocks::norm(g, ffn_in, w.req("ffn_norm.weight"), c.rms_epsilon);
-        g.add(blocks::sparse_or_dense_feed_forward(g, w, moe, layer, h), ffn_in)
+        g.add(blocks::sparse_or_dense_feed_forward(g, step, w, moe, layer, h), ffn_in)
     }
 }
 

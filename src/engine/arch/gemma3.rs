@@ -78,7 +78,7 @@ impl ArchSpec for Gemma3 {
         let h = blocks::norm(g, h, w.req("post_attention_norm.weight"), eps);
         let attended = g.add(h, residual);
         let h = blocks::norm(g, attended, w.req("ffn_norm.weight"), eps);
-        let h = blocks::gated_feed_forward(g, w, "", h, Activation::Gelu);
+        let h = blocks::gated_feed_forward(g, step, w, "", h, Activation::Gelu);
         let h = blocks::norm(g, h, w.req("post_ffw_norm.weight"), eps);
         g.add(h, attended)
     }

@@ -87,6 +87,6 @@ impl ArchSpec for Glm4Moe {
         let moe = c.moe.as_ref().expect("glm4moe reads its expert parameters when the model opens");
         let ffn_in = blocks::attention_block(g, step, layer, w, x);
         let h = blocks::norm(g, ffn_in, w.req("post_attention_norm.weight"), c.rms_epsilon);
-        g.add(blocks::sparse_or_dense_feed_forward(g, w, moe, layer, h), ffn_in)
+        g.add(blocks::sparse_or_dense_feed_forward(g, step, w, moe, layer, h), ffn_in)
     }
 }

@@ -10,7 +10,7 @@ use crate::engine::blocks::{self, StepContext};
 use crate::engine::weights::LayerWeights;
 use crate::ggml::{GraphBuilder, Tensor};
 use crate::model::config::Keys;
-use crate::model::layout::{self, ExpectedTensor};
+use crate::model::layout::{self, ExpectedTensor, Part};
 use crate::model::{ExpertActivation, Gating, ModelConfig, ModelError, MoeParams};
 
 pub struct GptOss;
@@ -51,13 +51,13 @@ impl ArchSpec for GptOss {
         let (e, f, n) = (config.embedding, moe.expert_feed_forward, moe.experts);
         let t = |part: &str, shape: &[usize]| ExpectedTensor::layer(layer, part, shape, true);
         let mut list = layout::attention_tensors(config, layer, None);
-        list.push(t("attn_sinks.weight", &[config.heads]));
+        list.push(t("attn_sinks.weight", &[config.heads]).split(0, Part::QueryHeads));
         list.push(t("post_attention_norm.weight", &[e]));
         list.extend(layout::expert_tensors(config, layer, moe));
         list.push(t("ffn_gate_inp.bias", &[n]));
-        list.push(t("ffn_gate_exps.bias", &[f, n]));
-        list.push(t("ffn_up_exps.bias", &[f, n]));
-        list.push(t("ffn_down_exps.bias", &[e, n]));
+        list.push(t("ffn_gate_exps.bias", &[f, n]).split(1, Part::Experts));
+        list.push(t("ffn_up_exps.bias", &[f, n]).split(1, Part::Experts));
+        list.push(t("ffn_down_exps.bias", &[e, n]).split(1, Part::Experts));
         list
     }
 
@@ -73,6 +73,6 @@ impl ArchSpec for GptOss {
         let moe = c.moe.as_ref().expect("gpt-oss reads its expert parameters when the model opens");
         let ffn_in = blocks::attention_block(g, step, layer, w, x);
         let h = blocks::norm(g, ffn_in, w.req("post_attention_norm.weight"), c.rms_epsilon);
-        g.add(blocks::moe_feed_forward(g, w, moe, h), ffn_in)
+        g.add(blocks::moe_feed_forward(g, step, w, moe, h), ffn_in)
     }
 }

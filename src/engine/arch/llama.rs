@@ -72,8 +72,8 @@ impl ArchSpec for Dense {
         let ffn_in = blocks::attention_block(g, step, layer, w, x);
         let h = blocks::norm(g, ffn_in, w.req("ffn_norm.weight"), eps);
         let h = match &step.config.moe {
-            Some(moe) => blocks::moe_feed_forward(g, w, moe, h),
-            None => blocks::feed_forward(g, w, "", h),
+            Some(moe) => blocks::moe_feed_forward(g, step, w, moe, h),
+            None => blocks::feed_forward(g, step, w, "", h),
         };
         g.add(h, ffn_in)
     }

@@ -47,6 +47,12 @@ pub trait ArchSpec: Sync {
         None
     }
 
+    /// Whether the graph runs split across a tensor-parallel group, each rank with its share of the
+    /// tensors the declarations split; the reason when it cannot.
+    fn splits_across_ranks(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     /// ggml's RoPE mode: 0 rotates adjacent pairs (llama GGUFs are converted for it), 2 rotates halves.
     fn rope_mode(&self) -> i32;
 

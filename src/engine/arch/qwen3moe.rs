@@ -61,7 +61,8 @@ impl ArchSpec for Qwen3Moe {
         let c = step.config;
         let moe = c.moe.as_ref().expect("qwen3moe reads its expert parameters when the model opens");
         let ffn_in = blocks::attention_block(g, step, layer, w, x);
-        let h = blocks::moe_feed_forward(g, w, moe, blocks::norm(g, ffn_in, w.req("ffn_norm.weight"), c.rms_epsilon));
+        let h =
+            blocks::moe_feed_forward(g, step, w, moe, blocks::norm(g, ffn_in, w.req("ffn_norm.weight"), c.rms_epsilon));
         g.add(h, ffn_in)
     }
 }

@@ -1,0 +1,345 @@
+//! How a tensor-parallel group divides a model: which attention heads, feed-forward columns, experts
+//! and vocabulary rows each rank holds, and where a rank's share of each tensor lies in the file.
+//!
+//! Each architecture declares how its tensors split ([`Split`] on each [`ExpectedTensor`]): Q, K and V
+//! by rows of whole heads, the output projection by the matching input columns, the feed-forward's gate
+//! and up by rows and its down projection by columns, experts whole, the output head by vocabulary rows;
+//! everything else (norms, the router, the token embeddings) every rank holds whole. The plan here gives
+//! each rank whole key/value groups with their query heads, whole experts, and a share of the
+//! feed-forward's columns chosen so that every rank's bytes match its share of the group (the attention
+//! groups rarely divide evenly: 3 key/value heads over 2 ranks), cut only where the quantization blocks
+//! of the tensors split by columns allow.
+
+use super::gguf::TensorInfo;
+use super::layout::{self, ExpectedTensor, Part, Split};
+use super::{Model, ModelConfig};
+use std::collections::HashMap;
+use std::ops::Range;
+
+/// Every part a group divides.
+pub const PARTS: [Part; 6] =
+    [Part::QueryHeads, Part::KvHeads, Part::FeedForward, Part::SharedFeedForward, Part::Experts, Part::Vocabulary];
+
+/// One rank's share of a model: for each part, the units it holds (heads, columns, experts, rows) of
+/// how many there are.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
+pub struct TensorSlice {
+    pub rank: usize,
+    pub ranks: usize,
+    /// Query heads (those of its key/value groups).
+    pub query_heads: Range<usize>,
+    pub kv_heads: Range<usize>,
+    /// Columns of the dense feed-forward's inner width.
+    pub feed_forward: Range<usize>,
+    /// Columns of the shared experts' inner width.
+    pub shared_feed_forward: Range<usize>,
+    /// Routed experts.
+    pub experts: Range<usize>,
+    /// Rows of the output head.
+    pub vocabulary: Range<usize>,
+    /// How many units of each part the model has, in [`PARTS`] order.
+    pub totals: [usize; 6],
+}
+
+/// Where a rank's share of one tensor lies: byte ranges of the file (one when contiguous), and its shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SliceSource {
+    pub shape: Vec<u64>,
+    /// (absolute file offset, bytes), in the order the share's bytes follow each other.
+    pub pieces: Vec<(u64, u64)>,
+}
+
+impl SliceSource {
+    pub fn bytes(&self) -> u64 {
+        self.pieces.iter().map(|p| p.1).sum()
+    }
+}
+
+impl TensorSlice {
+    /// The units of `part` this rank holds.
+    pub fn range(&self, part: Part) -> Range<usize> {
+        match part {
+            Part::QueryHeads => self.query_heads.clone(),
+            Part::KvHeads => self.kv_heads.clone(),
+            Part::FeedForward => self.feed_forward.clone(),
+            Part::SharedFeedForward => self.shared_feed_forward.clone(),
+            Part::Experts => self.experts.clone(),
+            Part::Vocabulary => self.vocabulary.clone(),
+        }
+    }
+
+    pub fn total(&self, part: Part) -> usize {
+        self.totals[PARTS.iter().position(|p| *p == part).expect("every part is listed")]
+    }
+
+    /// Whether this rank holds everything (a group of one).
+    pub fn is_whole(&self) -> bool {
+        self.ranks == 1
+    }
+
+    /// Elements of a dimension of `length` elements that split by `part` (each unit of the part is
+    /// `length / total` of them) this rank holds.
+    fn elements(&self, part: Part, length: u64) -> Range<u64> {
+        let total = self.total(part).max(1) as u64;
+        let per_unit = length / total;
+        let r = self.range(part);
+        r.start as u64 * per_unit..r.end as u64 * per_unit
+    }
+
+    /// This rank's share of tensor `info`, split as `split` says: its shape and the byte ranges it reads.
+    /// Fails when the share does not fall on whole quantization blocks (the plan avoids that).
+    pub fn source(&self, info: &TensorInfo, split: Split) -> Result<SliceSource, String> {
+        let Split::Along { dim, part } = split else {
+            return Ok(SliceSource { shape: info.shape.clone(), pieces: vec![(info.offset, info.bytes)] });
+        };
+        let shape = &info.shape;
+        if dim >= shape.len() {
+            return Err(format!("{} has no dimension {dim} to split", info.name));
+        }
+        let total = self.total(part).max(1) as u64;
+        if !shape[dim].is_multiple_of(total) {
+            return Err(format!("{}'s dimension {dim} ({}) does not divide into {total} parts", info.name, shape[dim]));
+        }
+        let elements = self.elements(part, shape[dim]);
+        let mut local = shape.clone();
+        local[dim] = elements.end - elements.start;
+        let dtype = info.dtype;
+        let unsplit = |e: u64| {
+            dtype.row_bytes(e).ok_or_else(|| {
+                format!(
+                    "{} ({}, blocks of {} values) cannot be split at value {e}",
+                    info.name,
+                    dtype.name(),
+                    dtype.block_elements()
+                )
+            })
+        };
+        let row = unsplit(shape[0])?;
+        // Bytes of one step along `dim`, and of the whole extent of `dim` (which the outer dimensions repeat).
+        let (start, len, extent) = if dim == 0 {
+            (unsplit(elements.start)?, unsplit(elements.end)? - unsplit(elements.start)?, row)
+        } else {
+            let step: u64 = row * shape[1..dim].iter().product::<u64>();
+            (elements.start * step, (elements.end - elements.start) * step, step * shape[dim])
+        };
+        let outer: u64 = shape[dim + 1..].iter().product();
+        let pieces = if outer == 1 || len == extent {
+            vec![(info.offset + start, len * if len == extent { outer } else { 1 })]
+        } else {
+            (0..outer).map(|o| (info.offset + o * extent + start, len)).collect()
+        };
+        Ok(SliceSource { shape: local, pieces })
+    }
+}
+
+/// The parts of a model a tensor-parallel group divides, and their sizes.
+fn totals(config: &ModelConfig, declared: &[(ExpectedTensor, &TensorInfo)]) -> [usize; 6] {
+    // The shared experts' width is that of their tensors.
+    let shared = declared
+        .iter()
+        .find(|(t, _)| t.split == Split::Along { dim: 1, part: Part::SharedFeedForward })
+        .map_or(0, |(t, _)| t.shape[1] as usize);
+    [
+        config.heads,
+        config.kv_heads,
+        config.feed_forward,
+        shared,
+        config.moe.as_ref().map_or(0, |m| m.experts),
+        config.vocabulary,
+    ]
+}
+
+/// Every tensor of the model whole, as declared, with its file entry (the output head: the token
+/// embedding's, read as the head, when tied).
+fn declared_tensors(model: &Model) -> Vec<(ExpectedTensor, &TensorInfo)> {
+    let config = model.config();
+    let mut list: Vec<ExpectedTensor> = (0..config.layers).flat_map(|l| layout::layer_tensors(config, l)).collect();
+    list.extend(layout::global_tensors(config));
+    let tied = model.layout().tied_output;
+    list.into_iter()
+        .filter_map(|t| {
+            let name = if tied && t.name == layout::OUTPUT { layout::TOKEN_EMBEDDING } else { t.name.as_str() };
+            let info = model.tensor(name)?;
+            Some((t, info))
+        })
+        .collect()
+}
+
+/// Divides `count` units into shares proportional to `shares`, each a multiple of `align` (the last
+/// takes what is left) and at least `align` when `count` allows.
+fn proportional(count: usize, shares: &[f64], align: usize) -> Vec<Range<usize>> {
+    let align = align.max(1);
+    let units = count / align;
+    let sum: f64 = shares.iter().sum();
+    let mut ranges = Vec::with_capacity(shares.len());
+    let mut start = 0;
+    let mut before = 0.0;
+    for (i, share) in shares.iter().enumerate() {
+        before += share;
+        let left = shares.len() - i - 1;
+        let end = if left == 0 {
+            count
+        } else {
+            let ideal = (units as f64 * before / sum).round() as usize;
+            // Leave at least one unit for each rank after this one, and take at least one.
+            (ideal.clamp(start / align + 1, units.saturating_sub(left).max(start / align + 1))) * align
+        };
+        ranges.push(start..end.min(count));
+        start = end.min(count);
+    }
+    ranges
+}
+
+/// The shares of a group whose ranks hold parts in proportion to `shares` (one per rank; equal shares
+/// for a group of equal nodes). Fails, saying why, for a model the group cannot divide: an architecture
+/// whose graph has no tensor-parallel form, fewer key/value heads than ranks, or quantization blocks that
+/// do not fall between heads.
+pub fn plan(model: &Model, shares: &[f64]) -> Result<Vec<TensorSlice>, String> {
+    let config = model.config();
+    let ranks = shares.len();
+    if ranks == 0 || shares.iter().any(|s| !s.is_finite() || *s <= 0.0) {
+        return Err("a tensor-parallel group needs one positive share per node".into());
+    }
+    config.architecture.spec().splits_across_ranks()?;
+    if config.kv_heads < ranks {
+        return Err(format!(
+            "the model has {} key/value heads, fewer than the {ranks} nodes of the group: each node needs whole heads",
+            config.kv_heads
+        ));
+    }
+    let declared = declared_tensors(model);
+    let totals = totals(config, &declared);
+    // Values along a dimension split by columns must start on a quantization block: the columns a
+    // part is cut at must be multiples of its tensors' block sizes.
+    let mut align: HashMap<Part, usize> = HashMap::new();
+    for (t, info) in &declared {
+        if let Split::Along { dim: 0, part } = t.split {
+            let a = align.entry(part).or_insert(1);
+            *a = lcm(*a, info.dtype.block_elements() as usize);
+        }
+    }
+    let group = config.heads / config.kv_heads.max(1);
+    let kv = proportional(config.kv_heads, shares, 1);
+    let heads_align = align.get(&Part::QueryHeads).copied().unwrap_or(1);
+    for r in &kv {
+        let column = r.start * group * config.head_dim;
+        if !column.is_multiple_of(heads_align) {
+            return Err(format!(
+                "the attention output's quantization blocks ({heads_align} values) do not fall between the heads \
+                 ({} values each) where {ranks} nodes would divide them",
+                config.head_dim
+            ));
+        }
+    }
+    let experts = proportional(totals[4], shares, 1);
+    // Output rows: 32 at a time, so that each share starts on an aligned byte.
+    let vocabulary = proportional(config.vocabulary, shares, 32);
+    let shared = proportional(totals[3], shares, align.get(&Part::SharedFeedForward).copied().unwrap_or(1));
+    let ff_align = align.get(&Part::FeedForward).copied().unwrap_or(1);
+    let feed_forward = balanced_feed_forward(&declared, &totals, shares, &kv, &experts, &vocabulary, &shared, ff_align);
+    Ok((0..ranks)
+        .map(|rank| TensorSlice {
+            rank,
+            ranks,
+            query_heads: kv[rank].start * group..kv[rank].end * group,
+            kv_heads: kv[rank].clone(),
+            feed_forward: feed_forward[rank].clone(),
+            shared_feed_forward: shared[rank].clone(),
+            experts: experts[rank].clone(),
+            vocabulary: vocabulary[rank].clone(),
+            totals,
+        })
+        .collect())
+}
+
+/// The feed-forward's columns per rank such that each rank's bytes (its attention heads, experts,
+/// vocabulary rows and columns together) come as close to its share as the columns' alignment allows.
+#[allow(clippy::too_many_arguments)]
+fn balanced_feed_forward(
+    declared: &[(ExpectedTensor, &TensorInfo)],
+    totals: &[usize; 6],
+    shares: &[f64],
+    kv: &[Range<usize>],
+    experts: &[Range<usize>],
+    vocabulary: &[Range<usize>],
+    shared: &[Range<usize>],
+    align: usize,
+) -> Vec<Range<usize>> {
+    let columns = totals[2];
+    // Bytes per unit of each part, over every tensor split by it.
+    let mut per_unit: HashMap<Part, f64> = HashMap::new();
+    for (t, info) in declared {
+        if let Split::Along { part, .. } = t.split {
+            let total = totals[PARTS.iter().position(|p| *p == part).expect("listed")].max(1);
+            *per_unit.entry(part).or_default() += info.bytes as f64 / total as f64;
+        }
+    }
+    let unit = |p: Part| per_unit.get(&p).copied().unwrap_or(0.0);
+    let ff_unit = unit(Part::FeedForward);
+    if columns == 0 || ff_unit == 0.0 {
+        return proportional(columns, shares, align);
+    }
+    let group = totals[0] / totals[1].max(1);
+    let others: Vec<f64> = (0..shares.len())
+        .map(|r| {
+            kv[r].len() as f64 * (unit(Part::KvHeads) + group as f64 * unit(Part::QueryHeads))
+                + experts[r].len() as f64 * unit(Part::Experts)
+                + vocabulary[r].len() as f64 * unit(Part::Vocabulary)
+                + shared[r].len() as f64 * unit(Part::SharedFeedForward)
+        })
+        .collect();
+    let all = others.iter().sum::<f64>() + columns as f64 * ff_unit;
+    let sum: f64 = shares.iter().sum();
+    // Each rank's columns are what its share leaves after its other parts, at least one aligned step.
+    let wanted: Vec<f64> =
+        (0..shares.len()).map(|r| ((all * shares[r] / sum - others[r]) / ff_unit).max(align as f64)).collect();
+    proportional(columns, &wanted, align)
+}
+
+fn lcm(a: usize, b: usize) -> usize {
+    fn gcd(a: usize, b: usize) -> usize {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+    a / gcd(a, b) * b
+}
+
+/// Exact bytes of the tensors a rank holding `slice` maps of the whole model (every layer, the
+/// embeddings whole, and its share of the output head).
+pub fn rank_bytes(model: &Model, slice: &TensorSlice) -> Result<u64, String> {
+    let mut total = 0;
+    for (t, info) in declared_tensors(model) {
+        total += slice.source(info, t.split)?.bytes();
+    }
+    // The token embeddings are whole on every rank; tied to the head, they were counted as its share.
+    if model.layout().tied_output {
+        total += model.layout().embedding;
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proportional_shares_are_aligned_and_cover_everything() {
+        assert_eq!(proportional(9, &[1.0, 1.0], 1), vec![0..5, 5..9]);
+        assert_eq!(proportional(3, &[1.0, 1.0], 1), vec![0..2, 2..3]);
+        assert_eq!(proportional(1536, &[1.0, 1.0, 1.0], 256), vec![0..512, 512..1024, 1024..1536]);
+        assert_eq!(proportional(49152, &[2.0, 1.0], 32), vec![0..32768, 32768..49152]);
+        // Every rank gets at least one step, whatever its share.
+        assert_eq!(proportional(4, &[100.0, 1.0, 1.0], 1), vec![0..2, 2..3, 3..4]);
+        assert_eq!(proportional(64, &[1.0, 0.0001], 1), vec![0..63, 63..64]);
+    }
+
+    #[test]
+    fn least_common_multiples() {
+        assert_eq!(lcm(1, 32), 32);
+        assert_eq!(lcm(32, 256), 256);
+        assert_eq!(lcm(32, 48), 96);
+    }
+}

@@ -1,0 +1,199 @@
+//! Tensor parallelism in the engine: the ranks of a group (threads of this process, linked by channels)
+//! each hold a slice of every layer and sum their parts twice per layer. The group must compute what
+//! the model whole computes, teacher-forced on the whole model's greedy tokens: every step's logits
+//! within a bound, and the same greedy choice at three steps in four at least (at a near tie the
+//! rounding below may swap the two best: SmolLM2 made another choice at 2 of 24 steps; the random
+//! models at none).
+//!
+//! Why a bound and not equality: a rank sums its share of each dot product and the group adds the
+//! shares, so the hidden states differ from the whole model's in their last bits (about 1e-7 of their
+//! size). A quantized model quantizes every layer's input to 8 bits on the fly, and a last-bit difference
+//! that moves a value across a rounding boundary moves it by a whole quantization step; over 30 layers
+//! that adds up. So the bound is the model's own sensitivity, measured here: how far its logits move
+//! when the hidden state after its first layer is nudged by 1e-7 to 1e-5 of itself (for SmolLM2 Q4_1
+//! this moved the largest logit, about 29, by 0.5 to 0.9; the group moved it by 0.9 at most). The group
+//! may differ by 3 times that, plus 1e-3 of the largest logit. A wrong slice, a head or a bias added
+//! twice or missed, moves logits by tens.
+//!
+//! Checked for SmolLM2 over 2 and 3 ranks, and for random mixture-of-experts models with their experts
+//! split 2:1 (Qwen3-MoE, GLM-4.5 with dense layers, biases and a shared expert, Mixtral, gpt-oss with
+//! sinks, biases and MXFP4 experts). Every rank's memory is its slice: the weights the ranks map add up
+//! to the model's, with the whole tensors (norms, embeddings) once per rank.
+
+mod common;
+
+use common::random_model::{self, RandomModel};
+use shoal::engine::parallel::{self, local::channel_group, Group};
+use shoal::engine::{argmax, Stage, StageInput, StageOptions};
+use shoal::model::{slice, Model};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const PROMPTS: [&[u32]; 2] = [&[1, 504, 3458, 282, 4649, 314, 2], &[9, 17, 2024, 33, 71, 5000, 123, 12, 8, 901, 77]];
+const DECODE: usize = 12;
+
+fn options() -> StageOptions {
+    StageOptions { context: 256, sequences: 2, threads: 1, batch: 32, ..StageOptions::default() }
+}
+
+/// The tokens each prompt continues with, and the logits of every step.
+type Run = Vec<(Vec<u32>, Vec<Vec<f32>>)>;
+
+/// Each prompt (a sequence each), then `tokens[p]` fed one by one, or the greedy choice where `tokens`
+/// is empty.
+fn run(stage: &mut Stage, forced: Option<&Run>) -> Run {
+    PROMPTS
+        .iter()
+        .enumerate()
+        .map(|(seq, prompt)| {
+            let mut logits = vec![stage.forward(seq, 0, StageInput::Tokens(prompt)).unwrap().to_vec()];
+            let mut tokens = Vec::new();
+            for i in 0..DECODE {
+                let next = match forced {
+                    Some(reference) => reference[seq].0[i],
+                    None => argmax(&logits[i]),
+                };
+                tokens.push(next);
+                if i + 1 < DECODE {
+                    let step = stage.forward(seq, prompt.len() + i, StageInput::Tokens(&[next])).unwrap();
+                    logits.push(step.to_vec());
+                }
+            }
+            (tokens, logits)
+        })
+        .collect()
+}
+
+/// The model whole, in one stage, greedy.
+fn whole(path: &Path) -> Run {
+    let model = Model::open(path).unwrap();
+    let mut stage = Stage::load(&model, 0..model.config().layers, options()).unwrap();
+    run(&mut stage, None)
+}
+
+/// The model over a group of ranks holding `shares`, teacher-forced on `reference`: followers on
+/// threads, the leader here. Returns the leader's run and the bytes each rank mapped.
+fn grouped(path: &Path, shares: &[f64], reference: &Run) -> (Run, Vec<u64>) {
+    let model = Model::open(path).unwrap();
+    let slices = slice::plan(&model, shares).unwrap();
+    let mut links = channel_group(shares.len(), Duration::from_secs(60)).into_iter();
+    let leader_links = links.next().unwrap();
+    let followers: Vec<_> = links
+        .map(|l| {
+            let (path, slices) = (path.to_path_buf(), slices.clone());
+            std::thread::spawn(move || {
+                let model = Model::open(&path).unwrap();
+                let group = Group::new(slices, Box::new(l)).unwrap();
+                let mut stage = Stage::load_rank(&model, options(), group).unwrap();
+                let bytes = stage.memory().weights;
+                parallel::follow(&mut stage).unwrap();
+                bytes
+            })
+        })
+        .collect();
+    let group = Group::new(slices, Box::new(leader_links)).unwrap();
+    let mut stage = Stage::load_rank(&model, options(), group).unwrap();
+    let forced = run(&mut stage, Some(reference));
+    stage.group().unwrap().stop();
+    let mut bytes = vec![stage.memory().weights];
+    bytes.extend(followers.into_iter().map(|f| f.join().unwrap()));
+    (forced, bytes)
+}
+
+/// How far the model's logits move when the hidden state after its first layer is nudged by 1e-7 to
+/// 1e-5 of itself (every third value), over each prompt's first step: its sensitivity to rounding.
+fn sensitivity(path: &Path) -> f32 {
+    let model = Model::open(path).unwrap();
+    let layers = model.config().layers;
+    let mut first = Stage::load(&model, 0..1, options()).unwrap();
+    let mut rest = Stage::load(&model, 1..layers, options()).unwrap();
+    let mut worst = 0f32;
+    for prompt in PROMPTS {
+        let hidden = first.forward(0, 0, StageInput::Tokens(prompt)).unwrap().to_vec();
+        let tokens = prompt.len();
+        let base = rest.forward(0, 0, StageInput::Hidden { values: &hidden, tokens }).unwrap().to_vec();
+        for nudge in [1e-7f32, 1e-6, 1e-5] {
+            let nudged: Vec<f32> =
+                hidden.iter().enumerate().map(|(i, v)| if i % 3 == 0 { v * (1.0 + nudge) } else { *v }).collect();
+            let out = rest.forward(0, 0, StageInput::Hidden { values: &nudged, tokens }).unwrap();
+            worst = base.iter().zip(out).map(|(x, y)| (x - y).abs()).fold(worst, f32::max);
+        }
+    }
+    worst
+}
+
+/// The group's teacher-forced run against the whole model's: logits within the bound at every step,
+/// and the whole model's greedy choice wherever it leads the runner-up by more than twice the bound.
+fn assert_same(label: &str, path: &Path, whole: &Run, group: &Run) {
+    let sensitivity = sensitivity(path);
+    let (mut checked, mut steps) = (0, 0);
+    for (p, ((tokens, logits), (_, group_logits))) in whole.iter().zip(group).enumerate() {
+        for (step, (a, b)) in logits.iter().zip(group_logits).enumerate() {
+            assert_eq!(a.len(), b.len(), "{label}: the group's logits have another width");
+            let largest = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let bound = 3.0 * sensitivity + 1e-3 * largest;
+            let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+            assert!(
+                worst <= bound,
+                "{label}: prompt {p} step {step}: logits differ by {worst}, more than {bound} (the model moves by \
+                 {sensitivity} when nudged; largest logit {largest})"
+            );
+            steps += 1;
+            if argmax(b) == tokens[step] {
+                checked += 1;
+            }
+        }
+    }
+    // Rounding can swap two near-equal logits (SmolLM2: 2 of 24 steps); a wrong slice swaps most.
+    assert!(4 * checked >= 3 * steps, "{label}: only {checked} of {steps} steps made the same greedy choice");
+}
+
+#[test]
+fn smollm2_over_two_and_three_ranks_computes_the_whole_model() {
+    let path = common::model_path();
+    let reference = whole(&path);
+    let table = common::tensor_table::read(&path);
+    let bytes_of =
+        |keep: &dyn Fn(&str) -> bool| -> u64 { table.tensors.iter().filter(|t| keep(&t.name)).map(|t| t.bytes).sum() };
+    for ranks in [2, 3] {
+        let (forced, bytes) = grouped(&path, &vec![1.0; ranks], &reference);
+        assert_same(&format!("SmolLM2 over {ranks} ranks"), &path, &reference, &forced);
+        // Every rank maps the norms and the token embeddings whole and its slice of everything else,
+        // the output head (tied to the embeddings) included: together, the file's tensors, the whole
+        // ones once more for each further rank, and the head once more.
+        let all = bytes_of(&|_| true);
+        let embedding = bytes_of(&|n| n == "token_embd.weight");
+        let whole_tensors = bytes_of(&|n| n.ends_with("norm.weight") || n == "token_embd.weight");
+        let expected = all + (ranks as u64 - 1) * whole_tensors + embedding;
+        assert_eq!(bytes.iter().sum::<u64>(), expected, "{ranks} ranks: the ranks' weights are the model's, sliced");
+    }
+}
+
+fn random(model: RandomModel) -> PathBuf {
+    model.write()
+}
+
+#[test]
+fn mixture_of_experts_models_split_unevenly_compute_the_whole_model() {
+    for (label, model) in [
+        ("Qwen3-MoE", random_model::qwen3moe()),
+        ("GLM-4.5", random_model::glm4moe()),
+        ("Mixtral", random_model::mixtral()),
+        ("gpt-oss", random_model::gpt_oss()),
+    ] {
+        let path = random(model);
+        let reference = whole(&path);
+        let (forced, _) = grouped(&path, &[2.0, 1.0], &reference);
+        assert_same(label, &path, &reference, &forced);
+    }
+}
+
+#[test]
+fn a_group_the_model_cannot_divide_is_refused_with_the_reason() {
+    let model = Model::open(&common::model_path()).unwrap();
+    let error = slice::plan(&model, &[1.0; 4]).unwrap_err();
+    assert!(error.contains("3 key/value heads"), "{error}");
+    let deepseek = Model::open(&random(random_model::deepseek2())).unwrap();
+    let error = slice::plan(&deepseek, &[1.0; 2]).unwrap_err();
+    assert!(error.contains("latent attention"), "{error}");
+}
