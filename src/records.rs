@@ -56,6 +56,10 @@ pub struct StageStatus {
     /// The device the stage computes on (`CPU`, `Metal`, …), once it has loaded.
     #[serde(default)]
     pub device: Option<String>,
+    /// A tensor-parallel rank's slice of every layer: its heads, feed-forward columns, experts and
+    /// output rows.
+    #[serde(default)]
+    pub slice: Option<crate::model::TensorSlice>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
@@ -128,6 +132,14 @@ pub struct LaunchRequest {
     /// The name clients use (default: the file name without `.gguf`).
     #[serde(default)]
     pub name: Option<String>,
+    /// How to split the model: a pipeline of layer ranges or tensor parallel (default: the faster
+    /// placement predicts).
+    #[serde(default)]
+    pub parallel: Option<crate::placement::Parallelism>,
+    /// Run it on exactly these nodes (names or id prefixes), in this order: the ring of a pipeline, or
+    /// the ranks of a tensor-parallel group (the first leads).
+    #[serde(default)]
+    pub nodes: Option<Vec<String>>,
 }
 
 /// A stage's change of state, as its node reports it to the owner.

@@ -41,6 +41,10 @@ pub struct BenchArgs {
     /// Measure the model split into in-process stages at these layers.
     #[arg(long, value_delimiter = ',')]
     split: Vec<usize>,
+    /// Measure the model as a tensor-parallel group of this many ranks on threads of this process
+    /// (each with --threads compute threads), linked by channels: the group without a network.
+    #[arg(long, default_value_t = 1, conflicts_with = "split")]
+    tensor_parallel: usize,
     #[command(flatten)]
     device: super::devices::DeviceArgs,
     /// Print JSON instead of a table.
@@ -59,6 +63,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         concurrency: args.concurrency.max(1),
         threads: args.threads.unwrap_or_else(default_threads),
         splits: args.split.clone(),
+        tensor_parallel: args.tensor_parallel,
         stage: args.device.apply(shoal::engine::StageOptions::default())?,
     };
     let report = bench::run(args.model.as_deref().expect("clap requires it"), &options)?;

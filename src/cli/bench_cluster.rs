@@ -33,6 +33,11 @@ struct ClusterReport {
     concurrent_ratio: f64,
     /// Median per-hop link time of a decode step (µs), for multi-stage instances.
     hop_p50_us: Option<u64>,
+    /// How the instance is split (pipeline or tensor).
+    parallel: shoal::placement::Parallelism,
+    /// A tensor-parallel instance: the median time of one sum across its group (µs), as its leader
+    /// reports it after the runs.
+    allreduce_p50_us: Option<u64>,
 }
 
 /// One round of `concurrency` requests at once: each one's report, and their tokens over the round's
@@ -123,12 +128,17 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         concurrent_per_request_tokens_per_second: median(&each),
         concurrent_ratio: if concurrency > 1 { median(&concurrent) / median(&single_wall) } else { 1.0 },
         hop_p50_us: (!hops.is_empty()).then(|| median(&hops) as u64),
+        parallel: instance.plan.parallel,
+        allreduce_p50_us: allreduce_p50(args, &instance.id),
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    println!("model      {} on {} stage(s), through the cluster API", report.model, report.stages);
+    println!(
+        "model      {} on {} stage(s) ({}), through the cluster API",
+        report.model, report.stages, report.parallel
+    );
     let (pp, tg) = (report.prompt_tokens, report.gen_tokens);
     println!("pp{pp:<8} {:>8.1} tok/s  (median of {})", report.prefill_tokens_per_second, report.repetitions);
     println!("ttft       {:>8.1} ms    (pp{pp})", report.time_to_first_token_ms);
@@ -145,5 +155,16 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     if let Some(h) = report.hop_p50_us {
         println!("hop p50    {h:>8} µs per link per decode step");
     }
+    if let Some(sum) = report.allreduce_p50_us {
+        println!("sum p50    {sum:>8} µs per sum across the tensor-parallel group (two per layer)");
+    }
     Ok(())
+}
+
+/// The median sum time the leader of a tensor-parallel instance reports (its stats come each second:
+/// wait for the ones after the runs).
+fn allreduce_p50(args: &BenchArgs, id: &str) -> Option<u64> {
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let info: InstanceInfo = args.node.get(&format!("/api/instances/{id}")).ok()?;
+    info.stages.first()?.stats.as_ref()?.allreduce_p50_us
 }

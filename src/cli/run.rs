@@ -19,6 +19,15 @@ pub struct RunArgs {
     /// Explicit placement: NODE:FIRST-LAST,… in ring order (NODE is a name or an id prefix).
     #[arg(long)]
     layers: Option<String>,
+    /// How to split the model: `pipeline` (layer ranges, one node after another) or `tensor` (a slice of
+    /// every layer on every node of a group, faster over fast links). Default: the faster placement
+    /// predicts.
+    #[arg(long, conflicts_with = "layers")]
+    parallel: Option<shoal::placement::Parallelism>,
+    /// Run on exactly these nodes (names or id prefixes), in this order: the ring of a pipeline, or the
+    /// ranks of a tensor-parallel group (the first leads).
+    #[arg(long, value_delimiter = ',', conflicts_with = "layers")]
+    nodes: Vec<String>,
     /// Context of each request, in tokens (default: 2048, or the model's trained context when that is
     /// less; more than the model was trained on is refused).
     #[arg(long, value_parser = super::at_least_one)]
@@ -55,19 +64,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let model = std::fs::canonicalize(&args.model).unwrap_or(args.model.clone());
     let body = serde_json::json!({
         "model": model, "layers": args.layers, "context": args.context, "sequences": args.sequences,
-        "threads": args.threads, "name": args.name,
+        "threads": args.threads, "name": args.name, "parallel": args.parallel,
+        "nodes": (!args.nodes.is_empty()).then_some(&args.nodes),
     });
     if args.replace {
         let name = args.name.clone().or_else(|| shoal::model::library::model_name(&model));
         replace(&args.node, name.as_deref().unwrap_or_default())?;
     }
     let preview: Preview = args.node.post("/api/placements/preview", body.clone())?;
-    println!(
-        "{}: {} stage(s), {:.1} MB in all",
-        preview.model,
-        preview.plan.stages.len(),
-        preview.plan.total_bytes as f64 / 1e6
-    );
+    let plan = &preview.plan;
+    let split = match plan.parallel {
+        shoal::placement::Parallelism::Pipeline => format!("{} stage(s)", plan.stages.len()),
+        shoal::placement::Parallelism::Tensor => format!("tensor parallel over {} nodes", plan.stages.len()),
+    };
+    println!("{}: {split}, {:.1} MB in all", preview.model, plan.total_bytes as f64 / 1e6);
     for (i, s) in preview.plan.stages.iter().enumerate() {
         let fetch = match preview.fetches.get(i).cloned().flatten() {
             None => String::new(),
@@ -76,17 +86,35 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                 None => ", lacks its share and nothing in reach has it".to_string(),
             },
         };
+        let part = match &s.slice {
+            Some(slice) => format!(
+                "heads {:>2}-{:<2} ffn {}-{}{}",
+                slice.query_heads.start,
+                slice.query_heads.end - 1,
+                slice.feed_forward.start,
+                slice.feed_forward.end.saturating_sub(1),
+                if slice.experts.is_empty() {
+                    String::new()
+                } else {
+                    format!(" experts {}-{}", slice.experts.start, slice.experts.end - 1)
+                }
+            ),
+            None => format!("layers {:>3}-{:<3}", s.layers.start, s.layers.end - 1),
+        };
         println!(
-            "  {:<16} layers {:>3}-{:<3} {:>8.1} MB of {:>8.1} MB offered{fetch}",
+            "  {:<16} {part} {:>8.1} MB of {:>8.1} MB offered{fetch}",
             s.node_name,
-            s.layers.start,
-            s.layers.end - 1,
             s.bytes.total() as f64 / 1e6,
             s.offer as f64 / 1e6
         );
     }
-    if let Some(tps) = preview.plan.expected_decode_tokens_per_second {
-        println!("  expected decode ≈ {tps:.0} tokens/s (ring links {} µs per token)", preview.plan.ring_us);
+    if let Some(tps) = plan.expected_decode_tokens_per_second {
+        println!("  expected decode ≈ {tps:.0} tokens/s (links {} µs per token)", plan.ring_us);
+    }
+    for other in &plan.alternatives {
+        let rate = other.expected_decode_tokens_per_second.map(|r| format!(" ≈ {r:.0} tokens/s")).unwrap_or_default();
+        let over = if other.nodes.is_empty() { String::new() } else { format!(" over {}", other.nodes.join(", ")) };
+        println!("  not {}{over}{rate}: {}", other.parallel, other.reason);
     }
     if args.preview {
         return Ok(());

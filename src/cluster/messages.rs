@@ -70,6 +70,12 @@ pub enum ControlMessage {
         next_node: NodeId,
         next_port: u16,
     },
+    /// Owner → node: tell a rank of a tensor-parallel group where every rank listens (rank order).
+    ConnectGroup {
+        instance: String,
+        stage: usize,
+        peers: Vec<(NodeId, u16)>,
+    },
     /// Stop every worker of an instance (to the owner: stop the instance).
     StopInstance {
         instance: String,

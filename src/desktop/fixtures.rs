@@ -60,6 +60,8 @@ pub fn instance(model: &str, state: InstanceState, progress: &[f32]) -> Instance
             kv_cache_per_1k_tokens: 0,
             ring_us: 0,
             expected_decode_tokens_per_second: None,
+            parallel: Default::default(),
+            alternatives: Vec::new(),
         },
         stages: progress
             .iter()
@@ -76,6 +78,7 @@ pub fn instance(model: &str, state: InstanceState, progress: &[f32]) -> Instance
                 error: None,
                 fetch: None,
                 device: None,
+                slice: None,
             })
             .collect(),
         ready_at_ms: None,

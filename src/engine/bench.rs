@@ -24,6 +24,8 @@ pub struct BenchOptions {
     pub threads: usize,
     /// Split points, to measure a pipeline of in-process stages.
     pub splits: Vec<usize>,
+    /// Ranks of a tensor-parallel group on threads of this process (0 or 1: none).
+    pub tensor_parallel: usize,
     /// The device and weight placement of the stages (their sizes and threads come from the fields above).
     pub stage: StageOptions,
 }
@@ -75,7 +77,11 @@ pub fn run(path: &Path, options: &BenchOptions) -> Result<BenchReport, EngineErr
         batch: options.prompt_tokens.clamp(1, 512).max(options.concurrency),
         ..options.stage.clone()
     };
-    let mut pipeline = LocalPipeline::load(&model, &options.splits, &stage_options, WireFormat::F32)?;
+    let mut pipeline = if options.tensor_parallel > 1 {
+        LocalPipeline::load_group(&model, options.tensor_parallel, &stage_options)?
+    } else {
+        LocalPipeline::load(&model, &options.splits, &stage_options, WireFormat::F32)?
+    };
     let load_seconds = started.elapsed().as_secs_f64();
     let vocabulary = model.config().vocabulary as u32;
     let mut rng = ChaCha8Rng::seed_from_u64(42);

@@ -1,5 +1,7 @@
 //! Several stages in one process, chained exactly as stages on different machines are: each boundary's
-//! hidden states are encoded to bytes and decoded again, so `--split` exercises the wire format.
+//! hidden states are encoded to bytes and decoded again, so `--split` exercises the wire format. Or one
+//! tensor-parallel group whose ranks are threads of this process, linked by channels
+//! ([`LocalPipeline::load_group`]): the group's own arithmetic, without a network.
 
 use super::hidden::{HiddenStates, WireFormat};
 use super::stage::{Segment, Stage, StageInput, StageOptions};
@@ -25,6 +27,19 @@ pub struct LocalPipeline {
     wire: Vec<u8>,
     hidden: HiddenStates,
     boundary_bytes: u64,
+    /// A tensor-parallel group's other ranks, on threads (the leader is the one stage).
+    followers: Vec<std::thread::JoinHandle<Result<(), String>>>,
+}
+
+impl Drop for LocalPipeline {
+    fn drop(&mut self) {
+        if let Some(group) = self.stages.first().and_then(Stage::group) {
+            group.stop();
+        }
+        for follower in self.followers.drain(..) {
+            let _ = follower.join();
+        }
+    }
 }
 
 impl LocalPipeline {
@@ -39,7 +54,56 @@ impl LocalPipeline {
             .into_iter()
             .map(|range| Stage::load(model, range, options.clone()))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(LocalPipeline { stages, format, wire: Vec::new(), hidden: HiddenStates::default(), boundary_bytes: 0 })
+        Ok(Self::of(stages, format))
+    }
+
+    fn of(stages: Vec<Stage>, format: WireFormat) -> LocalPipeline {
+        LocalPipeline {
+            stages,
+            format,
+            wire: Vec::new(),
+            hidden: HiddenStates::default(),
+            boundary_bytes: 0,
+            followers: Vec::new(),
+        }
+    }
+
+    /// The model as a tensor-parallel group of `ranks` equal ranks, each on a thread of its own (with
+    /// `options.threads` compute threads), linked by channels; steps go to the leader.
+    pub fn load_group(model: &Model, ranks: usize, options: &StageOptions) -> Result<LocalPipeline, EngineError> {
+        let slices = crate::model::slice::plan(model, &vec![1.0; ranks]).map_err(EngineError::BadInput)?;
+        let mut links = super::parallel::local::channel_group(ranks, std::time::Duration::from_secs(600)).into_iter();
+        let leader = links.next().expect("a group has a leader");
+        let mut followers = Vec::new();
+        for link in links {
+            let (path, slices, options) = (model.path().to_path_buf(), slices.clone(), options.clone());
+            let (loaded_tx, loaded_rx) = std::sync::mpsc::channel();
+            followers.push(std::thread::spawn(move || {
+                let loaded = Model::open(&path).map_err(EngineError::from).and_then(|model| {
+                    let group = super::parallel::Group::new(slices, Box::new(link)).map_err(EngineError::BadInput)?;
+                    Stage::load_rank(&model, options, group)
+                });
+                match loaded {
+                    Ok(mut stage) => {
+                        let _ = loaded_tx.send(Ok(()));
+                        super::parallel::follow(&mut stage)
+                    }
+                    Err(e) => {
+                        let _ = loaded_tx.send(Err(e.to_string()));
+                        Err("not loaded".into())
+                    }
+                }
+            }));
+            loaded_rx
+                .recv()
+                .map_err(|_| EngineError::Internal("a rank's thread ended".into()))?
+                .map_err(EngineError::BadInput)?;
+        }
+        let group = super::parallel::Group::new(slices, Box::new(leader)).map_err(EngineError::BadInput)?;
+        let stage = Stage::load_rank(model, options.clone(), group)?;
+        let mut pipeline = Self::of(vec![stage], WireFormat::F32);
+        pipeline.followers = followers;
+        Ok(pipeline)
     }
 
     /// Chains stages loaded elsewhere (each from its own file, say): they must cover the model's layers
@@ -52,7 +116,7 @@ impl LocalPipeline {
             let splits: Vec<usize> = stages.iter().map(|s| s.layers().start).skip(1).collect();
             return Err(EngineError::InvalidSplit { splits, layers });
         }
-        Ok(LocalPipeline { stages, format, wire: Vec::new(), hidden: HiddenStates::default(), boundary_bytes: 0 })
+        Ok(Self::of(stages, format))
     }
 
     pub fn stages(&self) -> &[Stage] {

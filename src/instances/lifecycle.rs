@@ -106,9 +106,24 @@ pub async fn preview(instances: &Arc<Instances>, request: &LaunchRequest) -> Res
     remember_in_library(instances, &request.model).await;
     let needs = needs_for(&model, request);
     let (offers, links) = cluster_offers(&instances.agent);
-    let plan = match &request.layers {
-        Some(spec) => placement::plan_override(&needs, &offers, &links, &placement::parse_layers(spec)?)?,
-        None => placement::plan(&needs, &offers, &links)?,
+    if let Some(names) = &request.nodes {
+        if request.layers.is_some() {
+            return Err(LaunchError::Invalid("--layers names the nodes already; leave out --nodes".into()));
+        }
+        let pinned = placement::pinned(&offers, names)?;
+        return Ok((
+            placement::plan_on(&needs, &pinned, &links, request.parallel)?,
+            instance_name(request).unwrap_or_else(|| model.name()),
+        ));
+    }
+    let plan = match (&request.layers, request.parallel) {
+        (Some(_), Some(placement::Parallelism::Tensor)) => {
+            return Err(LaunchError::Invalid(
+                "--layers splits the model into layer ranges (a pipeline); leave it out for tensor parallel".into(),
+            ))
+        }
+        (Some(spec), _) => placement::plan_override(&needs, &offers, &links, &placement::parse_layers(spec)?)?,
+        (None, forced) => placement::plan_mode(&needs, &offers, &links, forced)?,
     };
     Ok((plan, instance_name(request).unwrap_or_else(|| model.name())))
 }
@@ -218,6 +233,7 @@ pub(super) async fn launch_as(
                 error: None,
                 fetch: None,
                 device: None,
+                slice: s.slice.clone(),
             })
             .collect(),
         plan,
@@ -242,6 +258,9 @@ pub(super) async fn launch_as(
     .flatten()
     .unwrap_or_default();
     let (file, parts) = (files.first().cloned(), if files.len() > 1 { files } else { Vec::new() });
+    // A tensor-parallel group's ranks hold equal shares (placement planned them so).
+    let shares = vec![1.0; info.stages.len()];
+    let tensor = info.plan.parallel == placement::Parallelism::Tensor;
     for (i, stage) in info.stages.iter().enumerate() {
         let spec = StageSpec {
             instance: id.clone(),
@@ -255,6 +274,7 @@ pub(super) async fn launch_as(
             threads: request.threads.unwrap_or(0),
             file: file.clone(),
             parts: parts.clone(),
+            tensor: tensor.then(|| supervisor::TensorRank { rank: i, shares: shares.clone() }),
         };
         if stage.node == me {
             start_local(instances, spec, me);
@@ -455,7 +475,18 @@ pub(super) fn apply_report(instances: &Arc<Instances>, instance: &str, stage: us
     if let Some(error) = failed {
         return lose(instances, instance, error, false);
     }
-    if let Some(ring) = wire.filter(|r| r.len() > 1) {
+    let grouped = info.plan.parallel == placement::Parallelism::Tensor;
+    if let Some(peers) = wire.as_ref().filter(|_| grouped) {
+        for (i, &(node, _)) in peers.iter().enumerate() {
+            if node == instances.agent.id() {
+                connect_group_local(instances, instance, i, peers);
+            } else {
+                let message =
+                    ControlMessage::ConnectGroup { instance: instance.to_string(), stage: i, peers: peers.clone() };
+                instances.agent.send_to(node, message);
+            }
+        }
+    } else if let Some(ring) = wire.filter(|r| r.len() > 1) {
         for (i, &(node, _)) in ring.iter().enumerate() {
             let (next_node, next_port) = ring[(i + 1) % ring.len()];
             let message =
@@ -492,6 +523,24 @@ pub(super) fn connect_local(
     let rdma = if next_node == instances.agent.id() { None } else { instances.agent.links.ring_route(next_node) };
     tokio::spawn(async move {
         let _ = handle.command(&WorkerCommand::Connect { next, rdma }).await;
+    });
+}
+
+/// Tells a local rank of a tensor-parallel group where every rank listens.
+pub(super) fn connect_group_local(instances: &Arc<Instances>, instance: &str, stage: usize, peers: &[(NodeId, u16)]) {
+    let me = instances.agent.id();
+    let addresses: Option<Vec<SocketAddr>> = peers
+        .iter()
+        .map(|&(node, port)| {
+            let ip =
+                if node == me { Some(std::net::IpAddr::from([127, 0, 0, 1])) } else { instances.agent.peer_ip(node) };
+            ip.map(|ip| SocketAddr::new(ip, port))
+        })
+        .collect();
+    let handle = instances.registry().local.get(&(instance.to_string(), stage)).map(|l| l.handle.clone());
+    let (Some(peers), Some(handle)) = (addresses, handle) else { return };
+    tokio::spawn(async move {
+        let _ = handle.command(&WorkerCommand::ConnectGroup { peers }).await;
     });
 }
 

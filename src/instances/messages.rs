@@ -4,7 +4,7 @@
 //! logged and dropped.
 
 use super::ending::{stop, stop_local};
-use super::lifecycle::{apply_report, connect_local, report, start_local};
+use super::lifecycle::{apply_report, connect_group_local, connect_local, report, start_local};
 use super::service::Instances;
 use super::StageReport;
 use crate::cluster::messages::ControlMessage;
@@ -62,6 +62,18 @@ pub fn on_message(instances: &Arc<Instances>, from: NodeId, message: ControlMess
                 connect_local(instances, &instance, stage, next_node, next_port)
             } else {
                 refuse("a ring connection", format!("instance {instance} is not the sender's"));
+            }
+        }
+        ControlMessage::ConnectGroup { instance, stage, peers } => {
+            let owned_by_sender = instances.registry().instances.get(&instance).is_some_and(|i| {
+                i.owner == from
+                    && i.plan.parallel == crate::placement::Parallelism::Tensor
+                    && peers.len() == i.stages.len()
+            });
+            if owned_by_sender {
+                connect_group_local(instances, &instance, stage, &peers)
+            } else {
+                refuse("a group connection", format!("instance {instance} is not the sender's tensor-parallel group"));
             }
         }
         ControlMessage::StopInstance { instance } => {

@@ -68,19 +68,21 @@ async fn replace(instances: &Arc<Instances>, old: &str, reason: &str, attempt: u
     }
 }
 
-/// Launches `request` again: with the layers the user chose while the nodes they name can hold them,
-/// else where placement puts it now.
+/// Launches `request` again: as the user chose (the layers, the nodes, the way to split it) while the
+/// nodes that are up can hold it so, else where placement puts it now (a tensor-parallel group that
+/// lost a node serves as a pipeline on one node rather than not at all).
 async fn place_again(
     instances: &Arc<Instances>,
     request: &LaunchRequest,
     recovery: Recovery,
 ) -> Result<InstanceInfo, LaunchError> {
-    if request.layers.is_some() {
+    if request.layers.is_some() || request.nodes.is_some() || request.parallel.is_some() {
         if let Ok(info) = launch_as(instances, request.clone(), Some(recovery.clone())).await {
             return Ok(info);
         }
     }
-    launch_as(instances, LaunchRequest { layers: None, ..request.clone() }, Some(recovery)).await
+    let anywhere = LaunchRequest { layers: None, nodes: None, parallel: None, ..request.clone() };
+    launch_as(instances, anywhere, Some(recovery)).await
 }
 
 /// `old` is replaced by `new`, which keeps the request `old` was launched with. If `old` was stopped

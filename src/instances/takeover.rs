@@ -146,11 +146,14 @@ mod tests {
             sequences: Some(2),
             threads: Some(1_000_000),
             name: Some("m".into()),
+            parallel: Some(crate::placement::Parallelism::Tensor),
+            nodes: Some(vec!["a".into(), "b".into()]),
         };
         let taken = taken_over_request(&request, "/me/models/m.gguf".into());
         assert_eq!(taken.model, PathBuf::from("/me/models/m.gguf"));
         assert_eq!((taken.context, taken.sequences, taken.name.as_deref()), (Some(1024), Some(2), Some("m")));
         assert_eq!(taken.layers, request.layers, "the user's layers are tried first, as after any loss");
         assert_eq!(taken.threads, None, "a member's absurd thread count is not used");
+        assert_eq!(taken.parallel, request.parallel, "the way it was split is kept");
     }
 }

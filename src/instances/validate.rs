@@ -53,6 +53,15 @@ pub fn stage_spec(spec: &StageSpec) -> Result<(), String> {
     if spec.threads > MAX_THREADS {
         return Err(format!("{} threads is more than {MAX_THREADS}", spec.threads));
     }
+    if let Some(tensor) = &spec.tensor {
+        let shares_ok = tensor.shares.iter().all(|s| s.is_finite() && *s > 0.0 && *s <= 1e6);
+        if tensor.rank != spec.stage || tensor.shares.len() != spec.stages || !shares_ok {
+            return Err(format!(
+                "rank {} of a tensor-parallel group of {} stages with shares {:?}",
+                tensor.rank, spec.stages, tensor.shares
+            ));
+        }
+    }
     let Some(file) = &spec.file else {
         return Err("the stage does not name its model file (name, size, repository)".into());
     };
@@ -127,8 +136,10 @@ pub fn instance(
             return Err(format!("it was launched with {what} {value}, more than {max}"));
         }
         let long = |text: &Option<String>| text.as_ref().is_some_and(|t| t.len() > MAX_NAME * 16);
-        if long(&request.name) || long(&request.layers) {
-            return Err("its launch request's name or layers are too long".into());
+        let nodes_long =
+            request.nodes.as_ref().is_some_and(|n| n.len() > MAX_STAGES || n.iter().any(|n| n.len() > MAX_NAME));
+        if long(&request.name) || long(&request.layers) || nodes_long {
+            return Err("its launch request's name, layers or nodes are too long".into());
         }
     }
     Ok(())
@@ -151,6 +162,7 @@ mod tests {
             threads: 0,
             file: Some(OfferedFile { name: "m.gguf".into(), size: 1, repo: None, sha256: None, layers: None }),
             parts: Vec::new(),
+            tensor: None,
         }
     }
 
@@ -214,7 +226,10 @@ mod tests {
 
     #[test]
     fn stage_specs_from_members_are_checked() {
+        use crate::worker::supervisor::TensorRank;
         assert_eq!(stage_spec(&spec()), Ok(()));
+        let rank = StageSpec { tensor: Some(TensorRank { rank: 0, shares: vec![1.0, 2.0] }), ..spec() };
+        assert_eq!(stage_spec(&rank), Ok(()));
         let bad = [
             StageSpec { instance: "../x".into(), ..spec() },
             StageSpec { stage: 2, ..spec() },
@@ -223,6 +238,12 @@ mod tests {
             StageSpec { context: 0, ..spec() },
             StageSpec { batch: usize::MAX, ..spec() },
             StageSpec { file: None, ..spec() },
+            // A tensor-parallel rank that is not the stage, shares that do not count the ranks, a share
+            // that is not a positive number.
+            StageSpec { tensor: Some(TensorRank { rank: 1, shares: vec![1.0, 1.0] }), ..spec() },
+            StageSpec { tensor: Some(TensorRank { rank: 0, shares: vec![1.0] }), ..spec() },
+            StageSpec { tensor: Some(TensorRank { rank: 0, shares: vec![1.0, f64::NAN] }), ..spec() },
+            StageSpec { tensor: Some(TensorRank { rank: 0, shares: vec![1.0, 0.0] }), ..spec() },
             StageSpec {
                 file: Some(OfferedFile {
                     name: "../../x/evil.gguf".into(),

@@ -5,10 +5,9 @@
 //! by rows of whole heads, the output projection by the matching input columns, the feed-forward's gate
 //! and up by rows and its down projection by columns, experts whole, the output head by vocabulary rows;
 //! everything else (norms, the router, the token embeddings) every rank holds whole. The plan here gives
-//! each rank whole key/value groups with their query heads, whole experts, and a share of the
-//! feed-forward's columns chosen so that every rank's bytes match its share of the group (the attention
-//! groups rarely divide evenly: 3 key/value heads over 2 ranks), cut only where the quantization blocks
-//! of the tensors split by columns allow.
+//! each rank, in proportion to its share, whole key/value groups with their query heads, whole experts,
+//! the feed-forward's columns (cut only where the quantization blocks of the tensors split by columns
+//! allow) and rows of the output head.
 
 use super::gguf::TensorInfo;
 use super::layout::{self, ExpectedTensor, Part, Split};
@@ -235,8 +234,10 @@ pub fn plan(model: &Model, shares: &[f64]) -> Result<Vec<TensorSlice>, String> {
     // Output rows: 32 at a time, so that each share starts on an aligned byte.
     let vocabulary = proportional(config.vocabulary, shares, 32);
     let shared = proportional(totals[3], shares, align.get(&Part::SharedFeedForward).copied().unwrap_or(1));
-    let ff_align = align.get(&Part::FeedForward).copied().unwrap_or(1);
-    let feed_forward = balanced_feed_forward(&declared, &totals, shares, &kv, &experts, &vocabulary, &shared, ff_align);
+    // Each part by share on its own, not evened out in bytes: the ranks wait for each other at every
+    // sum, after attention and after the feed-forward, so each part between two sums must be split as
+    // evenly as it can be (an uneven split of the heads cannot be made up for in the feed-forward).
+    let feed_forward = proportional(totals[2], shares, align.get(&Part::FeedForward).copied().unwrap_or(1));
     Ok((0..ranks)
         .map(|rank| TensorSlice {
             rank,
@@ -250,50 +251,6 @@ pub fn plan(model: &Model, shares: &[f64]) -> Result<Vec<TensorSlice>, String> {
             totals,
         })
         .collect())
-}
-
-/// The feed-forward's columns per rank such that each rank's bytes (its attention heads, experts,
-/// vocabulary rows and columns together) come as close to its share as the columns' alignment allows.
-#[allow(clippy::too_many_arguments)]
-fn balanced_feed_forward(
-    declared: &[(ExpectedTensor, &TensorInfo)],
-    totals: &[usize; 6],
-    shares: &[f64],
-    kv: &[Range<usize>],
-    experts: &[Range<usize>],
-    vocabulary: &[Range<usize>],
-    shared: &[Range<usize>],
-    align: usize,
-) -> Vec<Range<usize>> {
-    let columns = totals[2];
-    // Bytes per unit of each part, over every tensor split by it.
-    let mut per_unit: HashMap<Part, f64> = HashMap::new();
-    for (t, info) in declared {
-        if let Split::Along { part, .. } = t.split {
-            let total = totals[PARTS.iter().position(|p| *p == part).expect("listed")].max(1);
-            *per_unit.entry(part).or_default() += info.bytes as f64 / total as f64;
-        }
-    }
-    let unit = |p: Part| per_unit.get(&p).copied().unwrap_or(0.0);
-    let ff_unit = unit(Part::FeedForward);
-    if columns == 0 || ff_unit == 0.0 {
-        return proportional(columns, shares, align);
-    }
-    let group = totals[0] / totals[1].max(1);
-    let others: Vec<f64> = (0..shares.len())
-        .map(|r| {
-            kv[r].len() as f64 * (unit(Part::KvHeads) + group as f64 * unit(Part::QueryHeads))
-                + experts[r].len() as f64 * unit(Part::Experts)
-                + vocabulary[r].len() as f64 * unit(Part::Vocabulary)
-                + shared[r].len() as f64 * unit(Part::SharedFeedForward)
-        })
-        .collect();
-    let all = others.iter().sum::<f64>() + columns as f64 * ff_unit;
-    let sum: f64 = shares.iter().sum();
-    // Each rank's columns are what its share leaves after its other parts, at least one aligned step.
-    let wanted: Vec<f64> =
-        (0..shares.len()).map(|r| ((all * shares[r] / sum - others[r]) / ff_unit).max(align as f64)).collect();
-    proportional(columns, &wanted, align)
 }
 
 fn lcm(a: usize, b: usize) -> usize {

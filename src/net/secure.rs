@@ -319,6 +319,114 @@ impl BlockingReader {
     }
 }
 
+/// One connection used from a single thread without a runtime, both directions at once, its socket
+/// non-blocking: frames are sealed into bytes waiting to be written, and bytes read are opened into
+/// frames as their records complete. What a tensor-parallel rank needs to write to and read from every
+/// other rank of its group at once ([`crate::transport::group`]).
+pub struct SecureStream {
+    stream: std::net::TcpStream,
+    sealer: Sealer,
+    opener: Opener,
+    /// Sealed bytes not yet written, from `written` on.
+    out: Vec<u8>,
+    written: usize,
+    /// Bytes read and not yet opened, from `read` on.
+    raw: Vec<u8>,
+    read: usize,
+}
+
+/// A connection made async, for [`SecureStream`] use.
+pub fn into_stream(reader: SecureReader, writer: SecureWriter) -> Result<SecureStream, NetError> {
+    let stream = reader.read.reunite(writer.write).map_err(|_| NetError::Closed)?.into_std()?;
+    stream.set_nonblocking(true)?;
+    stream.set_nodelay(true)?;
+    Ok(SecureStream {
+        stream,
+        sealer: writer.sealer,
+        opener: reader.opener,
+        out: Vec::new(),
+        written: 0,
+        raw: Vec::new(),
+        read: 0,
+    })
+}
+
+impl SecureStream {
+    pub fn socket(&self) -> &std::net::TcpStream {
+        &self.stream
+    }
+
+    /// Seals `frame` behind whatever is still to be written.
+    pub fn queue(&mut self, frame: &[u8]) -> Result<(), NetError> {
+        if self.written == self.out.len() {
+            self.out.clear();
+            self.written = 0;
+        }
+        let sealed = self.sealer.seal(frame)?;
+        self.out.extend_from_slice(sealed);
+        Ok(())
+    }
+
+    /// Whether sealed bytes wait to be written.
+    pub fn has_output(&self) -> bool {
+        self.written < self.out.len()
+    }
+
+    /// Writes what the socket takes now.
+    pub fn write_some(&mut self) -> Result<(), NetError> {
+        use std::io::Write;
+        while self.written < self.out.len() {
+            match self.stream.write(&self.out[self.written..]) {
+                Ok(0) => return Err(NetError::Closed),
+                Ok(n) => self.written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads what the socket has now (the peer closing is an error).
+    pub fn read_some(&mut self) -> Result<(), NetError> {
+        use std::io::Read;
+        if self.read == self.raw.len() {
+            self.raw.clear();
+            self.read = 0;
+        }
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return Err(NetError::Closed),
+                Ok(n) => self.raw.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Opens the records read so far into `frame` (a frame being reassembled, cleared by the caller
+    /// before its first record); returns whether a frame is complete. Bytes after it stay for the next.
+    pub fn next_frame(&mut self, frame: &mut Vec<u8>, max_frame: usize) -> Result<bool, NetError> {
+        loop {
+            let pending = &self.raw[self.read..];
+            if pending.len() < 2 {
+                return Ok(false);
+            }
+            let len = u16::from_le_bytes([pending[0], pending[1]]) as usize;
+            if pending.len() < 2 + len {
+                return Ok(false);
+            }
+            self.opener.expect([pending[0], pending[1]])?.copy_from_slice(&pending[2..2 + len]);
+            self.read += 2 + len;
+            if self.opener.open_into(frame, max_frame)? {
+                return Ok(true);
+            }
+        }
+    }
+}
+
 /// Shuts a blocking connection down in both directions when dropped.
 pub struct ConnectionCloser(std::net::TcpStream);
 

@@ -1,11 +1,22 @@
-//! Placement: which nodes run which contiguous layer ranges of a model. Memory-true (exact tensor bytes,
-//! KV cache for the context, compute buffer, each node's offer after headroom) and link-aware (the ring
-//! of stages is ordered to cross the cheapest links, from measured RTT and throughput). Fewer nodes win
-//! when the model fits on fewer; among equal node counts, the fastest expected token time wins.
+//! Placement: which nodes run which part of a model. Memory-true (exact tensor bytes, KV cache for the
+//! context, compute buffer, each node's offer after headroom) and link-aware (from measured RTT and
+//! throughput). Two ways to split a model:
+//!
+//! - a pipeline: contiguous layer ranges, a ring of stages ordered to cross the cheapest links. It pools
+//!   memory but one stream is no faster than one node: fewer nodes win when the model fits on fewer, and
+//!   among equal node counts the fastest expected token time;
+//! - tensor parallel ([`tensor`]): every node of a group holds a slice of every layer and the group sums
+//!   its parts twice per layer, so one stream runs faster when the links are fast enough.
+//!
+//! Each mode's decode rate is predicted from the nodes' measured memory bandwidth and the links'
+//! latency and throughput; the faster that fits is chosen (tensor parallel only when it is predicted
+//! clearly faster, by [`TENSOR_MARGIN`]), unless the launch forces one. The plan says what the other
+//! mode would have given, and why it was not chosen.
 
 mod needs;
+mod tensor;
 
-pub use needs::{ModelNeeds, StageBytes};
+pub use needs::{GroupNeeds, ModelNeeds, StageBytes, MAX_GROUP};
 
 use crate::node::NodeId;
 use serde::{Deserialize, Serialize};
@@ -46,7 +57,56 @@ pub struct StagePlan {
     pub offer: u64,
     /// Expected decode time of this stage per token (memory-bound estimate), when the node's bandwidth is known.
     pub expected_step_us: Option<u64>,
+    /// A tensor-parallel rank's slice of every layer (its `layers` are then the whole model).
+    #[serde(default)]
+    pub slice: Option<crate::model::TensorSlice>,
 }
+
+/// How a model is split over nodes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ts_rs::TS)]
+#[serde(rename_all = "lowercase")]
+pub enum Parallelism {
+    /// Layer ranges, one after another.
+    #[default]
+    Pipeline,
+    /// A slice of every layer on every node.
+    Tensor,
+}
+
+impl std::fmt::Display for Parallelism {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Parallelism::Pipeline => "pipeline",
+            Parallelism::Tensor => "tensor",
+        })
+    }
+}
+
+impl std::str::FromStr for Parallelism {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Parallelism, String> {
+        match s {
+            "pipeline" => Ok(Parallelism::Pipeline),
+            "tensor" => Ok(Parallelism::Tensor),
+            other => Err(format!("{other:?} is not a way to split a model: give pipeline or tensor")),
+        }
+    }
+}
+
+/// Another way the model could have been split, as placement weighed it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
+pub struct Alternative {
+    pub parallel: Parallelism,
+    /// Its nodes, in order (none when it fits nowhere).
+    pub nodes: Vec<String>,
+    pub expected_decode_tokens_per_second: Option<f64>,
+    /// Why it was not chosen, or why it cannot run.
+    pub reason: String,
+}
+
+/// Tensor parallelism is chosen over a pipeline only when predicted this much faster: the prediction
+/// is coarse, and a group costs every node in it for every token.
+pub const TENSOR_MARGIN: f64 = 1.15;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct Plan {
@@ -59,11 +119,19 @@ pub struct Plan {
     /// KV-cache bytes 1024 tokens of one request take across all stages (what a longer context costs).
     #[serde(default)]
     pub kv_cache_per_1k_tokens: u64,
-    /// Expected time a token spends crossing the ring's links (half the RTT plus the hidden state's
-    /// transfer per hop, and the sampled token's way back).
+    /// Expected time a token spends crossing the links: around a pipeline's ring (half the RTT plus the
+    /// hidden state's transfer per hop, and the sampled token's way back), or in a tensor-parallel
+    /// group's sums (two per layer) and its logits' way to the leader.
     pub ring_us: u64,
-    /// 1 / (the stages' step times + ring time), when every node's bandwidth is known.
+    /// 1 / (the stages' step times + ring time), or for a tensor-parallel group 1 / (its slowest rank's
+    /// step time + link time), when every node's bandwidth is known.
     pub expected_decode_tokens_per_second: Option<f64>,
+    /// How the model is split.
+    #[serde(default)]
+    pub parallel: Parallelism,
+    /// The other way, as weighed: its prediction and why it was not chosen.
+    #[serde(default)]
+    pub alternatives: Vec<Alternative>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -109,10 +177,16 @@ struct Ring<'a> {
     links: &'a HashMap<(NodeId, NodeId), (u64, u64)>,
 }
 
+/// One way over the link from `a` to `b` with `bytes`: half the RTT plus the transfer (links not
+/// measured yet count as [`DEFAULT_RTT_US`] and [`DEFAULT_THROUGHPUT_BPS`]).
+fn link_table_hop(links: &HashMap<(NodeId, NodeId), (u64, u64)>, a: NodeId, b: NodeId, bytes: u64) -> u64 {
+    let (rtt, bps) = links.get(&(a, b)).copied().unwrap_or((DEFAULT_RTT_US, DEFAULT_THROUGHPUT_BPS));
+    rtt / 2 + bytes * 8 * 1_000_000 / bps.max(1)
+}
+
 impl Ring<'_> {
     fn hop_us(&self, a: NodeId, b: NodeId, bytes: u64) -> u64 {
-        let (rtt, bps) = self.links.get(&(a, b)).copied().unwrap_or((DEFAULT_RTT_US, DEFAULT_THROUGHPUT_BPS));
-        rtt / 2 + bytes * 8 * 1_000_000 / bps.max(1)
+        link_table_hop(self.links, a, b, bytes)
     }
 
     /// Per-token link time around the ring: hidden states forward, the token id back to stage 0.
@@ -182,6 +256,7 @@ impl Ring<'_> {
                     layers,
                     bytes,
                     offer: node.bytes,
+                    slice: None,
                 }
             })
             .collect();
@@ -196,6 +271,8 @@ impl Ring<'_> {
             expected_decode_tokens_per_second: steps.map(|s| 1e6 / (s + ring_us).max(1) as f64),
             ring_us,
             stages,
+            parallel: Parallelism::Pipeline,
+            alternatives: Vec::new(),
         }
     }
 
@@ -252,7 +329,143 @@ fn permutations(mut items: Vec<usize>, k: usize, out: &mut Vec<Vec<usize>>) {
     }
 }
 
-/// The plan on the fewest nodes that fits, fastest among those.
+/// The plan for `needs` on `nodes`: the faster of the best pipeline and the best tensor-parallel group
+/// that fit (a group only when [`TENSOR_MARGIN`] faster), or the mode `forced` says; with the other
+/// mode as an alternative.
+pub fn plan_mode(
+    needs: &ModelNeeds,
+    nodes: &[NodeOffer],
+    links: &[LinkCost],
+    forced: Option<Parallelism>,
+) -> Result<Plan, PlacementError> {
+    let pipeline = plan(needs, nodes, links);
+    let group = tensor::best_group(needs, nodes, &link_table(links));
+    let rate = |p: &Plan| p.expected_decode_tokens_per_second;
+    let summary = |p: &Plan, reason: String| Alternative {
+        parallel: p.parallel,
+        nodes: p.stages.iter().map(|s| s.node_name.clone()).collect(),
+        expected_decode_tokens_per_second: rate(p),
+        reason,
+    };
+    let refused = |parallel, reason: String| Alternative {
+        parallel,
+        nodes: Vec::new(),
+        expected_decode_tokens_per_second: None,
+        reason,
+    };
+    let chosen = match (forced, pipeline, group) {
+        (Some(Parallelism::Tensor), pipeline, group) => {
+            let mut plan = group.map_err(PlacementError::DoesNotFit)?;
+            plan.alternatives.push(match pipeline {
+                Ok(p) => summary(&p, "tensor parallel was asked for".into()),
+                Err(e) => refused(Parallelism::Pipeline, e.to_string()),
+            });
+            plan
+        }
+        (Some(Parallelism::Pipeline), pipeline, group) => {
+            let mut plan = pipeline?;
+            plan.alternatives.push(match group {
+                Ok(g) => summary(&g, "a pipeline was asked for".into()),
+                Err(reason) => refused(Parallelism::Tensor, reason),
+            });
+            plan
+        }
+        (None, Ok(mut pipeline), Ok(mut group)) => {
+            let faster = match (rate(&group), rate(&pipeline)) {
+                (Some(g), Some(p)) => g >= TENSOR_MARGIN * p,
+                _ => false,
+            };
+            if faster {
+                let why = format!(
+                    "tensor parallel over {} nodes is predicted {:.2}x as fast",
+                    group.stages.len(),
+                    rate(&group).unwrap_or(0.0) / rate(&pipeline).unwrap_or(1.0)
+                );
+                group.alternatives.push(summary(&pipeline, why));
+                group
+            } else {
+                let why = match (rate(&group), rate(&pipeline)) {
+                    (Some(g), Some(p)) => format!(
+                        "predicted {:.2}x as fast as the pipeline, less than the {TENSOR_MARGIN:.2}x it must gain",
+                        g / p
+                    ),
+                    _ => "the nodes' memory bandwidth is not measured yet, so its gain cannot be predicted".into(),
+                };
+                pipeline.alternatives.push(summary(&group, why));
+                pipeline
+            }
+        }
+        (None, Ok(mut pipeline), Err(reason)) => {
+            pipeline.alternatives.push(refused(Parallelism::Tensor, reason));
+            pipeline
+        }
+        (None, Err(_), Ok(mut group)) => {
+            group.alternatives.push(refused(Parallelism::Pipeline, "no pipeline fits".into()));
+            group
+        }
+        (None, Err(e), Err(_)) => return Err(e),
+    };
+    Ok(chosen)
+}
+
+/// The nodes `names` (names or id prefixes, as in an override) name, in that order: each must name
+/// exactly one node that is up, and none twice.
+pub fn pinned(nodes: &[NodeOffer], names: &[String]) -> Result<Vec<NodeOffer>, PlacementError> {
+    let mut chosen: Vec<NodeOffer> = Vec::new();
+    for name in names {
+        let node = match nodes_named(nodes, name).as_slice() {
+            [one] => (*one).clone(),
+            [] => return Err(PlacementError::BadOverride(format!("no node up is called {name}"))),
+            _ => return Err(PlacementError::BadOverride(format!("{name} names more than one node"))),
+        };
+        if chosen.iter().any(|c| c.id == node.id) {
+            return Err(PlacementError::BadOverride(format!("{name} is named twice")));
+        }
+        chosen.push(node);
+    }
+    if chosen.is_empty() {
+        return Err(PlacementError::BadOverride("name at least one node".into()));
+    }
+    Ok(chosen)
+}
+
+/// The plan on exactly `nodes`, in their order: a pipeline whose ring they form (layers split by
+/// their offers), or a tensor-parallel group whose ranks they are (`parallel`; by default the faster
+/// that fits, a group only when [`TENSOR_MARGIN`] faster).
+pub fn plan_on(
+    needs: &ModelNeeds,
+    nodes: &[NodeOffer],
+    links: &[LinkCost],
+    parallel: Option<Parallelism>,
+) -> Result<Plan, PlacementError> {
+    let table = link_table(links);
+    let pipeline = || -> Result<Plan, PlacementError> {
+        let ring = Ring { needs, nodes: nodes.iter().collect(), links: &table };
+        match ring.split() {
+            Some((ranges, worst)) if worst <= 1.0 => Ok(ring.plan(ranges)),
+            _ => Err(does_not_fit(needs, nodes, &table)),
+        }
+    };
+    let group = || tensor::group_on(needs, nodes, &table);
+    match parallel {
+        Some(Parallelism::Pipeline) => pipeline(),
+        Some(Parallelism::Tensor) => group().map_err(PlacementError::DoesNotFit),
+        None => match (pipeline(), group()) {
+            (Ok(p), Ok(g)) => {
+                let faster = matches!(
+                    (g.expected_decode_tokens_per_second, p.expected_decode_tokens_per_second),
+                    (Some(g), Some(p)) if g >= TENSOR_MARGIN * p
+                );
+                Ok(if faster { g } else { p })
+            }
+            (Ok(p), Err(_)) => Ok(p),
+            (Err(_), Ok(g)) => Ok(g),
+            (Err(e), Err(_)) => Err(e),
+        },
+    }
+}
+
+/// The pipeline on the fewest nodes that fits, fastest among those.
 pub fn plan(needs: &ModelNeeds, nodes: &[NodeOffer], links: &[LinkCost]) -> Result<Plan, PlacementError> {
     if nodes.is_empty() {
         return Err(PlacementError::NoNodes);

@@ -3,7 +3,7 @@
 //! context, and the compute buffer.
 
 use crate::engine::CACHE_BLOCK;
-use crate::model::{CacheRow, Model, ModelLayout};
+use crate::model::{CacheRow, Model, ModelLayout, TensorSlice};
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
@@ -40,6 +40,23 @@ pub struct ModelNeeds {
     pub context: usize,
     pub sequences: usize,
     pub vocabulary: usize,
+    /// Tensor-parallel groups of 2 to [`MAX_GROUP`] equal nodes: each rank's share, or why the model
+    /// cannot be divided among that many.
+    #[serde(default)]
+    pub groups: Vec<GroupNeeds>,
+}
+
+/// Most ranks a tensor-parallel group is planned with (a Thunderbolt mesh links at most 8 Macs).
+pub const MAX_GROUP: usize = 8;
+
+/// A tensor-parallel group of `ranks` equal shares of a model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GroupNeeds {
+    pub ranks: usize,
+    /// Each rank's slice and its weights' exact bytes, in rank order; empty when `refused`.
+    pub slices: Vec<(TensorSlice, u64)>,
+    /// Why the model cannot be divided among `ranks` nodes.
+    pub refused: Option<String>,
 }
 
 impl ModelNeeds {
@@ -69,7 +86,22 @@ impl ModelNeeds {
         let experts_wide = c.moe.map_or(0, |m| m.experts_used * m.expert_feed_forward + m.experts);
         let widest = c.feed_forward.max(c.embedding).max(experts_wide) as u64;
         let compute = batch as u64 * (16 * widest + 2 * context as u64) + (1 << 20);
+        let groups = (2..=MAX_GROUP)
+            .map(|ranks| {
+                let planned = crate::model::slice::plan(model, &vec![1.0; ranks]).and_then(|slices| {
+                    slices
+                        .into_iter()
+                        .map(|s| crate::model::slice::rank_bytes(model, &s).map(|bytes| (s, bytes)))
+                        .collect::<Result<Vec<_>, String>>()
+                });
+                match planned {
+                    Ok(slices) => GroupNeeds { ranks, slices, refused: None },
+                    Err(reason) => GroupNeeds { ranks, slices: Vec::new(), refused: Some(reason) },
+                }
+            })
+            .collect();
         ModelNeeds {
+            groups,
             name: model.name(),
             layout: model.layout().clone(),
             kv_per_layer,
@@ -85,6 +117,20 @@ impl ModelNeeds {
 
     pub fn layers(&self) -> usize {
         self.layout.layers.len()
+    }
+
+    /// What a tensor-parallel rank holding `slice` (of `weights` bytes) needs: its weights, the KV cache
+    /// of its own heads, and a whole stage's compute buffer (its activations are as wide as the model's)
+    /// with its share of the logits.
+    pub fn rank(&self, slice: &TensorSlice, weights: u64) -> StageBytes {
+        let kv_all: u64 = self.kv_per_layer.iter().sum();
+        let kv_heads = slice.total(crate::model::layout::Part::KvHeads).max(1) as u64;
+        let logits = self.compute_last_extra * slice.vocabulary.len() as u64 / self.vocabulary.max(1) as u64;
+        StageBytes {
+            weights,
+            kv_cache: kv_all * slice.kv_heads.len() as u64 / kv_heads,
+            compute: self.compute + logits,
+        }
     }
 
     /// What a stage running `layers` needs.

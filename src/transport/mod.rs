@@ -5,6 +5,7 @@
 //! [`select`] decides per link which one to use.
 
 pub mod frame;
+pub mod group;
 pub mod rdma;
 pub mod ring;
 pub mod select;
@@ -77,6 +78,12 @@ const MAX_STAGE_HANDSHAKES: usize = 16;
 /// short deadline, so connections without the secret (or silent ones) neither block nor delay it; the
 /// first that proves it holds the secret wins.
 pub async fn accept_tcp(listener: &TcpListener, secret: &Psk) -> Result<(TcpSource, TcpSink), NetError> {
+    let (r, w) = accept_secure(listener, secret).await?;
+    blocking(r, w)
+}
+
+/// As [`accept_tcp`], the connection left as it is (async).
+pub async fn accept_secure(listener: &TcpListener, secret: &Psk) -> Result<(SecureReader, SecureWriter), NetError> {
     let mut attempts = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
@@ -101,7 +108,7 @@ pub async fn accept_tcp(listener: &TcpListener, secret: &Psk) -> Result<(TcpSour
                 });
             }
             Some(done) = attempts.join_next(), if !attempts.is_empty() => match done {
-                Ok((_, Ok((r, w)))) => return blocking(r, w),
+                Ok((_, Ok((r, w)))) => return Ok((r, w)),
                 Ok((from, Err(e))) => tracing::warn!("refused a stage connection from {from}: {e}"),
                 Err(e) => tracing::warn!("a stage handshake ended abnormally: {e}"),
             },

@@ -2,6 +2,7 @@
 //! agent starts workers as copies of itself): the stage to run, and the secrets from the environment.
 
 use crate::worker::process::{self, StageDevice, WorkerConfig, FRONT_TOKEN_ENV, SECRET_ENV};
+use crate::worker::supervisor::TensorRank;
 use std::net::{IpAddr, Ipv4Addr};
 use std::ops::Range;
 use std::path::PathBuf;
@@ -34,6 +35,12 @@ pub struct WorkerArgs {
     /// Copy the weights into the device's memory even where it could use the mapped file.
     #[arg(long)]
     pub copy_weights: bool,
+    /// This worker's rank in a tensor-parallel group (with --tensor-shares).
+    #[arg(long, requires = "tensor_shares")]
+    pub tensor_rank: Option<usize>,
+    /// Every rank's share of the model, in rank order (`1,1`).
+    #[arg(long, value_delimiter = ',', requires = "tensor_rank")]
+    pub tensor_shares: Vec<f64>,
 }
 
 fn parse_range(s: &str) -> Result<Range<usize>, String> {
@@ -65,6 +72,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
         threads: args.threads,
         listen: args.listen,
         device: StageDevice { name: args.device, copy_weights: args.copy_weights },
+        tensor: args.tensor_rank.map(|rank| TensorRank { rank, shares: args.tensor_shares }),
     };
     process::run(config, secret, front_token)
 }

@@ -5,6 +5,7 @@
 
 use super::compute::{Compute, Head, Work};
 use super::protocol::{FrontEvent, FrontRequest, StageStats, WorkerCommand, WorkerEvent};
+use super::supervisor::TensorRank;
 use crate::engine::{self, Stage, StageOptions};
 use crate::ggml::WeightPlacement;
 use crate::model::Model;
@@ -43,6 +44,8 @@ pub struct WorkerConfig {
     pub threads: usize,
     pub listen: IpAddr,
     pub device: StageDevice,
+    /// A rank of a tensor-parallel group: it loads its slice of every layer, and the stages are the ranks.
+    pub tensor: Option<TensorRank>,
 }
 
 /// The device a node's stages compute on (`shoal node --device`), and whether they copy the weights to
@@ -91,7 +94,14 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
         device: config.device.name.clone(),
         weights: if config.device.copy_weights { WeightPlacement::Copied } else { WeightPlacement::Automatic },
     };
-    let stage = Stage::load(&model, config.layers.clone(), options)?;
+    let stage = match &config.tensor {
+        Some(tensor) => {
+            let slices = crate::model::slice::plan(&model, &tensor.shares).map_err(anyhow::Error::msg)?;
+            let group = crate::engine::parallel::Group::unlinked(slices, tensor.rank).map_err(anyhow::Error::msg)?;
+            Stage::load_rank(&model, options, group)?
+        }
+        None => Stage::load(&model, config.layers.clone(), options)?,
+    };
     let mut last = 0.0;
     stage.weights().prefault(|p| {
         if p - last >= 0.05 || p >= 1.0 {
@@ -99,8 +109,10 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
             emit(&WorkerEvent::Loading { progress: p });
         }
     });
-    // The stage that samples constrains structured output with the model's vocabulary.
-    let grammars = if stage.is_last() { Some(engine::Grammars::new(model.tokenizer()?)) } else { None };
+    // The stage that samples constrains structured output with the model's vocabulary (in a
+    // tensor-parallel group, the leader).
+    let samples = stage.is_last() && config.stage == 0 || stage.is_last() && config.tensor.is_none();
+    let grammars = if samples { Some(engine::Grammars::new(model.tokenizer()?)) } else { None };
     let head = if config.stage == 0 {
         let tokenizer = model.tokenizer()?;
         let template = model.chat_template(&tokenizer)?;
@@ -136,14 +148,21 @@ async fn serve(
 
     // Commands from the agent; closing stdin ends the worker.
     let (next_tx, next_rx) = tokio::sync::oneshot::channel::<(SocketAddr, Option<RdmaRoute>)>();
+    let (group_tx, group_rx) = tokio::sync::oneshot::channel::<Vec<SocketAddr>>();
     tokio::spawn(async move {
         let mut next_tx = Some(next_tx);
+        let mut group_tx = Some(group_tx);
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             match serde_json::from_str::<WorkerCommand>(&line) {
                 Ok(WorkerCommand::Connect { next, rdma }) => {
                     if let Some(tx) = next_tx.take() {
                         let _ = tx.send((next, rdma));
+                    }
+                }
+                Ok(WorkerCommand::ConnectGroup { peers }) => {
+                    if let Some(tx) = group_tx.take() {
+                        let _ = tx.send(peers);
                     }
                 }
                 Ok(WorkerCommand::Stop) => break,
@@ -158,13 +177,24 @@ async fn serve(
     // stage 0 also takes requests).
     let mut sink: Option<Box<dyn FrameSink>> = None;
     let mut source: Option<Box<dyn FrameSource>> = None;
-    if config.stages > 1 {
+    if let Some(tensor) = &config.tensor {
+        // A rank of a tensor-parallel group: connect to the other ranks, then the leader serves requests
+        // as a one-stage instance does and the others follow it.
+        let peers = group_rx.await.map_err(|_| anyhow::anyhow!("the agent never said where the other ranks are"))?;
+        let links = transport::group::connect(tensor.rank, &peers, &data, &secret).await.map_err(anyhow::Error::msg)?;
+        stage.group().expect("a rank has its group").link(Box::new(links)).map_err(anyhow::Error::msg)?;
+        if tensor.rank > 0 {
+            return follow(stage, stats).await;
+        }
+    } else if config.stages > 1 {
         let (inbound, outbound) = tokio::join!(accept_previous(&data, &secret), connect_next(next_rx, &secret));
         source = Some(inbound?);
         sink = Some(outbound?);
     }
     let (recycle_tx, recycle_rx) = std::sync::mpsc::channel::<Vec<u8>>();
-    let compute = Compute::new(stage, config.stages, head, sink, Some(recycle_tx), stats.clone(), grammars);
+    // A tensor-parallel group is one stage to the requests: its leader samples.
+    let stages = if config.tensor.is_some() { 1 } else { config.stages };
+    let compute = Compute::new(stage, stages, head, sink, Some(recycle_tx), stats.clone(), grammars);
     let compute_thread = match (is_head, source) {
         (true, source) => {
             if let Some(mut source) = source {
@@ -222,6 +252,27 @@ async fn serve(
         _ => "the compute thread panicked".to_string(),
     };
     anyhow::bail!("{reason}")
+}
+
+/// A rank of a tensor-parallel group other than the leader: reports ready, then runs the leader's steps
+/// until it ends the group or a link breaks.
+async fn follow(mut stage: Stage, stats: Arc<Mutex<StageStats>>) -> anyhow::Result<()> {
+    let stats_task = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let s = stats.locked().clone();
+            emit(&WorkerEvent::Stats { stats: s });
+        }
+    });
+    emit(&WorkerEvent::Ready);
+    let ended = tokio::task::spawn_blocking(move || crate::engine::parallel::follow(&mut stage)).await;
+    stats_task.abort();
+    match ended {
+        Ok(Ok(())) => anyhow::bail!("the group's leader ended it"),
+        Ok(Err(reason)) => anyhow::bail!("{reason}"),
+        Err(_) => anyhow::bail!("the compute thread panicked"),
+    }
 }
 
 /// Accepts the previous stage and opens the link from it (with RDMA if it offers it).

@@ -65,6 +65,11 @@ pub enum WorkerCommand {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rdma: Option<RdmaRoute>,
     },
+    /// A rank of a tensor-parallel group: connect to the others, which listen at `peers` (rank order;
+    /// this rank's own entry is not used).
+    ConnectGroup {
+        peers: Vec<SocketAddr>,
+    },
     Stop,
 }
 
@@ -84,6 +89,9 @@ pub struct StageStats {
     pub hop_p50_us: Option<u64>,
     pub hop_p99_us: Option<u64>,
     pub active_requests: usize,
+    /// A tensor-parallel leader: the median time of one sum across the group (two per layer).
+    #[serde(default)]
+    pub allreduce_p50_us: Option<u64>,
     /// Stage 0: requests waiting for a slot.
     #[serde(default)]
     pub queued_requests: usize,

@@ -34,6 +34,25 @@ pub struct StageSpec {
     /// empty for a single file.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<crate::model::peer_copy::OfferedFile>,
+    /// A rank of a tensor-parallel group (then `layers` is the whole model and the stages are the ranks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor: Option<TensorRank>,
+}
+
+/// Which rank of a tensor-parallel group a worker is, and every rank's share of the model, in rank order
+/// (each rank plans the same slices from them: [`crate::model::slice::plan`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorRank {
+    pub rank: usize,
+    pub shares: Vec<f64>,
+}
+
+impl TensorRank {
+    /// The worker arguments that say it.
+    pub fn args(&self) -> Vec<String> {
+        let shares: Vec<String> = self.shares.iter().map(|s| s.to_string()).collect();
+        vec!["--tensor-rank".into(), self.rank.to_string(), "--tensor-shares".into(), shares.join(",")]
+    }
 }
 
 impl StageSpec {
@@ -113,6 +132,7 @@ pub fn spawn(
         .args(["--batch", &spec.batch.to_string(), "--threads", &setup.threads.to_string()])
         .args(["--listen", &setup.listen.to_string()])
         .args(setup.device.args())
+        .args(spec.tensor.iter().flat_map(TensorRank::args))
         // The node's own secrets (given to it in its environment) are not the worker's business.
         .env_remove("SHOAL_JOIN_CODE")
         .env_remove("SHOAL_API_TOKEN")

@@ -5,9 +5,12 @@ use super::wire::{self, FromLeader};
 use super::GroupLinks;
 use crate::engine::{EngineError, Segment, Stage, StageInput};
 use crate::ggml::Collective;
+use crate::links::RttWindow;
 use crate::model::TensorSlice;
 use crate::util::LockExt;
 use std::sync::{Arc, Mutex};
+
+const NOT_LINKED: &str = "the group's ranks are not connected";
 
 /// One rank of a group: its share, every rank's share (the leader places their logits), and the links.
 pub struct Group {
@@ -22,24 +25,56 @@ struct Inner {
 }
 
 struct State {
-    links: Box<dyn GroupLinks>,
+    /// None until the ranks have connected.
+    links: Option<Box<dyn GroupLinks>>,
     /// Why the group broke, once it has: every later step fails with it.
     broken: Option<String>,
     mine: Vec<u8>,
     theirs: Vec<Vec<u8>>,
+    /// How long the latest sums took, from sending this rank's part to holding every part.
+    sums: RttWindow,
 }
 
 impl Group {
     /// Rank `links.rank()` of a group whose ranks hold `slices` (one per rank, in rank order).
     pub fn new(slices: Vec<TensorSlice>, links: Box<dyn GroupLinks>) -> Result<Group, String> {
-        let (rank, ranks) = (links.rank(), links.ranks());
-        if slices.len() != ranks || rank >= ranks || slices.iter().enumerate().any(|(i, s)| s.rank != i) {
-            return Err(format!("rank {rank} of {ranks} was given the shares of {} ranks", slices.len()));
+        let group = Group::unlinked(slices, links.rank())?;
+        group.link(links)?;
+        Ok(group)
+    }
+
+    /// Rank `rank` of a group whose ranks hold `slices`, before the ranks connect ([`Group::link`]):
+    /// a worker loads its slice first, then connects.
+    pub fn unlinked(slices: Vec<TensorSlice>, rank: usize) -> Result<Group, String> {
+        let ranks = slices.len();
+        if rank >= ranks || slices.iter().enumerate().any(|(i, s)| s.rank != i || s.ranks != ranks) {
+            return Err(format!("rank {rank} was given the shares of {ranks} ranks that do not number them in order"));
         }
-        let state = State { links, broken: None, mine: Vec::new(), theirs: vec![Vec::new(); ranks] };
+        let state = State {
+            links: None,
+            broken: None,
+            mine: Vec::new(),
+            theirs: vec![Vec::new(); ranks],
+            sums: RttWindow::default(),
+        };
         let inner = Arc::new(Inner { state: Mutex::new(state) });
         let collective: Arc<dyn Collective> = inner.clone();
         Ok(Group { slices, rank, inner, collective })
+    }
+
+    /// The links to the other ranks, once connected.
+    pub fn link(&self, links: Box<dyn GroupLinks>) -> Result<(), String> {
+        if links.rank() != self.rank || links.ranks() != self.slices.len() {
+            return Err(format!(
+                "links of rank {} of {} for rank {} of {}",
+                links.rank(),
+                links.ranks(),
+                self.rank,
+                self.slices.len()
+            ));
+        }
+        self.inner.state.locked().links = Some(links);
+        Ok(())
     }
 
     pub fn slice(&self) -> &TensorSlice {
@@ -52,6 +87,12 @@ impl Group {
 
     pub(crate) fn collective(&self) -> &Arc<dyn Collective> {
         &self.collective
+    }
+
+    /// The median time of the latest sums across the group (its links' latency, and the wait for the
+    /// slowest rank).
+    pub fn sum_p50(&self) -> Option<std::time::Duration> {
+        self.inner.state.locked().sums.quantile(0.5)
     }
 
     /// Why the group broke, if it has.
@@ -75,7 +116,10 @@ impl Group {
         }
         let mut frame = std::mem::take(&mut state.mine);
         wire::encode_step(segments, tokens, &mut frame);
-        let sent = (1..self.slices.len()).try_for_each(|r| state.links.send(r, &frame));
+        let sent = match state.links.as_mut() {
+            Some(links) => (1..self.slices.len()).try_for_each(|r| links.send(r, &frame)),
+            None => Err(NOT_LINKED.to_string()),
+        };
         state.mine = frame;
         sent.map_err(|e| Self::fail(&mut state, e))
     }
@@ -100,7 +144,7 @@ impl Group {
         if !self.is_leader() {
             let mut frame = std::mem::take(&mut state.mine);
             wire::encode_values(wire::LOGITS, logits, &mut frame);
-            let sent = state.links.send(0, &frame);
+            let sent = state.links.as_mut().ok_or(NOT_LINKED.to_string()).and_then(|l| l.send(0, &frame));
             state.mine = frame;
             return sent.map_err(|e| Self::fail(&mut state, e));
         }
@@ -130,7 +174,8 @@ impl Group {
                 place(&mut logits.iter().copied());
                 continue;
             }
-            if let Err(e) = state.links.recv(r, &mut frame) {
+            let received = state.links.as_mut().ok_or(NOT_LINKED.to_string()).and_then(|l| l.recv(r, &mut frame));
+            if let Err(e) = received {
                 return Err(Self::fail(&mut state, e));
             }
             match wire::values(&frame, wire::LOGITS, rows * width) {
@@ -145,8 +190,10 @@ impl Group {
     /// The leader: tells the other ranks the group ends.
     pub fn stop(&self) {
         let mut state = self.inner.state.locked();
-        for r in 1..self.slices.len() {
-            let _ = state.links.send(r, &[wire::STOP]);
+        if let Some(links) = state.links.as_mut() {
+            for r in 1..self.slices.len() {
+                let _ = links.send(r, &[wire::STOP]);
+            }
         }
     }
 }
@@ -158,12 +205,18 @@ impl Collective for Inner {
         if state.broken.is_some() {
             return;
         }
-        let State { links, broken, mine, theirs } = &mut *state;
+        let started = std::time::Instant::now();
+        let State { links, broken, mine, theirs, sums } = &mut *state;
+        let Some(links) = links.as_mut() else {
+            *broken = Some(NOT_LINKED.into());
+            return;
+        };
         wire::encode_values(wire::PARTIAL, local, mine);
         if let Err(e) = links.exchange(mine, theirs) {
             *broken = Some(e);
             return;
         }
+        sums.record(started.elapsed());
         // The same order on every rank: rank 0's part, then rank 1's added, and so on.
         let rank = links.rank();
         for (r, frame) in theirs.iter().enumerate() {
@@ -194,7 +247,7 @@ pub fn follow(stage: &mut Stage) -> Result<(), String> {
         let received = {
             let group = stage.group().ok_or("a follower needs its group")?;
             let mut state = group.inner.state.locked();
-            state.links.recv(0, &mut frame)
+            state.links.as_mut().ok_or(NOT_LINKED.to_string()).and_then(|l| l.recv(0, &mut frame))
         };
         received.map_err(|e| format!("the group's leader is gone ({e})"))?;
         match wire::decode_from_leader(&frame).map_err(|e| format!("the leader sent a malformed frame: {e}"))? {

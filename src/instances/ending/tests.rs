@@ -51,6 +51,8 @@ fn a_relaunch_uses_the_original_options_and_this_nodes_copy() {
         sequences: Some(2),
         threads: Some(3),
         name: None,
+        parallel: None,
+        nodes: None,
     });
     let request = relaunch_request(&info, |path| {
         assert_eq!(path, Path::new("/owner/models/m.gguf"), "the copy asked for is the launching node's file");

@@ -96,6 +96,21 @@ export function formatLayers(range: { start: number; end: number }): string {
   return range.end - range.start <= 1 ? `${range.start}` : `${range.start}–${range.end - 1}`;
 }
 
+/**
+ * What a tensor-parallel rank holds of every layer: "heads 0–5 · ffn 0–767", with its experts when the
+ * model has them.
+ */
+export function formatSlice(slice: {
+  query_heads: { start: number; end: number };
+  feed_forward: { start: number; end: number };
+  experts: { start: number; end: number };
+}): string {
+  const parts = [`heads ${formatLayers(slice.query_heads)}`];
+  if (slice.feed_forward.end > slice.feed_forward.start) parts.push(`ffn ${formatLayers(slice.feed_forward)}`);
+  if (slice.experts.end > slice.experts.start) parts.push(`experts ${formatLayers(slice.experts)}`);
+  return parts.join(' · ');
+}
+
 export function formatClock(ms: number): string {
   return new Date(ms).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
 }

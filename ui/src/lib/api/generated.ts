@@ -237,6 +237,10 @@ requests: number, generated_tokens: number,
  */
 hop_p50_us: number | null, hop_p99_us: number | null, active_requests: number, 
 /**
+ * A tensor-parallel leader: the median time of one sum across the group (two per layer).
+ */
+allreduce_p50_us: number | null, 
+/**
  * Stage 0: requests waiting for a slot.
  */
 queued_requests: number, };
@@ -262,6 +266,36 @@ bytes_total: number,
  */
 bytes_fetched: number, bytes_per_second: number, done: boolean, };
 
+/**
+ * One rank's share of a model: for each part, the units it holds (heads, columns, experts, rows) of
+ * how many there are.
+ */
+export type TensorSlice = { rank: number, ranks: number, 
+/**
+ * Query heads (those of its key/value groups).
+ */
+query_heads: { start: number, end: number, }, kv_heads: { start: number, end: number, }, 
+/**
+ * Columns of the dense feed-forward's inner width.
+ */
+feed_forward: { start: number, end: number, }, 
+/**
+ * Columns of the shared experts' inner width.
+ */
+shared_feed_forward: { start: number, end: number, }, 
+/**
+ * Routed experts.
+ */
+experts: { start: number, end: number, }, 
+/**
+ * Rows of the output head.
+ */
+vocabulary: { start: number, end: number, }, 
+/**
+ * How many units of each part the model has, in [`PARTS`] order.
+ */
+totals: [number, number, number, number, number, number], };
+
 export type StageStatus = { node: NodeId, node_name: string, layers: { start: number, end: number, }, state: WorkerState, 
 /**
  * Loading progress, 0..=1.
@@ -274,13 +308,40 @@ fetch: StageFetch | null,
 /**
  * The device the stage computes on (`CPU`, `Metal`, …), once it has loaded.
  */
-device: string | null, };
+device: string | null, 
+/**
+ * A tensor-parallel rank's slice of every layer: its heads, feed-forward columns, experts and
+ * output rows.
+ */
+slice: TensorSlice | null, };
 
 export type StagePlan = { node: NodeId, node_name: string, layers: { start: number, end: number, }, bytes: StageBytes, offer: number, 
 /**
  * Expected decode time of this stage per token (memory-bound estimate), when the node's bandwidth is known.
  */
-expected_step_us: number | null, };
+expected_step_us: number | null, 
+/**
+ * A tensor-parallel rank's slice of every layer (its `layers` are then the whole model).
+ */
+slice: TensorSlice | null, };
+
+/**
+ * How a model is split over nodes.
+ */
+export type Parallelism = "pipeline" | "tensor";
+
+/**
+ * Another way the model could have been split, as placement weighed it.
+ */
+export type Alternative = { parallel: Parallelism, 
+/**
+ * Its nodes, in order (none when it fits nowhere).
+ */
+nodes: Array<string>, expected_decode_tokens_per_second: number | null, 
+/**
+ * Why it was not chosen, or why it cannot run.
+ */
+reason: string, };
 
 export type Plan = { model: string, context: number, 
 /**
@@ -292,14 +353,24 @@ vocabulary: number, stages: Array<StagePlan>, total_bytes: number,
  */
 kv_cache_per_1k_tokens: number, 
 /**
- * Expected time a token spends crossing the ring's links (half the RTT plus the hidden state's
- * transfer per hop, and the sampled token's way back).
+ * Expected time a token spends crossing the links: around a pipeline's ring (half the RTT plus the
+ * hidden state's transfer per hop, and the sampled token's way back), or in a tensor-parallel
+ * group's sums (two per layer) and its logits' way to the leader.
  */
 ring_us: number, 
 /**
- * 1 / (the stages' step times + ring time), when every node's bandwidth is known.
+ * 1 / (the stages' step times + ring time), or for a tensor-parallel group 1 / (its slowest rank's
+ * step time + link time), when every node's bandwidth is known.
  */
-expected_decode_tokens_per_second: number | null, };
+expected_decode_tokens_per_second: number | null, 
+/**
+ * How the model is split.
+ */
+parallel: Parallelism, 
+/**
+ * The other way, as weighed: its prediction and why it was not chosen.
+ */
+alternatives: Array<Alternative>, };
 
 export type InstanceInfo = { id: string, 
 /**
@@ -348,7 +419,17 @@ threads?: number | null,
 /**
  * The name clients use (default: the file name without `.gguf`).
  */
-name?: string | null, };
+name?: string | null, 
+/**
+ * How to split the model: a pipeline of layer ranges or tensor parallel (default: the faster
+ * placement predicts).
+ */
+parallel?: Parallelism | null, 
+/**
+ * Run it on exactly these nodes (names or id prefixes), in this order: the ring of a pipeline, or
+ * the ranks of a tensor-parallel group (the first leads).
+ */
+nodes?: Array<string> | null, };
 
 /**
  * What a stage's node will fetch at launch, as a preview shows it.

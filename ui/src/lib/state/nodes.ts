@@ -1,4 +1,5 @@
 /** What a node card shows besides telemetry: its health colour and the model layers it holds. */
+import { formatSlice } from '../format';
 import type { InstanceInfo, InstanceState, NodeStatus, WorkerState } from '../api/types';
 
 /** up (this node or alive), suspect, down (red), connecting (not heard from yet). */
@@ -30,9 +31,11 @@ export interface HeldLayers {
   end: number;
   state: WorkerState;
   progress: number;
+  /** A tensor-parallel rank: what it holds of every layer ("heads 0–5 · ffn 0–767"). */
+  slice: string | null;
 }
 
-/** The layer ranges `node` runs for instances that are launching or ready, in ring order. */
+/** The layer ranges (or tensor-parallel slices) `node` runs for instances that are launching or ready, in ring order. */
 export function layersOn(node: string, instances: readonly InstanceInfo[]): HeldLayers[] {
   return instances
     .filter((i) => i.state === 'launching' || i.state === 'ready')
@@ -47,6 +50,7 @@ export function layersOn(node: string, instances: readonly InstanceInfo[]): Held
           end: s.layers.end,
           state: s.state,
           progress: s.progress,
+          slice: s.slice ? formatSlice(s.slice) : null,
         })),
     );
 }

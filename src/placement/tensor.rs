@@ -1,0 +1,172 @@
+//! Tensor-parallel groups: which nodes form one, whether each rank's slice (weights, the KV cache of its
+//! heads, a compute buffer) fits its node, and how fast the group is expected to decode:
+//!
+//! - each rank reads its slice of the weights once per token, at its node's measured memory bandwidth,
+//!   and the ranks compute at the same time, so the slowest rank sets the pace;
+//! - every layer sums the ranks' parts twice: each rank sends its part (a token's hidden state) to
+//!   every other, which costs the slowest link's one-way latency plus the transfer, plus
+//!   [`EXCHANGE_OVERHEAD_US`] of encryption and system calls;
+//! - the leader sends each step out and gathers the ranks' rows of the logits at the end.
+//!
+//! Among the groups that fit, the fastest is chosen (the largest offers first, so equal predictions
+//! keep the most capable nodes).
+
+use super::{link_table_hop, subsets, GroupNeeds, ModelNeeds, NodeOffer, Parallelism, Plan, StagePlan};
+use crate::node::NodeId;
+use std::collections::HashMap;
+
+/// What one sum across a group costs beyond its links' latency and transfer: sealing and opening the
+/// frames, the system calls that move them, waking the waiting thread (measured on veth links between
+/// network namespaces: benches/cluster-bench's tensor section reports the sums' p50).
+pub const EXCHANGE_OVERHEAD_US: u64 = 15;
+
+/// The fastest tensor-parallel group of `nodes` that fits `needs`, or why there is none.
+pub(super) fn best_group(
+    needs: &ModelNeeds,
+    nodes: &[NodeOffer],
+    table: &HashMap<(NodeId, NodeId), (u64, u64)>,
+) -> Result<Plan, String> {
+    let mut by_offer: Vec<usize> = (0..nodes.len()).collect();
+    by_offer.sort_by_key(|&i| std::cmp::Reverse(nodes[i].bytes));
+    let mut best: Option<Plan> = None;
+    let mut why_not: Vec<String> = Vec::new();
+    for group in needs.groups.iter().filter(|g| g.ranks <= nodes.len()) {
+        if let Some(reason) = &group.refused {
+            why_not.push(format!("over {} nodes: {reason}", group.ranks));
+            continue;
+        }
+        let mut fitted = false;
+        for subset in subsets(&by_offer, group.ranks) {
+            let members: Vec<&NodeOffer> = subset.iter().map(|&i| &nodes[i]).collect();
+            let plan = group_plan(needs, group, &members, table);
+            if plan.stages.iter().any(|s| s.bytes.total() > s.offer) {
+                continue;
+            }
+            fitted = true;
+            let better = match (&best, plan.expected_decode_tokens_per_second) {
+                (None, _) => true,
+                (Some(b), Some(rate)) => b.expected_decode_tokens_per_second.is_none_or(|r| rate > r),
+                (Some(_), None) => false,
+            };
+            if better {
+                best = Some(plan);
+            }
+        }
+        if !fitted {
+            let rank = needs.rank(&group.slices[0].0, group.slices[0].1);
+            why_not.push(format!(
+                "over {} nodes each needs about {:.1} MB, more than they offer",
+                group.ranks,
+                rank.total() as f64 / 1e6
+            ));
+        }
+    }
+    best.ok_or_else(|| match why_not.as_slice() {
+        [] => "tensor parallel needs at least two nodes".to_string(),
+        reasons => format!("tensor parallel cannot run this model here: {}", reasons.join("; ")),
+    })
+}
+
+/// The group of exactly `nodes` (rank order), if the model divides among that many and each rank's
+/// slice fits its node.
+pub(super) fn group_on(
+    needs: &ModelNeeds,
+    nodes: &[NodeOffer],
+    table: &HashMap<(NodeId, NodeId), (u64, u64)>,
+) -> Result<Plan, String> {
+    let group = needs
+        .groups
+        .iter()
+        .find(|g| g.ranks == nodes.len())
+        .ok_or_else(|| format!("tensor parallel runs on 2 to {} nodes, not {}", super::MAX_GROUP, nodes.len()))?;
+    if let Some(reason) = &group.refused {
+        return Err(format!("tensor parallel over {} nodes cannot run this model: {reason}", nodes.len()));
+    }
+    let members: Vec<&NodeOffer> = nodes.iter().collect();
+    let plan = group_plan(needs, group, &members, table);
+    let short: Vec<String> = plan
+        .stages
+        .iter()
+        .filter(|s| s.bytes.total() > s.offer)
+        .map(|s| {
+            format!(
+                "{} needs {:.1} MB but offers {:.1} MB",
+                s.node_name,
+                s.bytes.total() as f64 / 1e6,
+                s.offer as f64 / 1e6
+            )
+        })
+        .collect();
+    if !short.is_empty() {
+        return Err(format!("the tensor-parallel group does not fit: {}", short.join("; ")));
+    }
+    Ok(plan)
+}
+
+/// The plan of a group of `members` (rank order: the first leads) with `group`'s slices.
+fn group_plan(
+    needs: &ModelNeeds,
+    group: &GroupNeeds,
+    members: &[&NodeOffer],
+    table: &HashMap<(NodeId, NodeId), (u64, u64)>,
+) -> Plan {
+    let stages: Vec<StagePlan> = members
+        .iter()
+        .zip(&group.slices)
+        .map(|(node, (slice, weights))| {
+            let bytes = needs.rank(slice, *weights);
+            StagePlan {
+                node: node.id,
+                node_name: node.name.clone(),
+                layers: 0..needs.layers(),
+                expected_step_us: node.memory_bandwidth.map(|bw| bytes.weights * 1_000_000 / bw.max(1)),
+                bytes,
+                offer: node.bytes,
+                slice: Some(slice.clone()),
+            }
+        })
+        .collect();
+    let link_us = link_us(needs, members, &stages, table);
+    let slowest: Option<u64> = stages.iter().map(|s| s.expected_step_us).try_fold(0, |m, s| s.map(|s| m.max(s)));
+    Plan {
+        model: needs.name.clone(),
+        context: needs.context,
+        vocabulary: needs.vocabulary,
+        total_bytes: stages.iter().map(|s| s.bytes.total()).sum(),
+        kv_cache_per_1k_tokens: 1024 * needs.kv_per_position,
+        expected_decode_tokens_per_second: slowest.map(|s| 1e6 / (s + link_us).max(1) as f64),
+        ring_us: link_us,
+        stages,
+        parallel: Parallelism::Tensor,
+        alternatives: Vec::new(),
+    }
+}
+
+/// A token's time on a group's links: the step out to every rank, two sums per layer, and the ranks'
+/// logits back to the leader.
+fn link_us(
+    needs: &ModelNeeds,
+    members: &[&NodeOffer],
+    stages: &[StagePlan],
+    table: &HashMap<(NodeId, NodeId), (u64, u64)>,
+) -> u64 {
+    let hop = |a: NodeId, b: NodeId, bytes: u64| link_table_hop(table, a, b, bytes);
+    let leader = members[0].id;
+    let step: u64 = members[1..].iter().map(|m| hop(leader, m.id, 64)).max().unwrap_or(0);
+    let mut sum = 0;
+    for a in members {
+        for b in members.iter().filter(|b| b.id != a.id) {
+            sum = sum.max(hop(a.id, b.id, needs.hidden_bytes_per_token));
+        }
+    }
+    let gather: u64 = members[1..]
+        .iter()
+        .zip(&stages[1..])
+        .map(|(m, s)| {
+            let rows = s.slice.as_ref().map_or(0, |slice| slice.vocabulary.len() as u64);
+            hop(m.id, leader, 4 * rows)
+        })
+        .max()
+        .unwrap_or(0);
+    step + 2 * needs.layers() as u64 * (sum + EXCHANGE_OVERHEAD_US) + gather
+}

@@ -1,0 +1,182 @@
+//! Tensor-parallel instances with real processes on real sockets: nodes in their own network
+//! namespaces each run a rank holding a slice of every layer, the ranks connect to each other over the
+//! cluster's authenticated links and sum their parts twice per layer. An instance over 2 and over 3
+//! nodes answers greedy requests exactly as the same group run as threads of one process does (the
+//! same slices, summed in the same order: bit for bit), reports its sums' time, and shows each rank's
+//! slice. A rank's node killed mid-generation ends the stream with a clear error within the failure
+//! detector's bound, the other nodes stay up, and the owner places the model again by itself (on the
+//! nodes left) so that requests are served again.
+
+mod common;
+
+use common::cluster::TestCluster;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1";
+const PROMPTS: [(&str, usize); 2] = [("The capital of France is", 12), ("Write a short poem about the sea.", 16)];
+
+fn launch(c: &TestCluster, nodes: &str) -> Value {
+    let model = common::model_path();
+    let args = [
+        "run",
+        model.to_str().unwrap(),
+        "--parallel",
+        "tensor",
+        "--nodes",
+        nodes,
+        "--context",
+        "512",
+        "--sequences",
+        "2",
+        "--threads",
+        "1",
+    ];
+    let out = c.cli(0, &args);
+    assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("tensor parallel over"), "the preview names the mode: {stdout}");
+    c.get_json(0, "/api/instances").as_array().unwrap().iter().find(|i| i["state"] == "ready").cloned().unwrap()
+}
+
+fn complete(c: &TestCluster, i: usize, prompt: &str, max_tokens: usize) -> (u16, Value) {
+    c.post_json(
+        i,
+        "/v1/completions",
+        json!({ "model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": true }),
+    )
+}
+
+/// The instance over `nodes` answers every prompt as the group in one process does, through any node.
+fn answers_as_the_group_in_one_process(c: &TestCluster, ranks: usize) {
+    for (i, &(prompt, n)) in PROMPTS.iter().enumerate() {
+        let (status, answer) = complete(c, i % c.nodes.len(), prompt, n);
+        assert_eq!(status, 200, "{answer}\n{}", c.logs());
+        assert_eq!(
+            answer["choices"][0]["text"].as_str().unwrap(),
+            common::group_process(prompt, n, ranks),
+            "{ranks} ranks: {prompt:?}"
+        );
+    }
+}
+
+#[test]
+fn two_and_three_nodes_hold_slices_of_every_layer_and_answer_as_the_group_in_one_process() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let mut c = TestCluster::new(3);
+    if c.network != common::cluster::Network::Netns {
+        return common::cannot_run("tensor-parallel instances need network namespaces (root)");
+    }
+    c.form(&[]);
+    for (nodes, ranks) in [("node1,node2", 2), ("node0,node1,node2", 3)] {
+        let info = launch(&c, nodes);
+        assert_eq!(info["plan"]["parallel"], "tensor");
+        let stages = info["stages"].as_array().unwrap();
+        assert_eq!(stages.len(), ranks);
+        let names: Vec<&str> = stages.iter().map(|s| s["node_name"].as_str().unwrap()).collect();
+        assert_eq!(names.join(","), nodes, "the ranks are the nodes asked for, in order");
+        // Every rank holds every layer and its own heads: together each head once.
+        let mut heads = Vec::new();
+        for s in stages {
+            assert_eq!(s["layers"], json!({ "start": 0, "end": 30 }));
+            let slice = &s["slice"];
+            heads
+                .extend(slice["query_heads"]["start"].as_u64().unwrap()..slice["query_heads"]["end"].as_u64().unwrap());
+        }
+        assert_eq!(heads, (0..9).collect::<Vec<_>>());
+        // Each node's worker was started as its rank.
+        for (rank, node) in names.iter().enumerate() {
+            let i = node.trim_start_matches("node").parse::<usize>().unwrap();
+            let workers: Vec<String> = c.descendants(i).into_iter().map(|(_, cmd)| cmd).collect();
+            assert!(
+                workers.iter().any(|cmd| cmd.contains(&format!("--tensor-rank {rank} "))),
+                "{node} runs rank {rank}: {workers:?}"
+            );
+        }
+        answers_as_the_group_in_one_process(&c, ranks);
+        // The leader reports its sums' time (stats come each second).
+        c.wait_for(Duration::from_secs(5), "the leader's sum time", || {
+            let instances = c.get_json(0, "/api/instances");
+            let ready = instances.as_array().unwrap().iter().find(|i| i["state"] == "ready").cloned().unwrap();
+            ready["stages"][0]["stats"]["allreduce_p50_us"].as_u64().is_some()
+        });
+        let id = info["id"].as_str().unwrap().to_string();
+        let out = c.cli(0, &["stop", &id]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        c.wait_for(Duration::from_secs(15), "the instance to stop", || {
+            c.get_json(0, "/api/instances").as_array().unwrap().iter().all(|i| i["state"] != "ready")
+        });
+    }
+}
+
+/// Streams a long completion through node `i`: says when tokens come, returns the text, the error it
+/// ended with and when.
+fn stream(
+    c: &TestCluster,
+    i: usize,
+    started: std::sync::mpsc::Sender<()>,
+) -> std::thread::JoinHandle<(String, Option<String>, Instant)> {
+    let url = format!("http://127.0.0.1:{}/v1/completions", c.nodes[i].api_port);
+    let body = json!({ "model": MODEL, "prompt": "Once upon a time", "max_tokens": 10_000, "temperature": 0, "ignore_eos": true, "stream": true });
+    c.in_network(i, move || {
+        use std::io::BufRead;
+        let response = ureq::post(&url).send_json(body).expect("the stream starts");
+        let (mut text, mut error) = (String::new(), None);
+        for line in std::io::BufReader::new(response.into_body().into_reader()).lines() {
+            let Ok(line) = line else {
+                error = Some("the connection broke".to_string());
+                break;
+            };
+            let Some(data) = line.strip_prefix("data: ") else { continue };
+            if data == "[DONE]" {
+                break;
+            }
+            let chunk: Value = serde_json::from_str(data).unwrap();
+            if let Some(message) = chunk["error"]["message"].as_str() {
+                error = Some(message.to_string());
+                continue;
+            }
+            if text.is_empty() {
+                let _ = started.send(());
+            }
+            text.push_str(chunk["choices"][0]["text"].as_str().unwrap_or_default());
+        }
+        (text, error, Instant::now())
+    })
+}
+
+#[test]
+fn a_rank_killed_mid_generation_ends_the_stream_and_the_model_serves_again() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let mut c = TestCluster::new(3);
+    if c.network != common::cluster::Network::Netns {
+        return common::cannot_run("tensor-parallel instances need network namespaces (root)");
+    }
+    c.form(&[]);
+    let info = launch(&c, "node1,node2");
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let streaming = stream(&c, 0, started_tx);
+    started.recv_timeout(Duration::from_secs(30)).expect("tokens arrive");
+    c.kill(2);
+    let killed = Instant::now();
+    let (text, error, ended) = streaming.join().unwrap();
+    assert!(!text.is_empty());
+    let error = error.expect("the stream ends with an error, not a silent stop");
+    let took = ended.duration_since(killed);
+    eprintln!("the request ended {took:?} after rank 1's node was killed: {error}");
+    let bound = 2 * shoal::cluster::health::DOWN_AFTER;
+    assert!(took <= bound, "the request took {took:?} to end (bound {bound:?})");
+    // The other nodes stay up, and the model is placed again on them without anyone relaunching it.
+    for i in [0, 1] {
+        assert!(c.status(i).is_some(), "node{i} is still up");
+    }
+    let old = info["id"].as_str().unwrap().to_string();
+    c.wait_for(Duration::from_secs(60), "the model to be placed again and ready", || {
+        let instances = c.get_json(0, "/api/instances");
+        let list = instances.as_array().unwrap();
+        let replaced = list.iter().any(|i| i["id"] == old.as_str() && i["state"] == "replaced");
+        replaced && list.iter().any(|i| i["state"] == "ready")
+    });
+    let (status, answer) = complete(&c, 0, PROMPTS[0].0, PROMPTS[0].1);
+    assert_eq!(status, 200, "the model serves again: {answer}");
+}
