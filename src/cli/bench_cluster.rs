@@ -38,6 +38,8 @@ struct ClusterReport {
     /// A tensor-parallel instance: the median time of one sum across its group (µs), as its leader
     /// reports it after the runs.
     allreduce_p50_us: Option<u64>,
+    /// The decode rate placement predicted for this instance when it was planned.
+    expected_decode_tokens_per_second: Option<f64>,
 }
 
 /// One round of `concurrency` requests at once: each one's report, and their tokens over the round's
@@ -130,6 +132,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         hop_p50_us: (!hops.is_empty()).then(|| median(&hops) as u64),
         parallel: instance.plan.parallel,
         allreduce_p50_us: allreduce_p50(args, &instance.id),
+        expected_decode_tokens_per_second: instance.plan.expected_decode_tokens_per_second,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -154,6 +157,12 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     }
     if let Some(h) = report.hop_p50_us {
         println!("hop p50    {h:>8} µs per link per decode step");
+    }
+    if let Some(predicted) = report.expected_decode_tokens_per_second {
+        println!(
+            "predicted  {predicted:>8.1} tok/s  decode, as placement planned it ({:.2}x the measured tg{tg})",
+            predicted / report.decode_tokens_per_second
+        );
     }
     if let Some(sum) = report.allreduce_p50_us {
         println!("sum p50    {sum:>8} µs per sum across the tensor-parallel group (two per layer)");

@@ -10,7 +10,7 @@
 
 use crate::engine::parallel::GroupLinks;
 use crate::net::secure::{self, Psk, SecureStream};
-use crate::net::{ConnectionKind, NetError};
+use crate::net::{ConnectionKind, NetError, SecureReader, SecureWriter};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -52,21 +52,22 @@ pub async fn connect(
     let mut peers: Vec<Option<SecureStream>> = (0..ranks).map(|_| None).collect();
     let work = async {
         for (to, &addr) in addresses.iter().enumerate().take(rank) {
-            let mut stream =
+            let (reader, mut writer) =
                 connect_to(addr, secret).await.map_err(|e| format!("cannot reach rank {to} at {addr}: {e}"))?;
-            send_blocking(&mut stream, &(rank as u32).to_le_bytes(), EXCHANGE_TIMEOUT)
+            writer
+                .write_frame(&(rank as u32).to_le_bytes())
+                .await
                 .map_err(|e| format!("cannot greet rank {to}: {e}"))?;
-            peers[to] = Some(stream);
+            peers[to] = Some(secure::into_stream(reader, writer).map_err(|e| e.to_string())?);
         }
         while peers.iter().enumerate().any(|(r, p)| r > rank && p.is_none()) {
-            let (reader, writer) = super::accept_secure(listener, secret).await.map_err(|e| e.to_string())?;
-            let mut stream = secure::into_stream(reader, writer).map_err(|e| e.to_string())?;
-            let mut hello = Vec::new();
-            recv_blocking(&mut stream, &mut hello, 4, Some(CONNECT_TIMEOUT))
-                .map_err(|e| format!("a rank did not say which it is: {e}"))?;
+            let (mut reader, writer) = super::accept_secure(listener, secret).await.map_err(|e| e.to_string())?;
+            let hello = reader.read_frame(4).await.map_err(|e| format!("a rank did not say which it is: {e}"))?;
             let from = u32::from_le_bytes(hello.as_slice().try_into().map_err(|_| "a malformed greeting")?) as usize;
             match peers.get_mut(from) {
-                Some(slot @ None) if from > rank => *slot = Some(stream),
+                Some(slot @ None) if from > rank => {
+                    *slot = Some(secure::into_stream(reader, writer).map_err(|e| e.to_string())?)
+                }
                 _ => return Err(format!("a connection claimed to be rank {from}, which rank {rank} does not expect")),
             }
         }
@@ -78,12 +79,12 @@ pub async fn connect(
     Ok(TcpGroupLinks { rank, peers, timeout: EXCHANGE_TIMEOUT })
 }
 
-async fn connect_to(addr: SocketAddr, secret: &Psk) -> Result<SecureStream, NetError> {
+async fn connect_to(addr: SocketAddr, secret: &Psk) -> Result<(SecureReader, SecureWriter), NetError> {
     // The rank may still be starting; keep trying for a while.
     let mut tries = 0;
     loop {
         match secure::connect(addr, ConnectionKind::Stage, secret).await {
-            Ok((reader, writer)) => return secure::into_stream(reader, writer),
+            Ok(connection) => return Ok(connection),
             // Not listening yet: try again. A failed handshake (another secret) is final.
             Err(e) if tries < 50 && !matches!(e, NetError::Handshake) => {
                 tries += 1;

@@ -19,7 +19,7 @@ function appContext() {
   return new Map([[APP_CONTEXT, { client, store }]]);
 }
 
-const totals = [9, 3, 1536, 0, 0, 49152];
+const totals: TensorSlice['totals'] = [9, 3, 1536, 0, 0, 49152];
 const slices: TensorSlice[] = [
   { rank: 0, ranks: 2, query_heads: { start: 0, end: 6 }, kv_heads: { start: 0, end: 2 }, feed_forward: { start: 0, end: 768 }, shared_feed_forward: { start: 0, end: 0 }, experts: { start: 0, end: 0 }, vocabulary: { start: 0, end: 24576 }, totals },
   { rank: 1, ranks: 2, query_heads: { start: 6, end: 9 }, kv_heads: { start: 2, end: 3 }, feed_forward: { start: 768, end: 1536 }, shared_feed_forward: { start: 0, end: 0 }, experts: { start: 0, end: 0 }, vocabulary: { start: 24576, end: 49152 }, totals },
