@@ -149,22 +149,32 @@ fn assert_same(label: &str, path: &Path, whole: &Run, group: &Run) {
 }
 
 #[test]
-fn smollm2_over_two_and_three_ranks_computes_the_whole_model() {
+fn smollm2_over_two_three_and_four_ranks_computes_the_whole_model() {
     let path = common::model_path();
     let reference = whole(&path);
     let table = common::tensor_table::read(&path);
     let bytes_of =
         |keep: &dyn Fn(&str) -> bool| -> u64 { table.tensors.iter().filter(|t| keep(&t.name)).map(|t| t.bytes).sum() };
-    for ranks in [2, 3] {
-        let (forced, bytes) = grouped(&path, &vec![1.0; ranks], &reference);
+    let model = Model::open(&path).unwrap();
+    // 9 query heads in 3 key/value groups: 2 ranks divide a group (5 and 4 heads), 3 hold one each,
+    // 4 (more ranks than groups) share groups.
+    for ranks in [2, 3, 4] {
+        let shares = vec![1.0; ranks];
+        let slices = slice::plan(&model, &shares).unwrap();
+        let heads: Vec<usize> = slices.iter().map(|s| s.query_heads.len()).collect();
+        assert!(heads.iter().max().unwrap() - heads.iter().min().unwrap() <= 1, "{ranks} ranks: heads {heads:?}");
+        let (forced, bytes) = grouped(&path, &shares, &reference);
         assert_same(&format!("SmolLM2 over {ranks} ranks"), &path, &reference, &forced);
         // Every rank maps the norms and the token embeddings whole and its slice of everything else,
         // the output head (tied to the embeddings) included: together, the file's tensors, the whole
-        // ones once more for each further rank, and the head once more.
+        // ones once more for each further rank, the head once more, and the keys and values of a
+        // group once more for each further rank holding it.
         let all = bytes_of(&|_| true);
         let embedding = bytes_of(&|n| n == "token_embd.weight");
         let whole_tensors = bytes_of(&|n| n.ends_with("norm.weight") || n == "token_embd.weight");
-        let expected = all + (ranks as u64 - 1) * whole_tensors + embedding;
+        let kv_per_head = bytes_of(&|n| n.ends_with("attn_k.weight") || n.ends_with("attn_v.weight")) / 3;
+        let kv_held: usize = slices.iter().map(|s| s.kv_heads.len()).sum();
+        let expected = all + (ranks as u64 - 1) * whole_tensors + embedding + (kv_held as u64 - 3) * kv_per_head;
         assert_eq!(bytes.iter().sum::<u64>(), expected, "{ranks} ranks: the ranks' weights are the model's, sliced");
     }
 }
@@ -174,8 +184,10 @@ fn random(model: RandomModel) -> PathBuf {
 }
 
 #[test]
-fn mixture_of_experts_models_split_unevenly_compute_the_whole_model() {
+fn random_models_split_unevenly_compute_the_whole_model() {
+    // Gemma 3's one key/value head is held by both ranks; the others' 2:1 split divides a group.
     for (label, model) in [
+        ("Gemma 3", random_model::gemma3()),
         ("Qwen3-MoE", random_model::qwen3moe()),
         ("GLM-4.5", random_model::glm4moe()),
         ("Mixtral", random_model::mixtral()),
@@ -191,8 +203,8 @@ fn mixture_of_experts_models_split_unevenly_compute_the_whole_model() {
 #[test]
 fn a_group_the_model_cannot_divide_is_refused_with_the_reason() {
     let model = Model::open(&common::model_path()).unwrap();
-    let error = slice::plan(&model, &[1.0; 4]).unwrap_err();
-    assert!(error.contains("3 key/value heads"), "{error}");
+    let error = slice::plan(&model, &[1.0; 10]).unwrap_err();
+    assert!(error.contains("9 attention heads"), "{error}");
     let deepseek = Model::open(&random(random_model::deepseek2())).unwrap();
     let error = slice::plan(&deepseek, &[1.0; 2]).unwrap_err();
     assert!(error.contains("latent attention"), "{error}");

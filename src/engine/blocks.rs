@@ -123,6 +123,15 @@ impl<'g> StepContext<'_, 'g> {
         self.parallel.map_or(self.config.kv_heads, |p| p.slice.kv_heads.len())
     }
 
+    /// The query heads in runs that attend alike: (query heads, the key/value heads they read), counted
+    /// from this graph's first. One run unless a tensor-parallel rank holds part of a key/value group.
+    pub fn head_runs(&self) -> Vec<(Range<usize>, Range<usize>)> {
+        match self.parallel {
+            Some(p) => p.slice.head_runs(),
+            None => vec![(0..self.config.heads, 0..self.config.kv_heads)],
+        }
+    }
+
     /// A layer's output as the whole model computes it: on a tensor-parallel rank, the sum of `partial`
     /// over the group (each rank computed it from its heads, columns or experts); else `partial` itself.
     pub fn complete(&self, g: &'g GraphBuilder, partial: Tensor<'g>) -> Tensor<'g> {
@@ -315,15 +324,46 @@ pub(super) fn attend<'g>(
                 if whole { q } else { g.view(q, &[d, heads, t], &[q_strides[1], q_strides[2]], row * q_strides[2]) };
             let mask = g.view(mask, &[attended as i64, t], &[attended * 2], mask_at * 2);
             let (k, v) = step.cache.view(g, keys.layer, segment.seq, attended, keys.key_head, keys.value_head);
-            let q = g.permute(q, [0, 2, 1, 3]);
-            let out = g.flash_attention(q, g.permute(k, [0, 2, 1, 3]), g.permute(v, [0, 2, 1, 3]), mask, kq_scale);
-            match sinks {
-                Some(sinks) => g.attention_sinks(out, sinks),
-                None => out,
+            let runs = step.head_runs();
+            if let [_] = runs.as_slice() {
+                return attend_run(g, q, k, v, mask, kq_scale, sinks);
             }
+            // A rank holding part of a key/value group: each run attends on its own, joined by head.
+            let run_outputs: Vec<Tensor<'g>> = runs
+                .into_iter()
+                .map(|(heads, kv)| {
+                    let of = |x: Tensor<'g>, range: &Range<usize>| {
+                        let [width, _, rows, ..] = x.shape();
+                        let st = x.strides();
+                        g.view(x, &[width, range.len() as i64, rows], &[st[1], st[2]], range.start * st[1])
+                    };
+                    let sinks = sinks.map(|s| g.view(s, &[heads.len() as i64], &[], heads.start * s.strides()[0]));
+                    attend_run(g, of(q, &heads), of(k, &kv), of(v, &kv), mask, kq_scale, sinks)
+                })
+                .collect();
+            run_outputs.into_iter().reduce(|a, b| g.concat(a, b, 1)).expect("a rank holds a query head")
         })
         .collect();
     concat_rows(g, &parts)
+}
+
+/// Flash attention of queries `q` ([d, heads, tokens]) over keys `k` and values `v` ([d, kv_heads,
+/// positions]), each query head reading key/value head `h / (heads / kv_heads)`; [d_v, heads, tokens].
+fn attend_run<'g>(
+    g: &'g GraphBuilder,
+    q: Tensor<'g>,
+    k: Tensor<'g>,
+    v: Tensor<'g>,
+    mask: Tensor<'g>,
+    kq_scale: f32,
+    sinks: Option<Tensor<'g>>,
+) -> Tensor<'g> {
+    let q = g.permute(q, [0, 2, 1, 3]);
+    let out = g.flash_attention(q, g.permute(k, [0, 2, 1, 3]), g.permute(v, [0, 2, 1, 3]), mask, kq_scale);
+    match sinks {
+        Some(sinks) => g.attention_sinks(out, sinks),
+        None => out,
+    }
 }
 
 /// `parts` joined along their last dimension, pairwise so that each value is copied about log₂(parts)

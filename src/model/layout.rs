@@ -40,7 +40,7 @@ fn tensor(name: String, shape: &[usize], required: bool) -> ExpectedTensor {
 /// part of each a rank holds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Part {
-    /// Attention heads: the query heads of whole key/value groups.
+    /// Attention heads, by share (a rank holds the key/value heads its query heads read).
     QueryHeads,
     /// The key/value heads (grouped-query attention's groups).
     KvHeads,

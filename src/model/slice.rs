@@ -5,9 +5,9 @@
 //! by rows of whole heads, the output projection by the matching input columns, the feed-forward's gate
 //! and up by rows and its down projection by columns, experts whole, the output head by vocabulary rows;
 //! everything else (norms, the router, the token embeddings) every rank holds whole. The plan here gives
-//! each rank, in proportion to its share, whole key/value groups with their query heads, whole experts,
-//! the feed-forward's columns (cut only where the quantization blocks of the tensors split by columns
-//! allow) and rows of the output head.
+//! each rank, in proportion to its share, query heads (with the key/value heads they read: a group
+//! whose query heads two ranks divide is held by both), whole experts, the feed-forward's columns (cut
+//! only where the quantization blocks of the tensors split by columns allow) and rows of the output head.
 
 use super::gguf::TensorInfo;
 use super::layout::{self, ExpectedTensor, Part, Split};
@@ -25,8 +25,10 @@ pub const PARTS: [Part; 6] =
 pub struct TensorSlice {
     pub rank: usize,
     pub ranks: usize,
-    /// Query heads (those of its key/value groups).
+    /// Query heads, by share.
     pub query_heads: Range<usize>,
+    /// The key/value heads its query heads read: a group whose query heads two ranks divide is held
+    /// by both.
     pub kv_heads: Range<usize>,
     /// Columns of the dense feed-forward's inner width.
     pub feed_forward: Range<usize>,
@@ -69,6 +71,29 @@ impl TensorSlice {
 
     pub fn total(&self, part: Part) -> usize {
         self.totals[PARTS.iter().position(|p| *p == part).expect("every part is listed")]
+    }
+
+    /// This rank's query heads in runs that attend alike: (query heads, the key/value heads they read),
+    /// both counted from the rank's first, with as many query heads per key/value head throughout a run.
+    /// A rank holding whole groups has one run; one holding part of a group at either end has a run for
+    /// that part.
+    pub fn head_runs(&self) -> Vec<(Range<usize>, Range<usize>)> {
+        let (heads, kv_heads) = (self.total(Part::QueryHeads), self.total(Part::KvHeads).max(1));
+        let group = (heads / kv_heads).max(1);
+        let (q, kv) = (&self.query_heads, &self.kv_heads);
+        let mut runs: Vec<(Range<usize>, Range<usize>)> = Vec::new();
+        for j in kv.clone() {
+            let held = q.start.max(j * group)..q.end.min((j + 1) * group);
+            let local = (held.start - q.start..held.end - q.start, j - kv.start..j - kv.start + 1);
+            match runs.last_mut() {
+                Some((rq, rkv)) if rq.len() / rkv.len() == held.len() => {
+                    rq.end = local.0.end;
+                    rkv.end = local.1.end;
+                }
+                _ => runs.push(local),
+            }
+        }
+        runs
     }
 
     /// Whether this rank holds everything (a group of one).
@@ -191,8 +216,8 @@ fn proportional(count: usize, shares: &[f64], align: usize) -> Vec<Range<usize>>
 
 /// The shares of a group whose ranks hold parts in proportion to `shares` (one per rank; equal shares
 /// for a group of equal nodes). Fails, saying why, for a model the group cannot divide: an architecture
-/// whose graph has no tensor-parallel form, fewer key/value heads than ranks, or quantization blocks that
-/// do not fall between heads.
+/// whose graph has no tensor-parallel form, fewer attention heads than ranks, or quantization blocks
+/// that do not fall between heads.
 pub fn plan(model: &Model, shares: &[f64]) -> Result<Vec<TensorSlice>, String> {
     let config = model.config();
     let ranks = shares.len();
@@ -200,10 +225,10 @@ pub fn plan(model: &Model, shares: &[f64]) -> Result<Vec<TensorSlice>, String> {
         return Err("a tensor-parallel group needs one positive share per node".into());
     }
     config.architecture.spec().splits_across_ranks()?;
-    if config.kv_heads < ranks {
+    if config.heads < ranks {
         return Err(format!(
-            "the model has {} key/value heads, fewer than the {ranks} nodes of the group: each node needs whole heads",
-            config.kv_heads
+            "the model has {} attention heads, fewer than the {ranks} nodes of the group: each node needs at least one",
+            config.heads
         ));
     }
     let declared = declared_tensors(model);
@@ -217,19 +242,21 @@ pub fn plan(model: &Model, shares: &[f64]) -> Result<Vec<TensorSlice>, String> {
             *a = lcm(*a, info.dtype.block_elements() as usize);
         }
     }
-    let group = config.heads / config.kv_heads.max(1);
-    let kv = proportional(config.kv_heads, shares, 1);
+    // Query heads by share, cut where the attention output's quantization blocks fall between heads;
+    // each rank holds the key/value heads its query heads read, so a group shared by two ranks is
+    // computed and cached on both (as it must be when there are fewer key/value heads than ranks).
     let heads_align = align.get(&Part::QueryHeads).copied().unwrap_or(1);
-    for r in &kv {
-        let column = r.start * group * config.head_dim;
-        if !column.is_multiple_of(heads_align) {
-            return Err(format!(
-                "the attention output's quantization blocks ({heads_align} values) do not fall between the heads \
-                 ({} values each) where {ranks} nodes would divide them",
-                config.head_dim
-            ));
-        }
+    let heads_unit = lcm(config.head_dim.max(1), heads_align) / config.head_dim.max(1);
+    if heads_unit * ranks > config.heads {
+        return Err(format!(
+            "the attention output's quantization blocks ({heads_align} values) do not fall between the heads \
+             ({} values each) often enough to divide {} heads among {ranks} nodes",
+            config.head_dim, config.heads
+        ));
     }
+    let query = proportional(config.heads, shares, heads_unit);
+    let group = config.heads / config.kv_heads.max(1);
+    let kv: Vec<Range<usize>> = query.iter().map(|q| q.start / group..q.end.div_ceil(group)).collect();
     let experts = proportional(totals[4], shares, 1);
     // Output rows: 32 at a time, so that each share starts on an aligned byte.
     let vocabulary = proportional(config.vocabulary, shares, 32);
@@ -242,7 +269,7 @@ pub fn plan(model: &Model, shares: &[f64]) -> Result<Vec<TensorSlice>, String> {
         .map(|rank| TensorSlice {
             rank,
             ranks,
-            query_heads: kv[rank].start * group..kv[rank].end * group,
+            query_heads: query[rank].clone(),
             kv_heads: kv[rank].clone(),
             feed_forward: feed_forward[rank].clone(),
             shared_feed_forward: shared[rank].clone(),
@@ -291,6 +318,35 @@ mod tests {
         // Every rank gets at least one step, whatever its share.
         assert_eq!(proportional(4, &[100.0, 1.0, 1.0], 1), vec![0..2, 2..3, 3..4]);
         assert_eq!(proportional(64, &[1.0, 0.0001], 1), vec![0..63, 63..64]);
+    }
+
+    fn slice(query_heads: Range<usize>, kv_heads: Range<usize>, totals: (usize, usize)) -> TensorSlice {
+        TensorSlice {
+            rank: 0,
+            ranks: 2,
+            query_heads,
+            kv_heads,
+            feed_forward: 0..0,
+            shared_feed_forward: 0..0,
+            experts: 0..0,
+            vocabulary: 0..0,
+            totals: [totals.0, totals.1, 0, 0, 0, 0],
+        }
+    }
+
+    #[test]
+    fn query_heads_attend_in_runs_of_whole_and_partial_groups() {
+        // 9 heads in 3 groups of 3, divided 5:4: the first rank holds group 0 whole and 2 heads of group 1.
+        assert_eq!(slice(0..5, 0..2, (9, 3)).head_runs(), vec![(0..3, 0..1), (3..5, 1..2)]);
+        assert_eq!(slice(5..9, 1..3, (9, 3)).head_runs(), vec![(0..1, 0..1), (1..4, 1..2)]);
+        // Whole groups: one run.
+        assert_eq!(slice(3..9, 1..3, (9, 3)).head_runs(), vec![(0..6, 0..2)]);
+        // Fewer key/value heads than ranks: part of one group.
+        assert_eq!(slice(4..8, 0..1, (8, 1)).head_runs(), vec![(0..4, 0..1)]);
+        // A partial group at both ends, whole ones between.
+        assert_eq!(slice(2..14, 0..4, (16, 4)).head_runs(), vec![(0..2, 0..1), (2..10, 1..3), (10..12, 3..4)]);
+        // Without grouping (as many key/value heads as query heads): one run.
+        assert_eq!(slice(3..7, 3..7, (8, 8)).head_runs(), vec![(0..4, 0..4)]);
     }
 
     #[test]

@@ -60,8 +60,11 @@ pub async fn connect(
                 .map_err(|e| format!("cannot greet rank {to}: {e}"))?;
             peers[to] = Some(secure::into_stream(reader, writer).map_err(|e| e.to_string())?);
         }
+        // One acceptor throughout: the later ranks' handshakes run at once, and none is dropped when
+        // another completes first.
+        let mut acceptor = super::SecureAcceptor::new(listener, secret);
         while peers.iter().enumerate().any(|(r, p)| r > rank && p.is_none()) {
-            let (mut reader, writer) = super::accept_secure(listener, secret).await.map_err(|e| e.to_string())?;
+            let (mut reader, writer) = acceptor.next().await.map_err(|e| e.to_string())?;
             let hello = reader.read_frame(4).await.map_err(|e| format!("a rank did not say which it is: {e}"))?;
             let from = u32::from_le_bytes(hello.as_slice().try_into().map_err(|_| "a malformed greeting")?) as usize;
             match peers.get_mut(from) {

@@ -84,34 +84,56 @@ pub async fn accept_tcp(listener: &TcpListener, secret: &Psk) -> Result<(TcpSour
 
 /// As [`accept_tcp`], the connection left as it is (async).
 pub async fn accept_secure(listener: &TcpListener, secret: &Psk) -> Result<(SecureReader, SecureWriter), NetError> {
-    let mut attempts = tokio::task::JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (mut stream, from) = accepted?;
-                if attempts.len() >= MAX_STAGE_HANDSHAKES {
-                    tracing::warn!("refused a stage connection from {from}: too many handshakes in progress");
-                    continue;
+    SecureAcceptor::new(listener, secret).next().await
+}
+
+/// Accepts stage connections on a listener one after another, each handshake running beside the
+/// others with its own deadline. Handshakes still in progress when one completes carry on for the next
+/// call (a group's ranks connect at once; dropping the others' would leave them believing they are in).
+pub struct SecureAcceptor<'a> {
+    listener: &'a TcpListener,
+    secret: Psk,
+    attempts: tokio::task::JoinSet<(SocketAddr, Handshake)>,
+}
+
+/// A handshake's outcome: the connection, or why it was refused.
+type Handshake = Result<(SecureReader, SecureWriter), NetError>;
+
+impl<'a> SecureAcceptor<'a> {
+    pub fn new(listener: &'a TcpListener, secret: &Psk) -> SecureAcceptor<'a> {
+        SecureAcceptor { listener, secret: *secret, attempts: tokio::task::JoinSet::new() }
+    }
+
+    /// The next connection that proves it holds the secret.
+    pub async fn next(&mut self) -> Result<(SecureReader, SecureWriter), NetError> {
+        loop {
+            tokio::select! {
+                accepted = self.listener.accept() => {
+                    let (mut stream, from) = accepted?;
+                    if self.attempts.len() >= MAX_STAGE_HANDSHAKES {
+                        tracing::warn!("refused a stage connection from {from}: too many handshakes in progress");
+                        continue;
+                    }
+                    let secret = self.secret;
+                    self.attempts.spawn(async move {
+                        let attempt = async {
+                            stream.set_nodelay(true)?;
+                            let preamble = secure::read_preamble(&mut stream).await?;
+                            if preamble.kind != ConnectionKind::Stage {
+                                return Err(NetError::BadPreamble("not a stage connection".into()));
+                            }
+                            secure::respond(stream, preamble, &secret).await
+                        };
+                        let result = tokio::time::timeout(STAGE_HANDSHAKE_TIMEOUT, attempt).await;
+                        (from, result.unwrap_or(Err(NetError::Timeout)))
+                    });
                 }
-                let secret = *secret;
-                attempts.spawn(async move {
-                    let attempt = async {
-                        stream.set_nodelay(true)?;
-                        let preamble = secure::read_preamble(&mut stream).await?;
-                        if preamble.kind != ConnectionKind::Stage {
-                            return Err(NetError::BadPreamble("not a stage connection".into()));
-                        }
-                        secure::respond(stream, preamble, &secret).await
-                    };
-                    let result = tokio::time::timeout(STAGE_HANDSHAKE_TIMEOUT, attempt).await;
-                    (from, result.unwrap_or(Err(NetError::Timeout)))
-                });
+                Some(done) = self.attempts.join_next(), if !self.attempts.is_empty() => match done {
+                    Ok((_, Ok((r, w)))) => return Ok((r, w)),
+                    Ok((from, Err(e))) => tracing::warn!("refused a stage connection from {from}: {e}"),
+                    Err(e) => tracing::warn!("a stage handshake ended abnormally: {e}"),
+                },
             }
-            Some(done) = attempts.join_next(), if !attempts.is_empty() => match done {
-                Ok((_, Ok((r, w)))) => return Ok((r, w)),
-                Ok((from, Err(e))) => tracing::warn!("refused a stage connection from {from}: {e}"),
-                Err(e) => tracing::warn!("a stage handshake ended abnormally: {e}"),
-            },
         }
     }
 }
@@ -143,5 +165,37 @@ mod tests {
         assert!(previous.await.unwrap().is_ok());
         assert!(foreign.await.unwrap(), "a connection without the secret was accepted");
         drop(silent);
+    }
+
+    /// Connections that arrive together are each accepted in turn: a handshake still running when
+    /// another completes is not dropped (a tensor-parallel group's later ranks connect at once).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_arriving_together_are_all_accepted() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let secret = [3u8; 32];
+        let clients: Vec<_> = (0..4u8)
+            .map(|i| {
+                tokio::spawn(async move {
+                    let (_reader, mut writer) = secure::connect(addr, ConnectionKind::Stage, &secret).await?;
+                    writer.write_frame(&[i]).await?;
+                    // Hold the connection until the other side has read.
+                    tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+                    Ok::<_, NetError>(())
+                })
+            })
+            .collect();
+        let mut acceptor = SecureAcceptor::new(&listener, &secret);
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let wait = std::time::Duration::from_secs(20);
+            let (mut reader, _writer) = tokio::time::timeout(wait, acceptor.next()).await.expect("accepted").unwrap();
+            seen.push(reader.read_frame(1).await.unwrap()[0]);
+        }
+        seen.sort();
+        assert_eq!(seen, vec![0, 1, 2, 3]);
+        for c in clients {
+            c.abort();
+        }
     }
 }

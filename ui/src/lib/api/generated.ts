@@ -272,9 +272,14 @@ bytes_fetched: number, bytes_per_second: number, done: boolean, };
  */
 export type TensorSlice = { rank: number, ranks: number, 
 /**
- * Query heads (those of its key/value groups).
+ * Query heads, by share.
  */
-query_heads: { start: number, end: number, }, kv_heads: { start: number, end: number, }, 
+query_heads: { start: number, end: number, }, 
+/**
+ * The key/value heads its query heads read: a group whose query heads two ranks divide is held
+ * by both.
+ */
+kv_heads: { start: number, end: number, }, 
 /**
  * Columns of the dense feed-forward's inner width.
  */
