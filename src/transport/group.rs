@@ -206,7 +206,10 @@ impl GroupLinks for TcpGroupLinks {
                         peer.read_some().map_err(|e| format!("the link with rank {r} failed: {e}"))?;
                     }
                 }
-                std::hint::spin_loop();
+                // Let whatever else wants this core run meanwhile (the node's agent, the kernel's
+                // network work): on a machine whose cores the ranks fill, it would otherwise preempt a
+                // rank that computes.
+                std::thread::yield_now();
                 continue;
             }
             let wait_for = left(deadline).map_err(|_| {
