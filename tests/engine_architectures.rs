@@ -95,6 +95,29 @@ fn check_stage_bytes(model: &RandomModel, ranges: &[std::ops::Range<usize>]) {
         assert_eq!(experts > 0, sparse, "layers {range:?}");
         assert_eq!(stage.weights().mapped_bytes(), in_file, "{} layers {range:?}", model.architecture);
         assert_eq!(file.layout().stage_bytes(range.clone()), in_file, "{} layers {range:?}", model.architecture);
+        // A decode step reads the stage's layers, of their experts the share a token uses, and on the
+        // last stage the norm and head (the tied embeddings); not the token embeddings it takes a row of.
+        let used = file.config().moe.map_or(1.0, |m| m.experts_used as f64 / m.experts as f64);
+        let reads: u64 = file
+            .file()
+            .tensors()
+            .iter()
+            .map(|t| match layer_of(&t.name) {
+                Some(l) if range.contains(&l) && t.name.contains("_exps") => (t.bytes as f64 * used) as u64,
+                Some(l) if range.contains(&l) => t.bytes,
+                None if range.end == model.layers
+                    && (t.name == "output_norm.weight" || t.name == "token_embd.weight") =>
+                {
+                    t.bytes
+                }
+                _ => 0,
+            })
+            .sum();
+        let needs = shoal::placement::ModelNeeds::of(&file, 64, 1, 32);
+        assert_eq!(needs.stage_reads(range.clone()), reads, "{} layers {range:?}", model.architecture);
+        if sparse {
+            assert!(reads < in_file, "a token reads a share of the experts");
+        }
     }
 }
 

@@ -97,6 +97,10 @@ fn grouped(path: &Path, shares: &[f64], reference: &Run) -> (Run, Vec<u64>) {
     stage.group().unwrap().stop();
     let mut bytes = vec![stage.memory().weights];
     bytes.extend(followers.into_iter().map(|f| f.join().unwrap()));
+    // Placement counts each rank's weights exactly as the rank maps them.
+    for (rank, s) in slice::plan(&model, shares).unwrap().iter().enumerate() {
+        assert_eq!(slice::rank_bytes(&model, s).unwrap(), bytes[rank], "rank {rank} of {shares:?}: placement's bytes");
+    }
     (forced, bytes)
 }
 

@@ -15,7 +15,13 @@ fn needs() -> ModelNeeds {
 }
 
 fn node(name: &str, mb: u64) -> NodeOffer {
-    NodeOffer { id: NodeId::random(), name: name.into(), bytes: mb * MB, memory_bandwidth: Some(10_000 * MB) }
+    NodeOffer {
+        id: NodeId::random(),
+        name: name.into(),
+        bytes: mb * MB,
+        memory_bandwidth: Some(10_000 * MB),
+        weight_rate: None,
+    }
 }
 
 fn link(a: &NodeOffer, b: &NodeOffer, rtt_us: u64, bps: u64) -> LinkCost {
@@ -163,4 +169,48 @@ fn a_model_that_does_not_fit_says_how_much_is_missing_and_where() {
     assert_eq!((short.nodes, short.needed, short.offered), (3, needed, offered));
     assert!(short.missing >= needed - offered, "{short:?}");
     assert_eq!(placement::shortfall(&n, &[], &[]), None);
+}
+
+/// Each mode's decode rate is predicted from the nodes' weight rate and the links: over links as fast as
+/// veth here (measured p50 round trip ~50 µs) a two-node tensor-parallel group beats the one node a
+/// pipeline would use and is chosen, saying why; over a slow link (2 ms, Wi-Fi-like) its 60 sums a token
+/// cost more than half the weights save, and the pipeline is kept with the group's prediction beside it.
+/// A forced mode that cannot fit is refused with the reason.
+#[test]
+fn placement_takes_tensor_parallel_over_fast_links_and_a_pipeline_over_slow_ones() {
+    let needs = needs();
+    // 2.5 GB/s: one thread's Q4 rate on the 2-core VM (engine::weight_rate).
+    let rated = |name: &str| NodeOffer { weight_rate: Some(2_500 * MB), ..node(name, 1_000) };
+    let (a, b) = (rated("a"), rated("b"));
+    let nodes = [a.clone(), b.clone()];
+
+    let fast = placement::plan_mode(&needs, &nodes, &[link(&a, &b, 50, 10_000 * MB)], None).unwrap();
+    assert_eq!(fast.parallel, placement::Parallelism::Tensor);
+    assert_eq!(fast.stages.len(), 2);
+    let one_node = &fast.alternatives[0];
+    assert_eq!(one_node.parallel, placement::Parallelism::Pipeline);
+    assert_eq!(one_node.nodes.len(), 1, "the pipeline alternative is the model on one node");
+    assert!(one_node.reason.contains("predicted"), "{}", one_node.reason);
+    let (group_rate, single_rate) =
+        (fast.expected_decode_tokens_per_second.unwrap(), one_node.expected_decode_tokens_per_second.unwrap());
+    assert!(group_rate >= 1.15 * single_rate, "{group_rate} against {single_rate}");
+    // One node reads the model's ~98 MB a token at 2.5 GB/s: about 25 tokens/s.
+    assert!((20.0..30.0).contains(&single_rate), "{single_rate}");
+
+    let slow = placement::plan_mode(&needs, &nodes, &[link(&a, &b, 2_000, 100 * MB)], None).unwrap();
+    assert_eq!(slow.parallel, placement::Parallelism::Pipeline);
+    assert_eq!(slow.stages.len(), 1);
+    let group = &slow.alternatives[0];
+    assert_eq!(group.parallel, placement::Parallelism::Tensor);
+    assert!(group.reason.contains("less than the 1.15x"), "{}", group.reason);
+    assert!(group.expected_decode_tokens_per_second.unwrap() < slow.expected_decode_tokens_per_second.unwrap());
+
+    // Forced onto nodes too small for a slice each: refused, saying what each would need.
+    let small = [NodeOffer { weight_rate: Some(2_500 * MB), ..node("s1", 60) }, rated("s2")];
+    let links = [link(&small[0], &small[1], 50, 10_000 * MB)];
+    let error = placement::plan_mode(&needs, &small, &links, Some(placement::Parallelism::Tensor)).unwrap_err();
+    assert!(
+        error.to_string().contains("tensor parallel cannot run") && error.to_string().contains("more than"),
+        "{error}"
+    );
 }

@@ -17,6 +17,7 @@ mod pipeline;
 mod sampler;
 mod stage;
 mod stop;
+pub mod weight_rate;
 mod weights;
 
 pub use constraint::{Constraint, Grammars, OutputFormat};

@@ -15,6 +15,7 @@ impl DType {
     pub const Q4_0: DType = DType(sys::GGML_TYPE_Q4_0);
     pub const Q4_1: DType = DType(sys::GGML_TYPE_Q4_1);
     pub const Q8_0: DType = DType(sys::GGML_TYPE_Q8_0);
+    pub const Q4_K: DType = DType(sys::GGML_TYPE_Q4_K);
 
     /// The type with this GGUF/ggml id, or `None` for ids this ggml does not implement (unknown,
     /// removed or deprecated types).

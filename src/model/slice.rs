@@ -292,15 +292,11 @@ fn lcm(a: usize, b: usize) -> usize {
 }
 
 /// Exact bytes of the tensors a rank holding `slice` maps of the whole model (every layer, the
-/// embeddings whole, and its share of the output head).
+/// embeddings whole, and its share of the output head: of the embeddings' rows, when tied to them).
 pub fn rank_bytes(model: &Model, slice: &TensorSlice) -> Result<u64, String> {
     let mut total = 0;
     for (t, info) in declared_tensors(model) {
         total += slice.source(info, t.split)?.bytes();
-    }
-    // The token embeddings are whole on every rank; tied to the head, they were counted as its share.
-    if model.layout().tied_output {
-        total += model.layout().embedding;
     }
     Ok(total)
 }

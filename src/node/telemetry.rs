@@ -19,6 +19,12 @@ pub struct NodeTelemetry {
     pub memory_offer: u64,
     /// Measured memory read bandwidth in bytes/s (a decode step reads its weights once).
     pub memory_bandwidth: Option<u64>,
+    /// Bytes of 4-bit weights a decode step's products read per second on the CPU, with one thread and
+    /// with every core (engine::weight_rate); placement predicts a stage's step time from them.
+    #[serde(default)]
+    pub weight_rate_one_thread: Option<u64>,
+    #[serde(default)]
+    pub weight_rate_all_cores: Option<u64>,
     pub cpu_model: String,
     pub cpu_cores: usize,
     pub cpu_threads: usize,
@@ -131,6 +137,8 @@ impl TelemetrySampler {
             chip: platform::apple_chip(&cpu_model),
             cpu_model,
             memory_bandwidth: Some(measure_memory_bandwidth()),
+            weight_rate_one_thread: crate::engine::weight_rate::measure_weight_rate(1),
+            weight_rate_all_cores: crate::engine::weight_rate::measure_weight_rate(crate::engine::default_threads()),
             ..NodeTelemetry::default()
         };
         let pids = vec![Pid::from_u32(std::process::id())];

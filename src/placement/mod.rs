@@ -8,8 +8,10 @@
 //! - tensor parallel ([`tensor`]): every node of a group holds a slice of every layer and the group sums
 //!   its parts twice per layer, so one stream runs faster when the links are fast enough.
 //!
-//! Each mode's decode rate is predicted from the nodes' measured memory bandwidth and the links'
-//! latency and throughput; the faster that fits is chosen (tensor parallel only when it is predicted
+//! Each mode's decode rate is predicted from the bytes a decode step reads on each node (its weights
+//! but the token embeddings; of a mixture of experts, the share of experts a token uses), the rate at
+//! which each node's CPU multiplies 4-bit weights with the launch's threads (measured at start,
+//! `engine::weight_rate`; the memory bandwidth when unknown), and the links' latency and throughput; the faster that fits is chosen (tensor parallel only when it is predicted
 //! clearly faster, by [`TENSOR_MARGIN`]), unless the launch forces one. The plan says what the other
 //! mode would have given, and why it was not chosen.
 
@@ -33,6 +35,18 @@ pub struct NodeOffer {
     pub bytes: u64,
     /// Measured memory read bandwidth (bytes/s), which bounds how fast it runs a decode step.
     pub memory_bandwidth: Option<u64>,
+    /// Bytes of weights per second a decode step there reads and multiplies, with the threads its stage
+    /// will compute with (measured: engine::weight_rate); the memory bandwidth stands in when unknown.
+    #[serde(default)]
+    pub weight_rate: Option<u64>,
+}
+
+impl NodeOffer {
+    /// Microseconds a decode step reading `bytes` of weights is expected to take here.
+    pub fn step_us(&self, bytes: u64) -> Option<u64> {
+        let rate = self.weight_rate.or(self.memory_bandwidth)?;
+        Some(bytes.saturating_mul(1_000_000) / rate.max(1))
+    }
 }
 
 /// A measured link between two nodes.
@@ -252,7 +266,7 @@ impl Ring<'_> {
                 StagePlan {
                     node: node.id,
                     node_name: node.name.clone(),
-                    expected_step_us: node.memory_bandwidth.map(|bw| bytes.weights * 1_000_000 / bw.max(1)),
+                    expected_step_us: node.step_us(self.needs.stage_reads(layers.clone())),
                     layers,
                     bytes,
                     offer: node.bytes,
@@ -389,7 +403,7 @@ pub fn plan_mode(
                         "predicted {:.2}x as fast as the pipeline, less than the {TENSOR_MARGIN:.2}x it must gain",
                         g / p
                     ),
-                    _ => "the nodes' memory bandwidth is not measured yet, so its gain cannot be predicted".into(),
+                    _ => "the nodes' speed is not measured yet, so its gain cannot be predicted".into(),
                 };
                 pipeline.alternatives.push(summary(&group, why));
                 pipeline

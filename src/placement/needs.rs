@@ -44,6 +44,10 @@ pub struct ModelNeeds {
     /// cannot be divided among that many.
     #[serde(default)]
     pub groups: Vec<GroupNeeds>,
+    /// Bytes of each layer a decode step reads: all its weights, or of a mixture of experts the share
+    /// of its experts a token uses.
+    #[serde(default)]
+    pub decode_reads: Vec<u64>,
 }
 
 /// Most ranks a tensor-parallel group is planned with (a Thunderbolt mesh links at most 8 Macs).
@@ -102,6 +106,7 @@ impl ModelNeeds {
             .collect();
         ModelNeeds {
             groups,
+            decode_reads: decode_reads(model),
             name: model.name(),
             layout: model.layout().clone(),
             kv_per_layer,
@@ -133,6 +138,27 @@ impl ModelNeeds {
         }
     }
 
+    /// Bytes a decode step of a stage running `layers` reads: its layers' (see `decode_reads`), and on
+    /// the last stage the output norm and head; not the token embeddings, of which it reads a row.
+    pub fn stage_reads(&self, layers: Range<usize>) -> u64 {
+        let l = &self.layout;
+        let per_layer = if self.decode_reads.len() == l.layers.len() { &self.decode_reads } else { &l.layers };
+        let head = if l.tied_output { l.embedding } else { l.output_head };
+        let last = layers.end == self.layers();
+        per_layer[layers].iter().sum::<u64>() + l.rope_factors + if last { l.output_norm + head } else { 0 }
+    }
+
+    /// Bytes a decode step of a tensor-parallel rank holding `weights` bytes reads: its weights but the
+    /// token embeddings, as much less as the whole model reads less than it holds (the experts a token
+    /// does not use).
+    pub fn rank_reads(&self, weights: u64) -> u64 {
+        let l = &self.layout;
+        let all = 0..self.layers();
+        let held = l.stage_bytes(all.clone()) - if l.tied_output { 0 } else { l.embedding };
+        let read = self.stage_reads(all);
+        (weights.saturating_sub(l.embedding) as f64 * read as f64 / held.max(1) as f64) as u64
+    }
+
     /// What a stage running `layers` needs.
     pub fn stage(&self, layers: Range<usize>) -> StageBytes {
         let last = layers.end == self.layers();
@@ -142,4 +168,25 @@ impl ModelNeeds {
             compute: self.compute + if last { self.compute_last_extra } else { 0 },
         }
     }
+}
+
+/// Bytes of each layer of `model` a decode step reads (see [`ModelNeeds::decode_reads`]).
+fn decode_reads(model: &Model) -> Vec<u64> {
+    use crate::model::layout::{self, Part, Split};
+    let c = model.config();
+    let used = c.moe.map_or(1.0, |m| m.experts_used as f64 / m.experts.max(1) as f64);
+    (0..c.layers)
+        .map(|layer| {
+            layout::layer_tensors(c, layer)
+                .iter()
+                .filter_map(|t| {
+                    let bytes = model.tensor(&t.name)?.bytes;
+                    Some(match t.split {
+                        Split::Along { part: Part::Experts, .. } => (bytes as f64 * used) as u64,
+                        _ => bytes,
+                    })
+                })
+                .sum()
+        })
+        .collect()
 }

@@ -1,7 +1,7 @@
 //! Tensor-parallel groups: which nodes form one, whether each rank's slice (weights, the KV cache of its
 //! heads, a compute buffer) fits its node, and how fast the group is expected to decode:
 //!
-//! - each rank reads its slice of the weights once per token, at its node's measured memory bandwidth,
+//! - each rank reads its slice of the weights once per token, at its node's measured weight rate,
 //!   and the ranks compute at the same time, so the slowest rank sets the pace;
 //! - every layer sums the ranks' parts twice: each rank sends its part (a token's hidden state) to
 //!   every other, which costs the slowest link's one-way latency plus the transfer, plus
@@ -119,7 +119,7 @@ fn group_plan(
                 node: node.id,
                 node_name: node.name.clone(),
                 layers: 0..needs.layers(),
-                expected_step_us: node.memory_bandwidth.map(|bw| bytes.weights * 1_000_000 / bw.max(1)),
+                expected_step_us: node.step_us(needs.rank_reads(bytes.weights)),
                 bytes,
                 offer: node.bytes,
                 slice: Some(slice.clone()),
