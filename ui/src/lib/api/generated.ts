@@ -82,7 +82,12 @@ memory_offer: number,
 /**
  * Measured memory read bandwidth in bytes/s (a decode step reads its weights once).
  */
-memory_bandwidth: number | null, cpu_model: string, cpu_cores: number, cpu_threads: number, load_1m: number, os: string, os_version: string, kernel: string, arch: string, 
+memory_bandwidth: number | null, 
+/**
+ * Bytes of 4-bit weights a decode step's products read per second on the CPU, with one thread and
+ * with every core (engine::weight_rate); placement predicts a stage's step time from them.
+ */
+weight_rate_one_thread: number | null, weight_rate_all_cores: number | null, cpu_model: string, cpu_cores: number, cpu_threads: number, load_1m: number, os: string, os_version: string, kernel: string, arch: string, 
 /**
  * Apple silicon chip (macOS), e.g. "Apple M3 Ultra".
  */
