@@ -25,7 +25,7 @@ macro_rules! declarations {
 
 /// The whole generated file.
 pub fn typescript() -> String {
-    use crate::{api, cluster, instances, links, model, node, placement, rdma, records, transport, worker};
+    use crate::{api, cluster, engine, instances, links, model, node, placement, rdma, records, transport, worker};
     let config = Config::new().with_large_int("number");
     let parts = declarations![&config;
         // Nodes, links and the pool (GET /api/cluster).
@@ -39,6 +39,7 @@ pub fn typescript() -> String {
         rdma::checks::NodeReport,
         node::telemetry::DeviceMemory,
         node::telemetry::DeviceTelemetry,
+        engine::weight_rate::WeightRate,
         node::telemetry::NodeTelemetry,
         cluster::state::NodeView,
         links::kind::LinkKind,

@@ -35,8 +35,9 @@ pub enum LaunchError {
 }
 
 /// The nodes that are up, what they offer, and the measured links between them; each node's weight
-/// rate for a stage of `threads` threads (None: all its cores).
-pub(super) fn cluster_offers(agent: &Agent, threads: Option<usize>) -> (Vec<NodeOffer>, Vec<LinkCost>) {
+/// rate for `weights` (a ggml type name: the model's) on a stage of `threads` threads (None: all its
+/// cores).
+pub(super) fn cluster_offers(agent: &Agent, weights: &str, threads: Option<usize>) -> (Vec<NodeOffer>, Vec<LinkCost>) {
     let snapshot = agent.snapshot();
     let offers = snapshot
         .nodes
@@ -49,12 +50,7 @@ pub(super) fn cluster_offers(agent: &Agent, threads: Option<usize>) -> (Vec<Node
                 name: n.name.clone(),
                 bytes: t.memory_offer,
                 memory_bandwidth: t.memory_bandwidth,
-                weight_rate: match (t.weight_rate_one_thread, t.weight_rate_all_cores, threads) {
-                    (Some(one), Some(all), Some(threads)) if threads > 0 => {
-                        Some(crate::engine::weight_rate::rate_with_threads(one, all, threads))
-                    }
-                    (_, all, _) => all,
-                },
+                weight_rate: crate::engine::weight_rate::rate_for(&t.weight_rates, weights, threads),
             })
         })
         .collect();
@@ -112,7 +108,7 @@ pub async fn preview(instances: &Arc<Instances>, request: &LaunchRequest) -> Res
     check_context(&model, request)?;
     remember_in_library(instances, &request.model).await;
     let needs = needs_for(&model, request);
-    let (offers, links) = cluster_offers(&instances.agent, request.threads);
+    let (offers, links) = cluster_offers(&instances.agent, &needs.weight_type, request.threads);
     if let Some(names) = &request.nodes {
         if request.layers.is_some() {
             return Err(LaunchError::Invalid("--layers names the nodes already; leave out --nodes".into()));

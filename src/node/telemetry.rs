@@ -19,12 +19,11 @@ pub struct NodeTelemetry {
     pub memory_offer: u64,
     /// Measured memory read bandwidth in bytes/s (a decode step reads its weights once).
     pub memory_bandwidth: Option<u64>,
-    /// Bytes of 4-bit weights a decode step's products read per second on the CPU, with one thread and
-    /// with every core (engine::weight_rate); placement predicts a stage's step time from them.
+    /// Bytes of weights a decode step's products read per second on the CPU, for a 4-, an 8- and a
+    /// 16-bit type, with one thread and with every core (engine::weight_rate); placement predicts a
+    /// stage's step time from them.
     #[serde(default)]
-    pub weight_rate_one_thread: Option<u64>,
-    #[serde(default)]
-    pub weight_rate_all_cores: Option<u64>,
+    pub weight_rates: Vec<crate::engine::weight_rate::WeightRate>,
     pub cpu_model: String,
     pub cpu_cores: usize,
     pub cpu_threads: usize,
@@ -137,11 +136,10 @@ impl TelemetrySampler {
             chip: platform::apple_chip(&cpu_model),
             cpu_model,
             memory_bandwidth: Some(measure_memory_bandwidth()),
-            weight_rate_one_thread: crate::engine::weight_rate::measure_weight_rate(1),
-            weight_rate_all_cores: crate::engine::weight_rate::measure_weight_rate(crate::engine::default_threads()),
             ..NodeTelemetry::default()
         };
         let pids = vec![Pid::from_u32(std::process::id())];
+        crate::engine::weight_rate::measure_once();
         TelemetrySampler { system, static_part, pids, memory_limit, device }
     }
 
@@ -184,6 +182,7 @@ impl TelemetrySampler {
         });
         memory_offer = offer_for_device(memory_offer, device.as_ref());
         NodeTelemetry {
+            weight_rates: crate::engine::weight_rate::measured(),
             memory_total,
             memory_available,
             memory_used_by_shoal,

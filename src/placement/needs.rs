@@ -5,6 +5,7 @@
 use crate::engine::CACHE_BLOCK;
 use crate::model::{CacheRow, Model, ModelLayout, TensorSlice};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::ops::Range;
 
 /// Memory a stage needs, in bytes.
@@ -48,6 +49,15 @@ pub struct ModelNeeds {
     /// of its experts a token uses.
     #[serde(default)]
     pub decode_reads: Vec<u64>,
+    /// ggml's name of the type most of the layers' bytes are in (the rate a node reads them at depends
+    /// on it).
+    #[serde(default)]
+    pub weight_type: String,
+    /// Bytes of the routed experts of every layer, and of those a token uses (a mixture of experts).
+    #[serde(default)]
+    pub expert_bytes: u64,
+    #[serde(default)]
+    pub expert_reads: u64,
 }
 
 /// Most ranks a tensor-parallel group is planned with (a Thunderbolt mesh links at most 8 Macs).
@@ -90,6 +100,7 @@ impl ModelNeeds {
         let experts_wide = c.moe.map_or(0, |m| m.experts_used * m.expert_feed_forward + m.experts);
         let widest = c.feed_forward.max(c.embedding).max(experts_wide) as u64;
         let compute = batch as u64 * (16 * widest + 2 * context as u64) + (1 << 20);
+        let experts = expert_bytes(model);
         let groups = (2..=MAX_GROUP)
             .map(|ranks| {
                 let planned = crate::model::slice::plan(model, &vec![1.0; ranks]).and_then(|slices| {
@@ -107,6 +118,9 @@ impl ModelNeeds {
         ModelNeeds {
             groups,
             decode_reads: decode_reads(model),
+            weight_type: weight_type(model),
+            expert_bytes: experts.0,
+            expert_reads: experts.1,
             name: model.name(),
             layout: model.layout().clone(),
             kv_per_layer,
@@ -148,15 +162,15 @@ impl ModelNeeds {
         per_layer[layers].iter().sum::<u64>() + l.rope_factors + if last { l.output_norm + head } else { 0 }
     }
 
-    /// Bytes a decode step of a tensor-parallel rank holding `weights` bytes reads: its weights but the
-    /// token embeddings, as much less as the whole model reads less than it holds (the experts a token
-    /// does not use).
-    pub fn rank_reads(&self, weights: u64) -> u64 {
-        let l = &self.layout;
-        let all = 0..self.layers();
-        let held = l.stage_bytes(all.clone()) - if l.tied_output { 0 } else { l.embedding };
-        let read = self.stage_reads(all);
-        (weights.saturating_sub(l.embedding) as f64 * read as f64 / held.max(1) as f64) as u64
+    /// Bytes a decode step of a tensor-parallel rank holding `slice` (`weights` bytes) multiplies: its
+    /// weights but the token embeddings and its experts, and as many expert bytes as the whole model's
+    /// step: a rank computes every expert slot of a token, those held elsewhere on one of its own
+    /// experts with a weight of zero (ggml's `mul_mat_id` computes each slot), so holding fewer experts
+    /// saves their memory and reads but not their arithmetic.
+    pub fn rank_reads(&self, slice: &TensorSlice, weights: u64) -> u64 {
+        let experts = slice.total(crate::model::layout::Part::Experts).max(1) as u64;
+        let held_experts = self.expert_bytes * slice.experts.len() as u64 / experts;
+        weights.saturating_sub(self.layout.embedding).saturating_sub(held_experts) + self.expert_reads
     }
 
     /// What a stage running `layers` needs.
@@ -168,6 +182,19 @@ impl ModelNeeds {
             compute: self.compute + if last { self.compute_last_extra } else { 0 },
         }
     }
+}
+
+/// Bytes of `model`'s routed experts, and of those a token uses.
+fn expert_bytes(model: &Model) -> (u64, u64) {
+    use crate::model::layout::{self, Part, Split};
+    let c = model.config();
+    let Some(moe) = c.moe else { return (0, 0) };
+    let all: u64 = (0..c.layers)
+        .flat_map(|layer| layout::layer_tensors(c, layer))
+        .filter(|t| matches!(t.split, Split::Along { part: Part::Experts, .. }))
+        .filter_map(|t| Some(model.tensor(&t.name)?.bytes))
+        .sum();
+    (all, all * moe.experts_used as u64 / moe.experts.max(1) as u64)
 }
 
 /// Bytes of each layer of `model` a decode step reads (see [`ModelNeeds::decode_reads`]).
@@ -189,4 +216,18 @@ fn decode_reads(model: &Model) -> Vec<u64> {
                 .sum()
         })
         .collect()
+}
+
+/// The type of most of `model`'s layer bytes (see [`ModelNeeds::weight_type`]).
+fn weight_type(model: &Model) -> String {
+    let c = model.config();
+    let mut bytes: HashMap<&'static str, u64> = HashMap::new();
+    for layer in 0..c.layers {
+        for t in crate::model::layout::layer_tensors(c, layer) {
+            if let Some(info) = model.tensor(&t.name) {
+                *bytes.entry(info.dtype.name()).or_default() += info.bytes;
+            }
+        }
+    }
+    bytes.into_iter().max_by_key(|&(name, b)| (b, name)).map_or_else(String::new, |(name, _)| name.to_string())
 }

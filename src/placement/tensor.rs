@@ -119,7 +119,7 @@ fn group_plan(
                 node: node.id,
                 node_name: node.name.clone(),
                 layers: 0..needs.layers(),
-                expected_step_us: node.step_us(needs.rank_reads(bytes.weights)),
+                expected_step_us: node.step_us(needs.rank_reads(slice, bytes.weights)),
                 bytes,
                 offer: node.bytes,
                 slice: Some(slice.clone()),

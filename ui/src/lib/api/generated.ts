@@ -69,6 +69,15 @@ kind: string, description: string,
  */
 own_memory: DeviceMemory | null, };
 
+/**
+ * One type's measured rate: bytes of weights per second with one thread and with every core.
+ */
+export type WeightRate = { 
+/**
+ * ggml's name of the type measured (`q4_K`, `q8_0`, `f16`).
+ */
+dtype: string, one_thread: number, all_cores: number, };
+
 export type NodeTelemetry = { memory_total: number, memory_available: number, 
 /**
  * Resident memory of this node's shoal processes (the agent and its workers).
@@ -84,10 +93,11 @@ memory_offer: number,
  */
 memory_bandwidth: number | null, 
 /**
- * Bytes of 4-bit weights a decode step's products read per second on the CPU, with one thread and
- * with every core (engine::weight_rate); placement predicts a stage's step time from them.
+ * Bytes of weights a decode step's products read per second on the CPU, for a 4-, an 8- and a
+ * 16-bit type, with one thread and with every core (engine::weight_rate); placement predicts a
+ * stage's step time from them.
  */
-weight_rate_one_thread: number | null, weight_rate_all_cores: number | null, cpu_model: string, cpu_cores: number, cpu_threads: number, load_1m: number, os: string, os_version: string, kernel: string, arch: string, 
+weight_rates: Array<WeightRate>, cpu_model: string, cpu_cores: number, cpu_threads: number, load_1m: number, os: string, os_version: string, kernel: string, arch: string, 
 /**
  * Apple silicon chip (macOS), e.g. "Apple M3 Ultra".
  */
