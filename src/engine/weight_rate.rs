@@ -53,7 +53,7 @@ pub fn measure_weight_rate(dtype: DType, threads: usize) -> Option<u64> {
     Some((bytes as f64 / best.max(1e-9)) as u64)
 }
 
-/// Every measured type's rate with one thread and with `cores` threads (about half a second on the
+/// Every measured type's rate with one thread and with `cores` threads (0.6-0.7 s on the
 /// 2-core VM).
 pub fn measure_all(cores: usize) -> Vec<WeightRate> {
     MEASURED
@@ -70,7 +70,7 @@ pub fn measure_all(cores: usize) -> Vec<WeightRate> {
 
 static MEASURED_RATES: std::sync::OnceLock<Vec<WeightRate>> = std::sync::OnceLock::new();
 
-/// Measures this machine's rates, once per process (about half a second on the 2-core VM:
+/// Measures this machine's rates, once per process (0.6-0.7 s on the 2-core VM, added to a node's start:
 /// done when a node starts, so that its first placement already has them).
 pub fn measure_once() {
     MEASURED_RATES.get_or_init(|| measure_all(crate::engine::default_threads()));

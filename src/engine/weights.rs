@@ -96,8 +96,11 @@ impl StageWeights {
         let mut shares = Vec::new();
         for t in &declared {
             let file_name = if tied && t.name == OUTPUT { TOKEN_EMBEDDING } else { t.name.as_str() };
-            let Some(part) = model.parts().iter().position(|p| p.tensor(file_name).is_some()) else { continue };
-            let info = model.parts()[part].tensor(file_name).expect("found above");
+            let Some((part, info)) =
+                model.parts().iter().enumerate().find_map(|(i, p)| Some((i, p.tensor(file_name)?)))
+            else {
+                continue;
+            };
             let source = slice.source(info, t.split).map_err(|e| corrupt(model.parts()[part].path(), e))?;
             shares.push((t.name.clone(), part, info, source));
         }

@@ -232,17 +232,7 @@ async fn serve(
         });
     }
 
-    let stats_task = {
-        let stats = stats.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            loop {
-                tick.tick().await;
-                let s = stats.locked().clone();
-                emit(&WorkerEvent::Stats { stats: s });
-            }
-        })
-    };
+    let stats_task = report_stats_every_second(stats.clone());
     emit(&WorkerEvent::Ready);
     drop(work_tx);
     let reason = tokio::task::spawn_blocking(move || compute_thread.join()).await;
@@ -254,17 +244,22 @@ async fn serve(
     anyhow::bail!("{reason}")
 }
 
-/// A rank of a tensor-parallel group other than the leader: reports ready, then runs the leader's steps
-/// until it ends the group or a link breaks.
-async fn follow(mut stage: Stage, stats: Arc<Mutex<StageStats>>) -> anyhow::Result<()> {
-    let stats_task = tokio::spawn(async move {
+/// Sends the stage's stats to the agent once a second until aborted.
+fn report_stats_every_second(stats: Arc<Mutex<StageStats>>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
             let s = stats.locked().clone();
             emit(&WorkerEvent::Stats { stats: s });
         }
-    });
+    })
+}
+
+/// A rank of a tensor-parallel group other than the leader: reports ready, then runs the leader's steps
+/// until it ends the group or a link breaks.
+async fn follow(mut stage: Stage, stats: Arc<Mutex<StageStats>>) -> anyhow::Result<()> {
+    let stats_task = report_stats_every_second(stats);
     emit(&WorkerEvent::Ready);
     let ended = tokio::task::spawn_blocking(move || crate::engine::parallel::follow(&mut stage)).await;
     stats_task.abort();
