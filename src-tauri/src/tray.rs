@@ -2,7 +2,7 @@
 //! and the actions. Refreshed every second from the in-process node; the icon is redrawn only when the
 //! look changes.
 
-use crate::{window, SharedNode};
+use crate::{notifications, window, SharedNode};
 use shoal::desktop::autostart::Autostart;
 use shoal::desktop::icon::tray_icon;
 use shoal::desktop::tray::summarize;
@@ -77,6 +77,13 @@ fn on_menu(app: &AppHandle, event: &MenuEvent, node: &SharedNode, login: &CheckM
             if let Err(e) = result {
                 tracing::warn!("cannot change start at login: {e}");
                 let _ = login.set_checked(!wanted);
+                // Why it did not change (on macOS: move the app out of its translocated copy first).
+                let why = e.to_string();
+                std::thread::spawn(move || {
+                    if let Err(e) = notifications::show("Start at login not changed", &why) {
+                        tracing::info!("notification not shown ({e}): {why}");
+                    }
+                });
             }
         }
         // Quitting would stop models that run here: the dashboard asks first ("Quit anyway" quits).
