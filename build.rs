@@ -28,6 +28,16 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("ui_assets.rs");
     std::fs::write(out, format!("pub static ASSETS: &[(&str, &[u8])] = {table};\n")).expect("write ui_assets.rs");
     build_rdma_shim();
+    report_target_cpu();
+}
+
+/// Tells the crate (`BUILT_FOR_CPU`) which CPU rustc compiles for, as `-C target-cpu` says; ggml's
+/// kernels are compiled for the same one (llama-cpp-sys-2 passes it on to cmake).
+fn report_target_cpu() {
+    let flags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
+    let cpu = flags.split('\x1f').filter_map(|f| f.split("target-cpu=").nth(1)).next_back();
+    println!("cargo:rustc-env=SHOAL_TARGET_CPU={}", cpu.unwrap_or("default (the target's baseline)"));
+    println!("cargo:rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
 }
 
 /// Builds `ui/dist` with `scripts/build-ui` when npm is on the PATH (a warning says why when it cannot).

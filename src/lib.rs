@@ -1,5 +1,6 @@
 //! shoal's core: everything that is not GUI. One folder per concern (see DESIGN.md):
-//! - [`ggml`]: the safe wrapper over ggml and llama.cpp, the only place with `unsafe`;
+//! - [`ggml`]: the safe wrapper over ggml and llama.cpp, and [`os`]: the operating-system calls that need
+//!   it: the only places with `unsafe` (with the RDMA verbs shim's wrapper);
 //! - [`model`]: GGUF files, hyper-parameters, tensor layout, tokenizer, chat templates;
 //! - [`engine`]: stages running layer ranges, hidden-state serialisation, sampling, generation, benchmarks;
 //! - [`node`], [`cluster`], [`discovery`], [`links`]: the node agent and the cluster it forms;
@@ -8,8 +9,14 @@
 //! - [`rdma`]: the RDMA-over-Thunderbolt doctor and setup; [`errors`]: error chains as people read them.
 #![deny(unsafe_code)]
 
+/// The CPU this build was compiled for (rustc's `-C target-cpu`, which ggml's kernels follow):
+/// `x86-64-v3`/`apple-m1` for release builds (.cargo/config.toml), `native` for local benchmarks.
+pub const BUILT_FOR_CPU: &str = env!("SHOAL_TARGET_CPU");
+
 #[allow(unsafe_code)]
 pub mod ggml;
+#[allow(unsafe_code)]
+pub mod os;
 
 pub mod api;
 pub mod cluster;

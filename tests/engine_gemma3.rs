@@ -14,9 +14,11 @@ use std::path::PathBuf;
 /// The recording for this CPU's kernels, and whether it was made with them.
 fn recorded() -> (Vec<oracle::Recorded>, bool) {
     let (file, same_kernels) = if oracle::runs_avx512fp16_kernels() {
-        ("gemma-3-270m-avx512fp16.jsonl", true)
+        ("gemma-3-270m-avx512fp16.jsonl".to_string(), true)
+    } else if let Some(suffix) = oracle::same_kernels_suffix() {
+        (format!("gemma-3-270m{suffix}.jsonl"), true)
     } else {
-        ("gemma-3-270m.jsonl", oracle::runs_the_recording_kernels())
+        ("gemma-3-270m.jsonl".to_string(), false)
     };
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/oracle/gemma3").join(file);
     (oracle::read(&path), same_kernels)

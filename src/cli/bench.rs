@@ -80,6 +80,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         report.threads
     );
     println!("device     {} (weights {})", report.devices.join(", "), report.weights);
+    println!("built for  target-cpu {}", report.built_for_cpu);
     println!(
         "pp{:<8} {:>8.1} tok/s  (median of {})",
         report.prompt_tokens, report.prefill_tokens_per_second, report.repetitions

@@ -6,8 +6,8 @@
 use super::pipeline::LocalPipeline;
 use super::stage::{Segment, StageOptions};
 use super::{EngineError, WireFormat};
-use crate::ggml::os::peak_resident_bytes;
 use crate::model::Model;
+use crate::os::peak_resident_bytes;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -40,6 +40,9 @@ pub struct BenchReport {
     pub devices: Vec<String>,
     /// `mapped` (computed on the mapped file) or `copied` (into the device's memory).
     pub weights: &'static str,
+    /// The CPU this binary was compiled for (`x86-64-v3` for release builds, `native` for a benchmark
+    /// build): ggml's CPU kernels use that CPU's instructions and no newer ones.
+    pub built_for_cpu: &'static str,
     pub prompt_tokens: usize,
     pub gen_tokens: usize,
     pub repetitions: usize,
@@ -157,6 +160,7 @@ pub fn run(path: &Path, options: &BenchOptions) -> Result<BenchReport, EngineErr
         stages: pipeline.stages().len(),
         devices: pipeline.stages().iter().map(|s| s.device().name()).collect(),
         weights: if pipeline.stages().iter().all(|s| s.weights_mapped()) { "mapped" } else { "copied" },
+        built_for_cpu: crate::BUILT_FOR_CPU,
         prompt_tokens: options.prompt_tokens,
         gen_tokens: options.gen_tokens,
         repetitions: options.repetitions.max(1),

@@ -31,37 +31,52 @@ pub fn teacher_forced(pipeline: &mut LocalPipeline, ids: &[u32]) -> Vec<Vec<f32>
     ids.iter().enumerate().map(|(pos, &id)| pipeline.forward(0, pos, &[id]).unwrap().to_vec()).collect()
 }
 
-/// Whether this CPU runs the ggml kernels of the machine that recorded the fixtures (x86_64 with
-/// AVX-512 and AVX-512 VNNI): only there are greedy tokens compared exactly.
+/// Whether ggml's kernels in this build are those of the machine that recorded the fixtures: compiled for
+/// x86_64 with AVX-512 and AVX-512 VNNI (`-C target-cpu=native` on such a CPU). What the CPU could run does
+/// not matter: ggml uses the instructions it was compiled for, and release builds target x86-64-v3 (AVX2)
+/// wherever they run (.cargo/config.toml). Only with the recording kernels are greedy tokens compared
+/// exactly.
 pub fn runs_the_recording_kernels() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512vnni")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
+    cfg!(all(target_arch = "x86_64", target_feature = "avx512f", target_feature = "avx512vnni"))
+}
+
+/// Whether ggml's kernels in this build are x86-64-v3's (AVX2, FMA, F16C; no AVX-512 or AVX-VNNI): those
+/// of every release build on x86_64, whatever the CPU (.cargo/config.toml).
+pub fn runs_the_x86_64_v3_kernels() -> bool {
+    cfg!(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma",
+        target_feature = "f16c",
+        not(target_feature = "avx512f"),
+        not(target_feature = "avxvnni")
+    ))
+}
+
+/// The recording llama.cpp made with this build's kernels, as the suffix of its file name
+/// (`NAME{suffix}.jsonl`), where there is one: `-x86-64-v3` for release builds on x86_64 (recorded by
+/// `scripts/record-oracle --baseline x86-64-v3`), `` for builds with the recording machine's kernels.
+pub fn same_kernels_suffix() -> Option<&'static str> {
+    if runs_the_x86_64_v3_kernels() {
+        Some("-x86-64-v3")
+    } else if runs_the_recording_kernels() {
+        Some("")
+    } else {
+        None
     }
 }
 
-/// Whether this CPU has AVX512-FP16 (Intel Sapphire Rapids and later), where ggml built for it
-/// (GGML_NATIVE) computes F16 vector operations in half precision: Gemma 3 270M's logits then move by up
-/// to 10% from the recording machine's (llama.cpp on such a CPU computes them as shoal does).
+/// Whether ggml was compiled with AVX512-FP16 (`-C target-cpu=native` on Intel Sapphire Rapids and later):
+/// it then computes F16 vector operations in half precision, and Gemma 3 270M's logits move by up to 10%
+/// from the recording machine's (llama.cpp built so computes them as shoal does).
 pub fn runs_avx512fp16_kernels() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512fp16")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    cfg!(all(target_arch = "x86_64", target_feature = "avx512fp16"))
 }
 
 /// `file`'s logits at every position of every recorded prompt (fed one token at a time, as recorded)
 /// are llama.cpp's within a small tolerance, and its winner is llama.cpp's wherever that one is clear.
 pub fn check_logits(file: &Model, name: &str, cases: &[Recorded]) {
-    check_logits_recorded_here(file, name, cases, runs_the_recording_kernels());
+    check_logits_recorded_here(file, name, cases, same_kernels_suffix().is_some());
 }
 
 /// [`check_logits`], told whether `cases` were recorded with this CPU's kernels.
