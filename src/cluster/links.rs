@@ -98,13 +98,14 @@ impl Links {
     /// A control connection to `peer` is up, from `local` to `remote`: its round trips start afresh
     /// (it may take another path). True when the link's throughput was never measured.
     pub fn connected(&self, peer: NodeId, local: Option<SocketAddr>, remote: Option<SocketAddr>) -> bool {
+        // Classified before the lock is taken: on macOS this may list the hardware ports (a process).
+        let (interface, kind) = local.map_or((None, LinkKind::Unknown), |a| kind::classify(a.ip()));
         let mut links = self.links.locked();
         let link = links.entry(peer).or_default();
         link.connected = true;
         link.rtt = RttWindow::default();
         link.local_addr = local;
         link.remote_addr = remote;
-        let (interface, kind) = local.map_or((None, LinkKind::Unknown), |a| kind::classify(a.ip()));
         link.interface = interface;
         link.kind = kind;
         link.throughput_bps.is_none()

@@ -55,9 +55,19 @@ impl StageOptions {
     }
 }
 
-/// One compute thread per core, as llama.cpp does by default.
+/// One compute thread per core, as llama.cpp does by default; on Apple Silicon one per performance core
+/// (`hw.perflevel0.physicalcpu`), as llama.cpp does there too: a step waits for its slowest thread, and a
+/// thread on an efficiency core makes every step wait for it.
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(4, |n| n.get())
+    threads_for(crate::os::sysctl_integer("hw.perflevel0.physicalcpu"), std::thread::available_parallelism().ok())
+}
+
+/// The default thread count from the performance cores (where the OS reports them) or else all cores.
+fn threads_for(performance_cores: Option<u64>, cores: Option<std::num::NonZeroUsize>) -> usize {
+    match performance_cores {
+        Some(p) if p > 0 => p as usize,
+        _ => cores.map_or(4, |n| n.get()),
+    }
 }
 
 /// What a step feeds a stage.
@@ -538,6 +548,24 @@ impl Stage {
                 self.rows_sliding.extend((s.start..s.start + s.tokens).map(|p| self.cache.sliding_row(s.seq, p)));
                 self.cache.push_sliding_mask(&mut self.mask_sliding, s.start, s.tokens, shape.attended_sliding);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::num::NonZeroUsize;
+
+    #[test]
+    fn default_threads_are_the_performance_cores_where_the_os_reports_them() {
+        let cores = NonZeroUsize::new(32);
+        assert_eq!(threads_for(Some(24), cores), 24, "an M3 Ultra: 24 performance of 32 cores");
+        assert_eq!(threads_for(None, cores), 32, "Linux and Intel Macs: every core");
+        assert_eq!(threads_for(Some(0), cores), 32);
+        assert_eq!(threads_for(None, None), 4);
+        if !cfg!(target_os = "macos") {
+            assert_eq!(default_threads(), std::thread::available_parallelism().unwrap().get());
         }
     }
 }

@@ -12,7 +12,8 @@ use std::ptr::NonNull;
 pub enum DeviceKind {
     Cpu,
     Gpu,
-    /// A GPU sharing the host's memory (Apple Silicon reports its GPU as one).
+    /// A GPU sharing the host's memory, as a driver reports it (ggml's Metal device calls itself a `Gpu`,
+    /// `MTL0`; that it computes on host memory shows in [`Device::maps_host_memory`]).
     IntegratedGpu,
     Accelerator,
 }

@@ -13,7 +13,6 @@
 //! - [`Backend`]: graph execution on a device through ggml's scheduler, the CPU taking what the device
 //!   cannot run, with a persistent CPU thread pool and the compute buffers.
 //! - [`Vocab`]: llama.cpp's own tokenizer, loaded from a GGUF file without its weights.
-//! - [`os`]: the two operating-system calls that need `unsafe` (mapping a file, reading peak memory).
 //!
 //! Shapes handed to ggml ops are the caller's responsibility (ggml aborts on a mismatch); callers validate
 //! every tensor's shape against the model's hyper-parameters before building a graph. Views are checked
@@ -27,7 +26,6 @@ mod graph;
 mod layout_ops;
 mod log;
 mod model_ops;
-pub mod os;
 mod tensor_set;
 mod vocab;
 

@@ -327,7 +327,8 @@ fn start_worker(instances: &Arc<Instances>, spec: StageSpec, owner: NodeId) {
         spec.threads
     } else {
         let hosted: Vec<usize> = instances.registry().local.values().map(|l| l.threads).collect();
-        super::threads::for_new_stage(crate::engine::default_threads(), &hosted)
+        let on_gpu = instances.agent.config.device.on_gpu();
+        super::threads::for_new_stage(crate::engine::default_threads(), &hosted, on_gpu)
     };
     let secret = instances.agent.secret_bytes();
     let log_dir = instances.agent.config.data_dir.file("logs");

@@ -1,9 +1,12 @@
 //! What kind of link a connection runs over (loopback, Ethernet, Wi-Fi, Thunderbolt), from the local
 //! interface that carries it: sysfs on Linux, `networksetup -listallhardwareports` on macOS (parsed by a
-//! pure function tested on real outputs).
+//! pure function tested on real outputs; run once per interface not seen before, never under a lock, its
+//! answer kept in a [`PortKinds`] table).
 
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Mutex;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
@@ -65,12 +68,48 @@ fn kind_of_interface(name: &str) -> LinkKind {
 
 #[cfg(target_os = "macos")]
 fn kind_of_interface(name: &str) -> LinkKind {
-    let out = std::process::Command::new("networksetup").arg("-listallhardwareports").output();
-    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-    hardware_ports(&text)
-        .into_iter()
-        .find(|(_, device)| device == name)
-        .map_or(LinkKind::Unknown, |(port, _)| kind_of_port(&port))
+    static KNOWN: PortKinds = PortKinds::new();
+    KNOWN.kind(name, || {
+        let out = std::process::Command::new("networksetup").arg("-listallhardwareports").output();
+        out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
+    })
+}
+
+/// The kinds of a machine's interfaces as the hardware-port listing gives them, asked for again only when
+/// an interface is not in the last listing (a cable plugged in since).
+pub struct PortKinds {
+    known: Mutex<Option<HashMap<String, LinkKind>>>,
+}
+
+impl Default for PortKinds {
+    fn default() -> PortKinds {
+        PortKinds::new()
+    }
+}
+
+impl PortKinds {
+    pub const fn new() -> PortKinds {
+        PortKinds { known: Mutex::new(None) }
+    }
+
+    /// The kind of interface `name`; `list_ports` gives the hardware-port listing when the table does not
+    /// have it, called without the table's lock held.
+    pub fn kind(&self, name: &str, list_ports: impl FnOnce() -> String) -> LinkKind {
+        if let Some(kind) = self.lookup(name) {
+            return kind;
+        }
+        let listing = list_ports();
+        let mut fresh: HashMap<String, LinkKind> =
+            hardware_ports(&listing).into_iter().map(|(port, device)| (device, kind_of_port(&port))).collect();
+        // Not listed (a VPN's utun, say): remembered as unknown rather than listed again on every connection.
+        let kind = *fresh.entry(name.to_string()).or_insert(LinkKind::Unknown);
+        *self.known.lock().unwrap_or_else(|e| e.into_inner()) = Some(fresh);
+        kind
+    }
+
+    fn lookup(&self, name: &str) -> Option<LinkKind> {
+        self.known.lock().unwrap_or_else(|e| e.into_inner()).as_ref()?.get(name).copied()
+    }
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "macos")))]
@@ -128,6 +167,26 @@ mod tests {
         for dev in ["en2", "en3", "en4", "en5"] {
             assert_eq!(kind(dev), LinkKind::Thunderbolt, "{dev}");
         }
+    }
+
+    #[test]
+    fn hardware_ports_are_listed_once_per_interface_not_seen_before() {
+        let listing = include_str!(
+            "../../tests/fixtures/macos/verbatim/networksetup_listallhardwareports_mac16_9_macos26_6_2.txt"
+        );
+        let kinds = PortKinds::new();
+        let listed = std::cell::Cell::new(0);
+        let list = || {
+            listed.set(listed.get() + 1);
+            listing.to_string()
+        };
+        assert_eq!(kinds.kind("en2", list), LinkKind::Thunderbolt);
+        assert_eq!(kinds.kind("en1", list), LinkKind::Wifi);
+        assert_eq!(kinds.kind("en0", list), LinkKind::Ethernet);
+        assert_eq!(listed.get(), 1, "one listing serves every interface it names");
+        assert_eq!(kinds.kind("utun3", list), LinkKind::Unknown);
+        assert_eq!(kinds.kind("utun3", list), LinkKind::Unknown);
+        assert_eq!(listed.get(), 2, "an unlisted interface is listed again once, then remembered");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! allocation. Tensor data is not read here: it stays in the mapping until a stage binds its own tensors.
 
 use super::ModelError;
-use crate::ggml::{self, DType};
+use crate::ggml::DType;
 use memmap2::Mmap;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -127,7 +127,7 @@ impl GgufFile {
         if file.metadata().map_err(io_error)?.is_dir() {
             return Err(ModelError::NotGguf { path: path.to_path_buf(), reason: "it is a directory".into() });
         }
-        let mapping = Arc::new(ggml::os::map_file(&file).map_err(io_error)?);
+        let mapping = Arc::new(crate::os::map_file(&file).map_err(io_error)?);
         Self::parse(path, mapping)
     }
 

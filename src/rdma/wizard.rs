@@ -358,22 +358,14 @@ pub struct WizardView {
     pub verification: Option<Verification>,
 }
 
-/// This machine's boot time in seconds since the epoch: `kern.boottime` on macOS, `btime` of
-/// `/proc/stat` on Linux.
+/// This machine's boot time in seconds since the epoch: `kern.boottime` on macOS (read from the kernel,
+/// no process spawned), `btime` of `/proc/stat` on Linux.
 pub fn boot_time() -> Option<u64> {
     if cfg!(target_os = "macos") {
-        let out = std::process::Command::new("sysctl").args(["-n", "kern.boottime"]).output().ok()?;
-        parse_kern_boottime(&String::from_utf8_lossy(&out.stdout))
+        crate::os::seconds_from_timeval(&crate::os::sysctl_bytes("kern.boottime")?)
     } else {
         parse_proc_stat_btime(&std::fs::read_to_string("/proc/stat").ok()?)
     }
-}
-
-/// `sysctl -n kern.boottime`: `{ sec = 1767225600, usec = 123456 } Thu Jan  1 00:00:00 2026`.
-pub fn parse_kern_boottime(text: &str) -> Option<u64> {
-    let after = text.split_once("sec")?.1;
-    let value = after.trim_start().strip_prefix('=')?.trim_start();
-    value.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
 /// `/proc/stat`: the `btime SECONDS` line.
@@ -387,12 +379,6 @@ mod tests {
 
     #[test]
     fn boot_times_are_read_from_both_systems() {
-        assert_eq!(
-            parse_kern_boottime("{ sec = 1767225600, usec = 123456 } Thu Jan  1 00:00:00 2026\n"),
-            Some(1767225600)
-        );
-        assert_eq!(parse_kern_boottime("{sec=42,usec=0}"), Some(42));
-        assert_eq!(parse_kern_boottime("unknown oid"), None);
         let stat = "cpu  1 2 3\nintr 5\nctxt 9\nbtime 1795989325\nprocesses 12\n";
         assert_eq!(parse_proc_stat_btime(stat), Some(1795989325));
         assert_eq!(parse_proc_stat_btime("cpu 1\n"), None);

@@ -32,8 +32,11 @@ pub const MAX_QUEUE_PAIRS: usize = 10;
 /// Most slots per direction of a queue pair (posting deeper queues fails on Apple's stack).
 pub const MAX_SLOTS: u32 = 32;
 
-/// The RDMA library's file, where the platform keeps it.
-pub const DEFAULT_LIBRARY: &str = if cfg!(target_os = "macos") { "librdma.dylib" } else { "libibverbs.so.1" };
+/// The RDMA library's file, where the platform keeps it. On macOS by its full path (the system's, in the
+/// dyld shared cache since macOS 26.2), so that no library of that leaf name found earlier on a search
+/// path (`DYLD_LIBRARY_PATH`, the app's own folders) is loaded instead. On Linux the soname, which the
+/// distribution's loader resolves.
+pub const DEFAULT_LIBRARY: &str = if cfg!(target_os = "macos") { "/usr/lib/librdma.dylib" } else { "libibverbs.so.1" };
 
 /// What one end tells the other (over the authenticated control connection) to connect a queue pair.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

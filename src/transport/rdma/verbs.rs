@@ -92,7 +92,7 @@ unsafe impl Send for Verbs {}
 unsafe impl Sync for Verbs {}
 
 impl Verbs {
-    /// The library named by `SHOAL_RDMA_LIBRARY`, else the platform's (`librdma.dylib`,
+    /// The library named by `SHOAL_RDMA_LIBRARY`, else the platform's (`/usr/lib/librdma.dylib`,
     /// `libibverbs.so.1`).
     pub fn load_default() -> Result<Arc<Verbs>, RdmaError> {
         let path = std::env::var(LIBRARY_ENV).unwrap_or_else(|_| DEFAULT_LIBRARY.to_string());
