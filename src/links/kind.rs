@@ -50,6 +50,22 @@ fn interface_of(ip: IpAddr) -> Option<String> {
     if_addrs::get_if_addrs().ok()?.into_iter().find(|i| i.ip() == ip).map(|i| i.name)
 }
 
+/// This machine's network interfaces and their addresses, as a set to compare: what changes when a cable
+/// is plugged in or out or an interface gets an address. Read without spawning a process (getifaddrs).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Interfaces(std::collections::BTreeSet<(String, IpAddr)>);
+
+impl Interfaces {
+    pub fn read() -> Interfaces {
+        let all = if_addrs::get_if_addrs().unwrap_or_default();
+        Interfaces(all.into_iter().map(|i| (i.name.clone(), i.ip())).collect())
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(name, _)| name.as_str())
+    }
+}
+
 #[cfg(target_os = "linux")]
 fn kind_of_interface(name: &str) -> LinkKind {
     let sys = std::path::Path::new("/sys/class/net").join(name);
@@ -187,6 +203,16 @@ mod tests {
         assert_eq!(kinds.kind("utun3", list), LinkKind::Unknown);
         assert_eq!(kinds.kind("utun3", list), LinkKind::Unknown);
         assert_eq!(listed.get(), 2, "an unlisted interface is listed again once, then remembered");
+    }
+
+    #[test]
+    fn the_interface_set_is_read_the_same_until_it_changes() {
+        let first = Interfaces::read();
+        assert!(first.names().any(|n| n == loopback_name()), "{first:?}");
+        assert_eq!(Interfaces::read(), first, "nothing changed between two reads");
+        let mut more = first.clone();
+        more.0.insert(("en2".into(), "169.254.10.1".parse().unwrap()));
+        assert_ne!(more, first, "an interface that appears is a change");
     }
 
     #[test]

@@ -5,7 +5,7 @@ pub mod kind;
 pub mod probe;
 mod rtt;
 
-pub use kind::LinkKind;
+pub use kind::{Interfaces, LinkKind};
 pub use rtt::RttWindow;
 
 use crate::node::NodeId;

@@ -39,7 +39,7 @@ pub struct NodeTelemetry {
     pub gpu_memory_limit: Option<u64>,
     /// Where `gpu_memory_limit` comes from: "sysctl iogpu.wired_limit_mb" or "macOS default (estimate)".
     pub gpu_memory_limit_source: Option<String>,
-    /// The RDMA doctor's latest report on this node (refreshed every minute).
+    /// The RDMA doctor's latest report on this node (refreshed when its network interfaces change).
     #[serde(default)]
     pub rdma: Option<Box<crate::rdma::NodeReport>>,
     /// The device this node's stages compute on (`--device`, else the best there is).

@@ -278,13 +278,21 @@ pub(super) async fn telemetry_loop(shared: Agent) {
     }
 }
 
-/// Runs the RDMA doctor now and every minute (the tools, system_profiler above all, are slow).
+/// Runs the RDMA doctor when the node starts and again whenever this machine's network interfaces change
+/// (a Thunderbolt cable plugged in or out, an address given to a bridge). The doctor's tools are processes,
+/// system_profiler a slow one, so they do not run on a timer; the interfaces are read every few seconds
+/// without one (getifaddrs). Enabling RDMA takes a restart, after which the doctor runs again anyway.
 pub(super) async fn doctor_loop(shared: Agent) {
+    let mut examined: Option<crate::links::Interfaces> = None;
     loop {
-        let captures = tokio::task::spawn_blocking(crate::rdma::Captures::live).await;
-        if let Ok(captures) = captures {
-            *shared.rdma.locked() = Some(Box::new(crate::rdma::doctor(&captures)));
+        let now = crate::links::Interfaces::read();
+        if examined.as_ref() != Some(&now) {
+            let captures = tokio::task::spawn_blocking(crate::rdma::Captures::live).await;
+            if let Ok(captures) = captures {
+                *shared.rdma.locked() = Some(Box::new(crate::rdma::doctor(&captures)));
+            }
+            examined = Some(now);
         }
-        tokio::time::sleep(Duration::from_secs(60)).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
     }
 }

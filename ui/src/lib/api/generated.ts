@@ -112,7 +112,7 @@ gpu_memory_limit: number | null,
  */
 gpu_memory_limit_source: string | null, 
 /**
- * The RDMA doctor's latest report on this node (refreshed every minute).
+ * The RDMA doctor's latest report on this node (refreshed when its network interfaces change).
  */
 rdma: RdmaNodeReport | null, 
 /**
