@@ -11,9 +11,8 @@
 
 mod common;
 
-use shoal::engine::{
-    self, GenerateRequest, LocalPipeline, SamplingParams, Stage, StageInput, StageOptions, WireFormat,
-};
+use common::oracle::greedy_on;
+use shoal::engine::{LocalPipeline, Stage, StageInput, StageOptions, WireFormat};
 use shoal::ggml::{Device, DeviceKind, WeightPlacement};
 use shoal::model::Model;
 use std::path::PathBuf;
@@ -100,23 +99,14 @@ fn relative_difference(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
         .zip(b)
         .map(|(a, b)| {
             assert_eq!(a.len(), b.len());
-            let spread = a.iter().fold(f32::MIN, |m, &x| m.max(x)) - a.iter().fold(f32::MAX, |m, &x| m.min(x));
-            a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max) / spread
+            a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max) / spread(a)
         })
         .fold(0.0, f32::max)
 }
 
-/// The greedy continuation of `prompt`.
-fn greedy(pipeline: &mut LocalPipeline, model: &Model, prompt: &[u32], tokens: usize) -> Vec<u32> {
-    let request = GenerateRequest {
-        prompt: prompt.to_vec(),
-        max_tokens: tokens,
-        sampling: SamplingParams { temperature: 0.0, ..SamplingParams::default() },
-        stop: vec![],
-        ignore_eos: true,
-    };
-    pipeline.truncate(0, 0);
-    engine::generate(pipeline, &model.tokenizer().unwrap(), &request, |_| true).unwrap().tokens
+/// The largest logit less the smallest.
+fn spread(logits: &[f32]) -> f32 {
+    logits.iter().fold(f32::MIN, |m, &x| m.max(x)) - logits.iter().fold(f32::MAX, |m, &x| m.min(x))
 }
 
 /// How far a device's logits may be from the CPU's, relative to their spread (about 30 for SmolLM2).
@@ -131,18 +121,27 @@ const TOLERANCE: f32 = 0.05;
 /// continuations are free to differ. Returns how many tokens are equal.
 fn greedy_agrees(cpu: &mut LocalPipeline, other: &mut LocalPipeline, model: &Model, prompt: &str, what: &str) -> usize {
     let prompt = model.tokenizer().unwrap().encode(prompt).unwrap();
-    let (a, b) = (greedy(cpu, model, &prompt, 32), greedy(other, model, &prompt, 32));
+    let (a, b) = (greedy_on(cpu, model, &prompt, 32), greedy_on(other, model, &prompt, 32));
     let Some(step) = a.iter().zip(&b).position(|(x, y)| x != y) else { return a.len() };
     let context: Vec<u32> = prompt.iter().chain(&a[..step]).copied().collect();
     cpu.truncate(0, 0);
     let logits = cpu.forward(0, 0, &context).unwrap();
-    let spread = logits.iter().fold(f32::MIN, |m, &x| m.max(x)) - logits.iter().fold(f32::MAX, |m, &x| m.min(x));
-    let gap = (logits[a[step] as usize] - logits[b[step] as usize]) / spread;
+    let gap = (logits[a[step] as usize] - logits[b[step] as usize]) / spread(logits);
     eprintln!(
         "{what}: greedy tokens equal up to {step} of 32, where the CPU's top two are {gap:.2e} of the spread apart"
     );
     assert!(gap <= TOLERANCE, "{what}: greedy token {step} differs from the CPU's, which was no near tie ({gap})");
     step
+}
+
+/// `other` gives the CPU's logits for `ids` within the tolerance, and its greedy tokens up to a near tie.
+fn assert_agrees_with_cpu(cpu: &mut LocalPipeline, other: &mut LocalPipeline, model: &Model, ids: &[u32], what: &str) {
+    let difference = relative_difference(&logits(cpu, ids), &logits(other, ids));
+    eprintln!("{what}: logits within {difference:.2e} of the spread of the CPU's");
+    assert!(difference <= TOLERANCE, "{what}: logits {difference} of their spread from the CPU's");
+    for prompt in ["Name three rivers of Europe", "The capital of France is"] {
+        greedy_agrees(cpu, other, model, prompt, what);
+    }
 }
 
 #[test]
@@ -154,13 +153,7 @@ fn every_device_computes_the_cpus_logits_within_float_error_and_its_greedy_token
             let load = |d| LocalPipeline::load(&model, &[], &options(d, WeightPlacement::Automatic), WireFormat::F32);
             let (mut cpu, mut other) = (load(Device::cpu()).unwrap(), load(device).unwrap());
             assert_eq!(other.stages()[0].device(), device);
-            let difference = relative_difference(&logits(&mut cpu, &ids), &logits(&mut other, &ids));
-            let what = format!("{name} on {device:?}");
-            eprintln!("{what}: logits within {difference:.2e} of the spread of the CPU's");
-            assert!(difference <= TOLERANCE, "{what}: logits {difference} of their spread from the CPU's");
-            for prompt in ["Name three rivers of Europe", "The capital of France is"] {
-                greedy_agrees(&mut cpu, &mut other, &model, prompt, &what);
-            }
+            assert_agrees_with_cpu(&mut cpu, &mut other, &model, &ids, &format!("{name} on {device:?}"));
         }
     }
 }
@@ -181,13 +174,7 @@ fn a_pipeline_mixing_a_device_and_the_cpu_computes_what_the_cpu_computes() {
                 Stage::load(&model, split..layers, options(second, WeightPlacement::Copied)).unwrap(),
             ];
             let mut mixed = LocalPipeline::from_stages(stages, WireFormat::F32).unwrap();
-            let difference = relative_difference(&logits(&mut cpu, &ids), &logits(&mut mixed, &ids));
-            let what = format!("{first:?} then {second:?}");
-            eprintln!("{what}: logits within {difference:.2e} of the spread of the CPU's");
-            assert!(difference <= TOLERANCE, "{what}: logits {difference} from the CPU's");
-            for prompt in ["Name three rivers of Europe", "The capital of France is"] {
-                greedy_agrees(&mut cpu, &mut mixed, &model, prompt, &what);
-            }
+            assert_agrees_with_cpu(&mut cpu, &mut mixed, &model, &ids, &format!("{first:?} then {second:?}"));
         }
     }
 }

@@ -6,8 +6,9 @@
 //! agent names the bundle (`AssociatedBundleIdentifiers`) so Login Items settings show it as shoal's. An
 //! app that runs translocated (Gatekeeper's temporary read-only copy of a downloaded app that was not
 //! moved) is refused: that path is gone at the next login. A bare executable (`cargo run`) and every
-//! other platform start the executable by its path (an AppImage's own file, not its mount while it runs). The entry's text is a plain function of the platform
-//! and the executable's path, so both platforms' entries are tested everywhere.
+//! other platform start the executable by its path (an AppImage's own file, not its mount while it
+//! runs). The entry's text is a plain function of the platform and the executable's path, so both
+//! platforms' entries are tested everywhere.
 
 use std::io;
 use std::path::{Path, PathBuf};

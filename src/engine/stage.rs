@@ -48,10 +48,7 @@ impl Default for StageOptions {
 impl StageOptions {
     /// The device these options name, or the best one.
     pub fn device(&self) -> Result<Device, EngineError> {
-        match &self.device {
-            Some(name) => Device::named(name).map_err(EngineError::Backend),
-            None => Ok(Device::best()),
-        }
+        Device::chosen(self.device.as_deref()).map_err(EngineError::Backend)
     }
 }
 

@@ -79,6 +79,11 @@ impl Device {
             .unwrap_or_else(Device::cpu)
     }
 
+    /// The device `--device` chose: the one called `name`, or the best one when none is named.
+    pub fn chosen(name: Option<&str>) -> Result<Device, String> {
+        name.map_or_else(|| Ok(Device::best()), Device::named)
+    }
+
     /// The device called `name` (case does not matter; `cpu` is always there), or why there is none.
     pub fn named(name: &str) -> Result<Device, String> {
         let all = Device::all();

@@ -109,10 +109,7 @@ impl TelemetrySampler {
     /// A sampler; `memory_limit` caps what the node offers (--memory-limit), `device` names the device
     /// its stages run on (--device; the best one when None).
     pub fn new(memory_limit: Option<u64>, device: Option<&str>) -> TelemetrySampler {
-        let device = match device {
-            Some(name) => Device::named(name).inspect_err(|e| tracing::warn!("--device: {e}")).ok(),
-            None => Some(Device::best()),
-        };
+        let device = Device::chosen(device).inspect_err(|e| tracing::warn!("--device: {e}")).ok();
         let device = device.map(|d| {
             let described = DeviceTelemetry {
                 name: d.name(),

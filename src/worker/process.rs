@@ -59,11 +59,8 @@ pub struct StageDevice {
 impl StageDevice {
     /// Whether the stages compute on a GPU (the named device, else the best there is), not the CPU.
     pub fn on_gpu(&self) -> bool {
-        let device = match &self.name {
-            Some(name) => crate::ggml::Device::named(name).ok(),
-            None => Some(crate::ggml::Device::best()),
-        };
-        device.is_some_and(|d| d.kind() != crate::ggml::DeviceKind::Cpu)
+        let device = crate::ggml::Device::chosen(self.name.as_deref());
+        device.is_ok_and(|d| d.kind() != crate::ggml::DeviceKind::Cpu)
     }
 
     /// The worker arguments that pass this choice on.

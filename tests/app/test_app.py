@@ -15,13 +15,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
+from ports import free_base_port  # noqa: E402
 from webdriver import Session, wait  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -30,25 +30,6 @@ APP = os.path.join(ROOT, "target", "release", "shoal-app")
 MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 OUT = os.path.join(ROOT, "tests", "app", "out")
 
-
-def free_base_port(start, span):
-    """The first base from `start` (in steps of 100) with `span` free ports after it, all below 32768:
-    Linux hands out ports from 32768 up to outgoing connections, which could take a fixed port there."""
-    def free(port):
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-                return True
-            except OSError:
-                return False
-
-    for base in range(start, 32768 - span, 100):
-        if all(free(port) for port in range(base, base + span)):
-            return base
-    raise RuntimeError(f"no {span} free ports in a row from {start} below 32768")
-
-
-# Seven nodes, each on a port and the one after it; below the Rust tests' 20000-31999.
 BASE_PORT = free_base_port(int(os.environ.get("SHOAL_APP_TEST_PORT", "17600")), 62)
 APP_PORT, BESIDE_PORT, OTHER_PORT, TRAY_PORT = BASE_PORT, BASE_PORT + 10, BASE_PORT + 20, BASE_PORT + 30
 QUIT_PORT, LOOKOUT_PORT, STUDIO_PORT = BASE_PORT + 40, BASE_PORT + 50, BASE_PORT + 60

@@ -10,32 +10,18 @@ import glob
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
+from ports import free_base_port  # noqa: E402
 from webdriver import wait  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CONFIG = os.path.join(ROOT, "src-tauri", "tauri.conf.json")
 OUT = os.path.join(ROOT, "tests", "app", "out")
-
-
-def free_port_pair(start):
-    """The first port from `start` that is free with the one after it (the node's API and cluster ports),
-    below 32768 where Linux picks ports for outgoing connections."""
-    def free(port):
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-                return True
-            except OSError:
-                return False
-
-    return next(port for port in range(start, 32767, 2) if free(port) and free(port + 1))
 
 
 def control_fields(deb):
@@ -100,7 +86,8 @@ def main():
         print(f"desktop entry: Exec={entry['Exec']} Icon={entry['Icon']} ({len(icons)} sizes) "
               f"Categories={entry['Categories']}")
 
-        port = free_port_pair(int(os.environ.get("SHOAL_BUNDLE_TEST_PORT", "17560")))
+        # The node's API port and its cluster port after it.
+        port = free_base_port(int(os.environ.get("SHOAL_BUNDLE_TEST_PORT", "17560")), 2)
         env = dict(os.environ, SHOAL_DATA_DIR=os.path.join(work, "node"), SHOAL_PORT=str(port), SHOAL_NO_MDNS="1",
                    SHOAL_NAME="packaged")
         os.makedirs(OUT, exist_ok=True)

@@ -112,8 +112,13 @@ pub fn check_logits_recorded_here(file: &Model, name: &str, cases: &[Recorded], 
 }
 
 pub fn greedy(file: &Model, splits: &[usize], prompt: &[u32], n: usize) -> Vec<u32> {
-    let tokenizer = file.tokenizer().unwrap();
     let mut pipeline = LocalPipeline::load(file, splits, &options(), WireFormat::F32).unwrap();
+    greedy_on(&mut pipeline, file, prompt, n)
+}
+
+/// The greedy continuation of `prompt` by `pipeline` (of `file`), from an empty cache.
+pub fn greedy_on(pipeline: &mut LocalPipeline, file: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
+    let tokenizer = file.tokenizer().unwrap();
     let request = GenerateRequest {
         prompt: prompt.to_vec(),
         max_tokens: n,
@@ -121,5 +126,6 @@ pub fn greedy(file: &Model, splits: &[usize], prompt: &[u32], n: usize) -> Vec<u
         stop: vec![],
         ignore_eos: true,
     };
-    engine::generate(&mut pipeline, &tokenizer, &request, |_| true).unwrap().tokens
+    pipeline.truncate(0, 0);
+    engine::generate(pipeline, &tokenizer, &request, |_| true).unwrap().tokens
 }
