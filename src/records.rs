@@ -129,6 +129,10 @@ pub struct LaunchRequest {
     /// Compute threads per stage (default: the node's cores divided by its stages).
     #[serde(default)]
     pub threads: Option<usize>,
+    /// Most prompt tokens a step takes (default 512): a longer prompt runs in chunks of at most this
+    /// many. A larger batch takes a larger compute buffer on every stage.
+    #[serde(default)]
+    pub batch: Option<usize>,
     /// The name clients use (default: the file name without `.gguf`).
     #[serde(default)]
     pub name: Option<String>,

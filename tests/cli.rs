@@ -101,9 +101,11 @@ fn one_node_per_data_directory_and_what_runs_is_listed_stopped_and_not_launched_
     let model = model.to_str().unwrap();
     // A context beyond what the model was trained on is refused, not clamped in silence.
     refused(&c.cli(0, &["run", model, "--context", "100000"]), "more than the 8192 this model was trained on");
+    refused(&c.cli(0, &["run", model, "--batch", "100000"]), "a batch of 100000 tokens cannot be used: give 1 to 8192");
 
     assert!(String::from_utf8_lossy(&c.cli(0, &["ps"]).stdout).contains("no model runs"));
-    let launch = ["run", model, "--context", "256", "--sequences", "1", "--threads", "1"];
+    // Prompts run in steps of at most 128 tokens.
+    let launch = ["run", model, "--context", "256", "--sequences", "1", "--threads", "1", "--batch", "128"];
     let out = c.cli(0, &launch);
     assert!(out.status.success(), "shoal run failed: {}\n{}", text(&out), c.logs());
     let hint = format!("shoal chat --model {MODEL} --node {api}");

@@ -13,15 +13,16 @@ use shoal::model::Model;
 use std::path::Path;
 
 /// Each request: its prompt's length and how many tokens it decodes, and the decode step at which it
-/// arrives (0: with the first step).
-const REQUESTS: [(usize, usize, usize); 4] = [(7, 12, 0), (23, 5, 0), (2, 9, 0), (15, 8, 3)];
+/// arrives (0: with the first step). The last one decodes across the cache's first block boundary
+/// (256 positions), where its rows stop attending in one batch with the others'.
+const REQUESTS: [(usize, usize, usize); 4] = [(7, 12, 0), (23, 5, 0), (2, 9, 0), (250, 10, 3)];
 
 fn prompt(request: usize, length: usize) -> Vec<u32> {
     (0..length as u32).map(|i| 2 + (i * 7919 + request as u32 * 104_729) % 40_000).collect()
 }
 
 fn options(sequences: usize) -> StageOptions {
-    StageOptions { context: 512, sequences, threads: 2, batch: 64, ..StageOptions::default() }
+    StageOptions { context: 512, sequences, threads: 2, batch: 320, ..StageOptions::default() }
 }
 
 /// A request's greedy tokens and the logits of each of its steps.
@@ -121,10 +122,12 @@ fn check_batched_equals_alone(path: &Path, name: &str, splits: &[usize]) {
             // Greedy tokens are the requirement; the logits must agree closely. SmolLM2's quantized
             // products compute each row alone, whatever the batch: bit for bit the same (measured: 0).
             // The random models' F16 products take ggml's tiled kernel for several rows, which sums in
-            // another order than the one-row kernel (measured: at most 0.018 against logits of 33).
+            // another order than the one-row kernel, and more so for a longer prompt batched with other
+            // rows (measured: at most 0.018 against logits of 33 for the short prompts, 0.091 against 31
+            // for gpt-oss's 250-token one, the same before and after decode rows attended as a batch).
             let largest = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
             let top = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let bound = if name == "SmolLM2" { 0.0 } else { 2e-3 * top };
+            let bound = if name == "SmolLM2" { 0.0 } else { 4e-3 * top };
             assert!(
                 largest <= bound,
                 "{name} split {splits:?}: request {request} step {step} differs by {largest} (bound {bound})"

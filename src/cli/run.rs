@@ -38,6 +38,10 @@ pub struct RunArgs {
     /// Compute threads per stage (default: each node's cores divided by its stages).
     #[arg(long)]
     threads: Option<usize>,
+    /// Most prompt tokens a step takes (default 512): a longer prompt runs in chunks of this many. A
+    /// larger batch takes more memory on every stage.
+    #[arg(long, value_parser = super::at_least_one)]
+    batch: Option<usize>,
     /// The name clients use (default: the model's own).
     #[arg(long)]
     name: Option<String>,
@@ -64,7 +68,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let model = std::fs::canonicalize(&args.model).unwrap_or(args.model.clone());
     let body = serde_json::json!({
         "model": model, "layers": args.layers, "context": args.context, "sequences": args.sequences,
-        "threads": args.threads, "name": args.name, "parallel": args.parallel,
+        "threads": args.threads, "batch": args.batch, "name": args.name, "parallel": args.parallel,
         "nodes": (!args.nodes.is_empty()).then_some(&args.nodes),
     });
     if args.replace {

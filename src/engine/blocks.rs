@@ -37,6 +37,11 @@ pub(super) struct SegmentShape {
     pub attended_sliding: usize,
 }
 
+/// Cache rows from which ggml's CPU flash attention splits a lone query row's cache across threads
+/// (its `use_split_kv_path`); from there on a decode row attends alone (see
+/// [`GraphShape::attention_runs`]).
+pub(super) const SPLIT_KV_FROM: usize = 512;
+
 /// Everything that fixes a graph's shape. Two steps with equal shapes run the same graph with new inputs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct GraphShape {
@@ -56,6 +61,33 @@ impl GraphShape {
             *at += s.tokens;
             Some(start)
         })
+    }
+
+    /// The segments whose attention runs as one (ranges of segment indices, in order): runs of decode
+    /// rows (one token each) of consecutive sequences attending over the same cache rows become one
+    /// flash attention over a batch of sequences (ggml's fourth dimension), where each would otherwise
+    /// add its own attention, views and a join to every layer. Every other segment is a run of its own.
+    ///
+    /// A lone decode row over [`SPLIT_KV_FROM`] cache rows or more attends alone: ggml's CPU splits such
+    /// a row's cache across threads and would round its sums differently from the same row in a batch,
+    /// and a request must give the same result batched as alone.
+    pub fn attention_runs(&self) -> Vec<Range<usize>> {
+        let joins = |a: &SegmentShape, b: &SegmentShape| {
+            a.tokens == 1
+                && b.tokens == 1
+                && b.seq == a.seq + 1
+                && a.attended == b.attended
+                && a.attended_sliding == b.attended_sliding
+                && a.attended.max(a.attended_sliding) < SPLIT_KV_FROM
+        };
+        let mut runs: Vec<Range<usize>> = Vec::new();
+        for (i, segment) in self.segments.iter().enumerate() {
+            match runs.last_mut() {
+                Some(run) if joins(&self.segments[run.end - 1], segment) => run.end = i + 1,
+                _ => runs.push(i..i + 1),
+            }
+        }
+        runs
     }
 
     /// Where each segment's part of the causal mask (or, `sliding`, of the sliding mask) begins, in
@@ -296,7 +328,8 @@ pub(super) struct CachedKeys {
 
 /// Attention of the step's queries `q` ([key_head, heads, tokens], this step's keys and values already
 /// stored) over the cache: each segment's rows over its own sequence's cached positions, through its
-/// part of the mask, with the sinks when the layer has them. Returns [value_head, heads, tokens].
+/// part of the mask, with the sinks when the layer has them; a run of decoding sequences in one flash
+/// attention (see [`GraphShape::attention_runs`]). Returns [value_head, heads, tokens].
 pub(super) fn attend<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
@@ -309,58 +342,97 @@ pub(super) fn attend<'g>(
     let mask = if keys.sliding { step.mask_sliding } else { step.mask };
     let mask = mask.expect("the stage's graph has the mask of each of its layers' kinds");
     let (mask_offsets, _) = shape.mask_offsets(keys.sliding);
+    let row_offsets: Vec<usize> = shape.row_offsets().collect();
     let [d, heads, ..] = q.shape();
     let q_strides = q.strides();
-    let whole = shape.segments.len() == 1;
     let parts: Vec<Tensor<'g>> = shape
-        .segments
-        .iter()
-        .zip(shape.row_offsets())
-        .zip(mask_offsets)
-        .map(|((segment, row), mask_at)| {
-            let t = segment.tokens as i64;
-            let attended = if keys.sliding { segment.attended_sliding } else { segment.attended };
-            let q =
-                if whole { q } else { g.view(q, &[d, heads, t], &[q_strides[1], q_strides[2]], row * q_strides[2]) };
-            let mask = g.view(mask, &[attended as i64, t], &[attended * 2], mask_at * 2);
-            let (k, v) = step.cache.view(g, keys.layer, segment.seq, attended, keys.key_head, keys.value_head);
-            let runs = step.head_runs();
-            if let [_] = runs.as_slice() {
-                return attend_run(g, q, k, v, mask, kq_scale, sinks);
+        .attention_runs()
+        .into_iter()
+        .map(|run| {
+            let first = shape.segments[run.start];
+            let (t, n) = (first.tokens, run.len());
+            let attended = if keys.sliding { first.attended_sliding } else { first.attended };
+            // [d, heads, tokens, sequences]: each sequence's rows follow the one before's.
+            let row_bytes = q_strides[2];
+            let q = g.view(
+                q,
+                &[d, heads, t as i64, n as i64],
+                &[q_strides[1], row_bytes, t * row_bytes],
+                row_offsets[run.start] * row_bytes,
+            );
+            let mask_bytes = attended * t * 2;
+            let mask = g.view(
+                mask,
+                &[attended as i64, t as i64, 1, n as i64],
+                &[attended * 2, mask_bytes, mask_bytes],
+                mask_offsets[run.start] * 2,
+            );
+            let (k, v) =
+                step.cache.view(g, keys.layer, first.seq..first.seq + n, attended, keys.key_head, keys.value_head);
+            let out = attend_heads(g, step, q, k, v, Scoring { mask, kq_scale, sinks }); // [d_v, heads, t, n]
+            let [d_v, out_heads, ..] = out.shape();
+            if n == 1 {
+                return out;
             }
-            // A rank holding part of a key/value group: each run attends on its own, joined by head.
-            let run_outputs: Vec<Tensor<'g>> = runs
-                .into_iter()
-                .map(|(heads, kv)| {
-                    let of = |x: Tensor<'g>, range: &Range<usize>| {
-                        let [width, _, rows, ..] = x.shape();
-                        let st = x.strides();
-                        g.view(x, &[width, range.len() as i64, rows], &[st[1], st[2]], range.start * st[1])
-                    };
-                    let sinks = sinks.map(|s| g.view(s, &[heads.len() as i64], &[], heads.start * s.strides()[0]));
-                    attend_run(g, of(q, &heads), of(k, &kv), of(v, &kv), mask, kq_scale, sinks)
-                })
-                .collect();
-            run_outputs.into_iter().reduce(|a, b| g.concat(a, b, 1)).expect("a rank holds a query head")
+            g.reshape_3d(out, d_v, out_heads, (t * n) as i64)
         })
         .collect();
     concat_rows(g, &parts)
 }
 
-/// Flash attention of queries `q` ([d, heads, tokens]) over keys `k` and values `v` ([d, kv_heads,
-/// positions]), each query head reading key/value head `h / (heads / kv_heads)`; [d_v, heads, tokens].
+/// How queries score the keys: through `mask`, scaled by `kq_scale`, with the sinks when the layer has
+/// them.
+#[derive(Clone, Copy)]
+struct Scoring<'g> {
+    mask: Tensor<'g>,
+    kq_scale: f32,
+    sinks: Option<Tensor<'g>>,
+}
+
+/// Flash attention of queries `q` ([d, heads, tokens, sequences]) over keys `k` and values `v` ([d,
+/// kv_heads, positions, sequences]): in one run of heads, or on a rank holding part of a key/value group,
+/// each run of heads on its own, joined by head. [d_v, heads, tokens, sequences].
+fn attend_heads<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    q: Tensor<'g>,
+    k: Tensor<'g>,
+    v: Tensor<'g>,
+    scoring: Scoring<'g>,
+) -> Tensor<'g> {
+    let head_runs = step.head_runs();
+    if let [_] = head_runs.as_slice() {
+        return attend_run(g, q, k, v, scoring);
+    }
+    let run_outputs: Vec<Tensor<'g>> = head_runs
+        .into_iter()
+        .map(|(heads, kv)| {
+            let of = |x: Tensor<'g>, range: &Range<usize>| {
+                let [width, _, rows, sequences] = x.shape();
+                let st = x.strides();
+                g.view(x, &[width, range.len() as i64, rows, sequences], &[st[1], st[2], st[3]], range.start * st[1])
+            };
+            let sinks = scoring.sinks.map(|s| g.view(s, &[heads.len() as i64], &[], heads.start * s.strides()[0]));
+            attend_run(g, of(q, &heads), of(k, &kv), of(v, &kv), Scoring { sinks, ..scoring })
+        })
+        .collect();
+    run_outputs.into_iter().reduce(|a, b| g.concat(a, b, 1)).expect("a rank holds a query head")
+}
+
+/// Flash attention of queries `q` ([d, heads, tokens, sequences]) over keys `k` and values `v` ([d,
+/// kv_heads, positions, sequences]), each query head reading key/value head `h / (heads / kv_heads)`;
+/// [d_v, heads, tokens, sequences].
 fn attend_run<'g>(
     g: &'g GraphBuilder,
     q: Tensor<'g>,
     k: Tensor<'g>,
     v: Tensor<'g>,
-    mask: Tensor<'g>,
-    kq_scale: f32,
-    sinks: Option<Tensor<'g>>,
+    scoring: Scoring<'g>,
 ) -> Tensor<'g> {
     let q = g.permute(q, [0, 2, 1, 3]);
-    let out = g.flash_attention(q, g.permute(k, [0, 2, 1, 3]), g.permute(v, [0, 2, 1, 3]), mask, kq_scale);
-    match sinks {
+    let (k, v) = (g.permute(k, [0, 2, 1, 3]), g.permute(v, [0, 2, 1, 3]));
+    let out = g.flash_attention(q, k, v, scoring.mask, scoring.kq_scale);
+    match scoring.sinks {
         Some(sinks) => g.attention_sinks(out, sinks),
         None => out,
     }
@@ -560,5 +632,38 @@ pub(super) fn stage_input<'g>(
             g.get_rows(g.stored(table), ids)
         }
         None => g.input(input::HIDDEN, DType::F32, &[width as i64, tokens]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segment(seq: usize, tokens: usize, attended: usize) -> SegmentShape {
+        SegmentShape { seq, tokens, attended, attended_sliding: 0 }
+    }
+
+    fn runs(segments: Vec<SegmentShape>) -> Vec<Range<usize>> {
+        let tokens = segments.iter().map(|s| s.tokens).sum();
+        GraphShape { tokens, outputs: segments.len(), segments }.attention_runs()
+    }
+
+    #[test]
+    fn decode_rows_of_neighbouring_sequences_attend_as_one() {
+        let decode = |seq| segment(seq, 1, 256);
+        assert_eq!(runs(vec![decode(0), decode(1), decode(2), decode(3)]), vec![0..4]);
+        // A gap in the sequences, a prompt and a longer cache each start a run of their own.
+        assert_eq!(runs(vec![decode(0), decode(1), decode(3), decode(4)]), vec![0..2, 2..4]);
+        assert_eq!(runs(vec![decode(0), decode(1), segment(2, 7, 256), decode(3)]), vec![0..2, 2..3, 3..4]);
+        assert_eq!(runs(vec![decode(0), segment(1, 1, 512), decode(2)]), vec![0..1, 1..2, 2..3]);
+        assert_eq!(runs(vec![segment(0, 3, 256), segment(1, 3, 256)]), vec![0..1, 1..2]);
+    }
+
+    #[test]
+    fn rows_over_long_caches_attend_alone_as_a_lone_row_would() {
+        let long = |seq| segment(seq, 1, SPLIT_KV_FROM);
+        assert_eq!(runs(vec![long(0), long(1)]), vec![0..1, 1..2]);
+        let sliding = |seq| SegmentShape { attended_sliding: SPLIT_KV_FROM, ..segment(seq, 1, 256) };
+        assert_eq!(runs(vec![sliding(0), sliding(1)]), vec![0..1, 1..2]);
     }
 }

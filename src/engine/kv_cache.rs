@@ -7,6 +7,7 @@ use super::EngineError;
 use crate::ggml::{DType, Device, GraphBuilder, SetTensor, SetTensorRef, Tensor, TensorSet};
 use crate::model::CacheRow;
 use half::f16;
+use std::ops::Range;
 
 /// Positions in the cache are counted in blocks of this many, so a decode graph keeps the same shape
 /// (and can be reused) for that many tokens. llama.cpp pads the same way.
@@ -191,14 +192,15 @@ impl KvCache {
         }
     }
 
-    /// Views of `layer`'s keys and values of `seq`, the first `attended` positions (of a sliding layer:
-    /// of its ring), shaped [key_head, heads, attended] and [value_head, heads, attended]. Values that
-    /// live in the keys are the first `value_head` of each key row.
+    /// Views of `layer`'s keys and values of the sequences `seqs`, the first `attended` positions of each
+    /// (of a sliding layer: of its ring), shaped [key_head, heads, attended, sequences] and [value_head,
+    /// heads, attended, sequences]. Values that live in the keys are the first `value_head` of each key
+    /// row.
     pub(super) fn view<'g>(
         &self,
         g: &'g GraphBuilder,
         layer: usize,
-        seq: usize,
+        seqs: Range<usize>,
         attended: usize,
         key_head: usize,
         value_head: usize,
@@ -208,31 +210,30 @@ impl KvCache {
             _ => self.context,
         };
         let row = self.rows[layer];
-        let key_row_bytes = row.key_width * 2;
-        let heads = (row.key_width / key_head) as i64;
+        let sequences = seqs.len() as i64;
+        // One sequence's rows, one `stride` after another's; `width` values per head.
+        let of = |cache: Tensor<'g>, width: usize, row_width: usize| {
+            let row_bytes = row_width * 2;
+            g.view(
+                cache,
+                &[width as i64, (row_width / width) as i64, attended as i64, sequences],
+                &[width * 2, row_bytes, held * row_bytes],
+                seqs.start * held * row_bytes,
+            )
+        };
         let k_cache = g.stored(&self.keys[layer]);
-        let k = g.view(
-            k_cache,
-            &[key_head as i64, heads, attended as i64],
-            &[key_head * 2, key_row_bytes],
-            seq * held * key_row_bytes,
-        );
+        let k = of(k_cache, key_head, row.key_width);
         let v = match &self.values[layer] {
-            Some(v_cache) => {
-                let value_row_bytes = row.value_width * 2;
+            Some(v_cache) => of(g.stored(v_cache), value_head, row.value_width),
+            None => {
+                let key_row_bytes = row.key_width * 2;
                 g.view(
-                    g.stored(v_cache),
-                    &[value_head as i64, (row.value_width / value_head) as i64, attended as i64],
-                    &[value_head * 2, value_row_bytes],
-                    seq * held * value_row_bytes,
+                    k_cache,
+                    &[value_head as i64, (row.key_width / key_head) as i64, attended as i64, sequences],
+                    &[key_head * 2, key_row_bytes, held * key_row_bytes],
+                    seqs.start * held * key_row_bytes,
                 )
             }
-            None => g.view(
-                k_cache,
-                &[value_head as i64, heads, attended as i64],
-                &[key_head * 2, key_row_bytes],
-                seq * held * key_row_bytes,
-            ),
         };
         (k, v)
     }

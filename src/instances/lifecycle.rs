@@ -15,8 +15,10 @@ use crate::worker::{WorkerCommand, WorkerEvent, WorkerState};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// Prompt chunk size of every stage.
-const BATCH: usize = 512;
+/// Prompt tokens a step takes unless the launch asks for another batch.
+const DEFAULT_BATCH: usize = 512;
+/// The largest batch a launch may ask for.
+pub(super) const MAX_LAUNCH_BATCH: usize = 8192;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
@@ -74,7 +76,23 @@ pub(super) fn cluster_offers(agent: &Agent, weights: &str, threads: Option<usize
 pub(super) fn needs_for(model: &Model, request: &LaunchRequest) -> ModelNeeds {
     let context = request.context.unwrap_or(2048).clamp(16, model.config().training_context.max(16));
     let sequences = request.sequences.unwrap_or(4).clamp(1, 64);
-    ModelNeeds::of(model, context, sequences, BATCH)
+    ModelNeeds::of(model, context, sequences, batch_for(request))
+}
+
+/// The batch of the request's stages.
+fn batch_for(request: &LaunchRequest) -> usize {
+    request.batch.unwrap_or(DEFAULT_BATCH)
+}
+
+/// A batch the request names must be one a stage can take: refused (not clamped) when 0 or past
+/// [`MAX_LAUNCH_BATCH`].
+fn check_batch(request: &LaunchRequest) -> Result<(), LaunchError> {
+    match request.batch {
+        Some(batch) if batch == 0 || batch > MAX_LAUNCH_BATCH => Err(LaunchError::Invalid(format!(
+            "a batch of {batch} tokens cannot be used: give 1 to {MAX_LAUNCH_BATCH} (the default is {DEFAULT_BATCH})"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Fewest tokens of context a launch may ask for (a chat template alone takes more).
@@ -106,6 +124,7 @@ pub async fn preview(instances: &Arc<Instances>, request: &LaunchRequest) -> Res
         .await
         .map_err(|e| LaunchError::Invalid(e.to_string()))??;
     check_context(&model, request)?;
+    check_batch(request)?;
     remember_in_library(instances, &request.model).await;
     let needs = needs_for(&model, request);
     let (offers, links) = cluster_offers(&instances.agent, &needs.weight_type, request.threads);
@@ -273,7 +292,7 @@ pub(super) async fn launch_as(
             layers: stage.layers.clone(),
             context: info.context,
             sequences: info.sequences,
-            batch: BATCH,
+            batch: batch_for(&request),
             threads: request.threads.unwrap_or(0),
             file: file.clone(),
             parts: parts.clone(),

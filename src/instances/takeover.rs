@@ -105,9 +105,14 @@ fn adopt(instances: &Arc<Instances>, info: &InstanceInfo, reason: String) {
 }
 
 /// The request the successor launches with: the owner's, reading the model from this node's copy, its
-/// thread count bounded as a stage's is.
+/// thread count bounded as a stage's is and a batch no launch may ask for dropped.
 pub(super) fn taken_over_request(request: &LaunchRequest, path: PathBuf) -> LaunchRequest {
-    LaunchRequest { model: path, threads: request.threads.filter(|t| *t <= 1024), ..request.clone() }
+    LaunchRequest {
+        model: path,
+        threads: request.threads.filter(|t| *t <= 1024),
+        batch: request.batch.filter(|b| (1..=super::lifecycle::MAX_LAUNCH_BATCH).contains(b)),
+        ..request.clone()
+    }
 }
 
 /// This node's whole copy (not a shard) of the model the owner read from `owner_path`, found by file
@@ -145,6 +150,7 @@ mod tests {
             context: Some(1024),
             sequences: Some(2),
             threads: Some(1_000_000),
+            batch: Some(1 << 20),
             name: Some("m".into()),
             parallel: Some(crate::placement::Parallelism::Tensor),
             nodes: Some(vec!["a".into(), "b".into()]),
@@ -154,6 +160,9 @@ mod tests {
         assert_eq!((taken.context, taken.sequences, taken.name.as_deref()), (Some(1024), Some(2), Some("m")));
         assert_eq!(taken.layers, request.layers, "the user's layers are tried first, as after any loss");
         assert_eq!(taken.threads, None, "a member's absurd thread count is not used");
+        assert_eq!(taken.batch, None, "nor its absurd batch");
+        let sane = LaunchRequest { batch: Some(1024), ..request };
+        assert_eq!(taken_over_request(&sane, "/me/models/m.gguf".into()).batch, Some(1024));
         assert_eq!(taken.parallel, request.parallel, "the way it was split is kept");
     }
 }

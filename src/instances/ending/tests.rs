@@ -50,6 +50,7 @@ fn a_relaunch_uses_the_original_options_and_this_nodes_copy() {
         context: Some(1024),
         sequences: Some(2),
         threads: Some(3),
+        batch: Some(128),
         name: None,
         parallel: None,
         nodes: None,
@@ -62,6 +63,7 @@ fn a_relaunch_uses_the_original_options_and_this_nodes_copy() {
     assert_eq!(request.model, PathBuf::from("/here/m.gguf"));
     assert_eq!(request.layers.as_deref(), Some("node1:0-9,node2:10-19,node3:20-29"));
     assert_eq!((request.context, request.sequences, request.threads), (Some(1024), Some(2), Some(3)));
+    assert_eq!(request.batch, Some(128));
     assert_eq!(request.name.as_deref(), Some("SmolLM2"), "it serves under the same name");
 }
 

@@ -72,6 +72,8 @@ pub struct Head {
     pub template: ChatTemplate,
     /// Admitted requests, oldest first.
     active: Vec<Active>,
+    /// Free KV slots, highest first: a request takes the lowest, so busy slots stay together and their
+    /// decode rows attend as one batch (see `engine`'s attention runs).
     free_slots: Vec<u32>,
     waiting: VecDeque<Waiting>,
     queue_limit: usize,
@@ -98,6 +100,12 @@ impl Head {
             needs: Vec::new(),
             tokens: Vec::new(),
         }
+    }
+
+    /// Returns `slot` to the free ones, keeping them highest first.
+    fn free_slot(&mut self, slot: u32) {
+        let at = self.free_slots.partition_point(|&free| free > slot);
+        self.free_slots.insert(at, slot);
     }
 
     fn find(&mut self, id: u64) -> Option<&mut Active> {
@@ -194,7 +202,7 @@ impl Compute {
             Ok(admitted) => admitted,
             Err(message) => {
                 Self::reject(&events, message);
-                self.head.as_mut().expect("stage 0").free_slots.push(slot);
+                self.head.as_mut().expect("stage 0").free_slot(slot);
                 return self.start_waiting();
             }
         };
@@ -250,10 +258,12 @@ impl Compute {
         let head = self.head.as_mut().expect("stage 0");
         head.needs.clear();
         head.needs.extend(head.active.iter().map(Active::need));
-        let picked = schedule::next_step(&head.needs, self.stages, batch);
+        let mut picked = schedule::next_step(&head.needs, self.stages, batch);
         if picked.is_empty() {
             return;
         }
+        // Decode rows first, by slot: rows of neighbouring slots attend as one batch.
+        picked.sort_by_key(|&(i, tokens)| (tokens > 1, head.active[i].slot));
         self.segments.clear();
         self.rows.clear();
         head.tokens.clear();
@@ -368,7 +378,7 @@ impl Compute {
         let Some(head) = self.head.as_mut() else { return };
         let Some(index) = head.active.iter().position(|a| a.id == id) else { return };
         let mut a = head.active.remove(index);
-        head.free_slots.push(a.slot);
+        head.free_slot(a.slot);
         match outcome {
             Ok(reason) => {
                 if reason != FinishReason::Stop {

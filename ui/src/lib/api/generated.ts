@@ -437,6 +437,11 @@ sequences?: number | null,
  */
 threads?: number | null, 
 /**
+ * Most prompt tokens a step takes (default 512): a longer prompt runs in chunks of at most this
+ * many. A larger batch takes a larger compute buffer on every stage.
+ */
+batch?: number | null, 
+/**
  * The name clients use (default: the file name without `.gguf`).
  */
 name?: string | null, 
