@@ -9,17 +9,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long to wait for this node's first telemetry (placement needs its memory) and for the
-/// cluster's running instances to reach it.
+/// How long to wait, at least, for the cluster's running instances to reach this node (placement also
+/// waits for the nodes' first telemetry: it needs their memory).
 const SETTLE: Duration = Duration::from_secs(3);
 
 /// Launches `model` on the cluster in the background once this node can place it.
 pub fn spawn(agent: Agent, instances: Arc<Instances>, model: PathBuf) {
     tokio::spawn(async move {
         let started = tokio::time::Instant::now();
-        while !has_own_telemetry(&agent) && started.elapsed() < Duration::from_secs(30) {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        instances::await_telemetry(&agent).await;
         // Members send their running instances on connecting: give them a moment to arrive.
         tokio::time::sleep_until(started + SETTLE).await;
         let name = model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
@@ -33,8 +31,4 @@ pub fn spawn(agent: Agent, instances: Arc<Instances>, model: PathBuf) {
             Err(e) => tracing::error!("--run {}: {e}", model.display()),
         }
     });
-}
-
-fn has_own_telemetry(agent: &Agent) -> bool {
-    agent.snapshot().nodes.iter().any(|n| n.is_self && n.telemetry.is_some())
 }
