@@ -2,8 +2,8 @@
 //! a unit, contexts and token counts that make no sense refused with what to give instead; one node per
 //! data directory; `shoal ps`, `shoal stop` and `shoal status` showing and stopping what runs; a second
 //! launch under a running model's name refused (or replacing it with `--replace`); suggested commands
-//! that keep the node's address; workers that still start after the node's binary file was replaced; and
-//! errors that say each cause once.
+//! that keep the node's address; workers that still start after the node's binary file was replaced; a
+//! launch as soon as the node answers; and errors that say each cause once.
 
 mod common;
 
@@ -161,7 +161,11 @@ fn workers_start_after_the_node_binary_is_replaced() {
     std::fs::copy(env!("CARGO_BIN_EXE_shoal"), &copy).unwrap();
     let mut c = TestCluster::with_network(1, Network::Loopback);
     c.binary = Some(copy.clone());
-    c.form(&[]); // started, answering, with its telemetry (a launch needs it)
+    // Launched as soon as the node answers: the node reports what it offers only once it has timed its
+    // memory and products, and the launch waits for that rather than finding no node to run on.
+    c.start(0, &[]);
+    c.wait_ready(0);
+    let offered_yet = c.status(0).is_some_and(|s| s.nodes.iter().all(|n| n.telemetry.is_some()));
 
     // As a rebuild does: the file at the node's path is replaced by another one.
     std::fs::remove_file(&copy).unwrap();
@@ -169,6 +173,9 @@ fn workers_start_after_the_node_binary_is_replaced() {
     let model = common::model_path();
     let out = c.cli(0, &["run", model.to_str().unwrap(), "--context", "256", "--sequences", "1", "--threads", "1"]);
     assert!(out.status.success(), "shoal run failed: {}\n{}", text(&out), c.logs());
+    if offered_yet {
+        eprintln!("the node had reported its telemetry before the launch: its wait was not exercised");
+    }
     let (code, reply) = c.post_json(
         0,
         "/v1/chat/completions",
