@@ -1,0 +1,243 @@
+//! Attention over the stage's KV cache: the projections, RoPE and the cache write of a layer, then each
+//! run of the step's segments attending over its sequences' cached positions in one flash attention.
+
+use super::{linear, norm, StepContext};
+use crate::engine::weights::LayerWeights;
+use crate::ggml::{GraphBuilder, RopeParams, Tensor};
+use crate::model::ModelConfig;
+use std::ops::Range;
+
+/// How one layer's attention differs from the usual.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionParams {
+    pub freq_base: f32,
+    pub freq_scale: f32,
+    /// Q is multiplied by this after RoPE (Gemma), and the attention logits by `kq_scale`.
+    pub q_scale: Option<f32>,
+    pub kq_scale: f32,
+    /// The layer attends through the sliding window.
+    pub sliding: bool,
+}
+
+impl AttentionParams {
+    /// The model's RoPE and scale, or its sliding-window RoPE on a sliding layer.
+    pub fn of(config: &ModelConfig, layer: usize) -> AttentionParams {
+        let (freq_base, freq_scale, sliding) = match &config.sliding_window {
+            Some(w) if config.is_sliding(layer) => (w.freq_base, w.freq_scale, true),
+            _ => (config.rope.freq_base, config.rope.freq_scale, false),
+        };
+        AttentionParams { freq_base, freq_scale, q_scale: None, kq_scale: config.attention_scale, sliding }
+    }
+}
+
+/// The attention half of a pre-norm layer, as most architectures have it: `x + attention(norm(x))`
+/// with `attn_norm`, on the model's last layer only for the row whose logits are wanted. Its result
+/// is the feed-forward's input (and residual).
+pub fn attention_block<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    layer: usize,
+    w: &LayerWeights,
+    x: Tensor<'g>,
+) -> Tensor<'g> {
+    let normed = norm(g, x, w.req("attn_norm.weight"), step.config.rms_epsilon);
+    let h = attention(g, step, layer, w, normed, &AttentionParams::of(step.config, layer));
+    let (h, residual) = step.prune_last_layer(g, layer, h, x);
+    g.add(h, residual)
+}
+
+/// Self-attention of one layer with the standard tensor names (`attn_q`, `attn_k`, `attn_v` with
+/// optional biases, optional per-head `attn_q_norm`/`attn_k_norm`, `attn_output`): projections, RoPE,
+/// the cache write, attention over the cached positions and the output projection.
+pub fn attention<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    layer: usize,
+    w: &LayerWeights,
+    x: Tensor<'g>,
+    params: &AttentionParams,
+) -> Tensor<'g> {
+    let c = step.config;
+    let (hd, t) = (c.head_dim as i64, step.tokens());
+    let (heads, kv_heads) = (step.heads(), step.kv_heads());
+    let local = layer - step.layers.start;
+    let mut q = g.reshape_3d(linear(g, w.req("attn_q.weight"), w.get("attn_q.bias"), x), hd, heads as i64, t);
+    let mut k = g.reshape_3d(linear(g, w.req("attn_k.weight"), w.get("attn_k.bias"), x), hd, kv_heads as i64, t);
+    let v = g.reshape_3d(linear(g, w.req("attn_v.weight"), w.get("attn_v.bias"), x), hd, kv_heads as i64, t);
+    if let (Some(qn), Some(kn)) = (w.get("attn_q_norm.weight"), w.get("attn_k_norm.weight")) {
+        q = norm(g, q, qn, c.rms_epsilon);
+        k = norm(g, k, kn, c.rms_epsilon);
+    }
+    let rope = RopeParams {
+        n_dims: c.rope.dimensions as i32,
+        mode: step.rope_mode,
+        n_ctx_orig: c.rope.original_context as i32,
+        freq_base: params.freq_base,
+        freq_scale: params.freq_scale,
+        ext_factor: c.rope.ext_factor,
+        attn_factor: c.rope.attn_factor,
+        beta_fast: c.rope.beta_fast,
+        beta_slow: c.rope.beta_slow,
+    };
+    let q = g.rope(q, step.positions, step.rope_factors, &rope);
+    let k = g.rope(k, step.positions, step.rope_factors, &rope);
+    let q = match params.q_scale {
+        Some(scale) => g.scale(q, scale),
+        None => q,
+    };
+
+    let width = (kv_heads * c.head_dim) as i64;
+    let k_rows = g.view(k, &[width, t], &[k.strides()[2]], 0);
+    let v_rows = g.view(v, &[width, t], &[v.strides()[2]], 0);
+    let rows = if params.sliding {
+        step.cache_rows_sliding.expect("a stage with sliding layers has their cache rows")
+    } else {
+        step.cache_rows.expect("a stage with global layers has their cache rows")
+    };
+    step.cache.store(g, local, k_rows, Some(v_rows), rows);
+    let sinks = w.get("attn_sinks.weight").map(|s| g.stored(s));
+    let keys = CachedKeys { layer: local, key_head: c.head_dim, value_head: c.head_dim, sliding: params.sliding };
+    let attended = attend(g, step, q, keys, params.kq_scale, sinks);
+    let merged = g.reshape_2d(attended, hd * heads as i64, t);
+    // The output projection of a rank's heads is its part of the sum; the bias is added once, to the sum.
+    let projected = step.complete(g, g.mul_mat(g.stored(w.req("attn_output.weight")), merged));
+    match w.get("attn_output.bias") {
+        Some(b) => g.add(projected, g.stored(b)),
+        None => projected,
+    }
+}
+
+/// Which cached keys and values a layer's queries attend to.
+#[derive(Clone, Copy, Debug)]
+pub(in crate::engine) struct CachedKeys {
+    /// The layer's index within the stage.
+    pub layer: usize,
+    pub key_head: usize,
+    pub value_head: usize,
+    /// Through the sliding window (the layer's ring and the sliding mask).
+    pub sliding: bool,
+}
+
+/// Attention of the step's queries `q` ([key_head, heads, tokens], this step's keys and values already
+/// stored) over the cache: each segment's rows over its own sequence's cached positions, through its
+/// part of the mask, with the sinks when the layer has them; a run of decoding sequences in one flash
+/// attention (see [`GraphShape::attention_runs`]). Returns [value_head, heads, tokens].
+pub(in crate::engine) fn attend<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    q: Tensor<'g>,
+    keys: CachedKeys,
+    kq_scale: f32,
+    sinks: Option<Tensor<'g>>,
+) -> Tensor<'g> {
+    let shape = &step.shape;
+    let mask = if keys.sliding { step.mask_sliding } else { step.mask };
+    let mask = mask.expect("the stage's graph has the mask of each of its layers' kinds");
+    let (mask_offsets, _) = shape.mask_offsets(keys.sliding);
+    let row_offsets: Vec<usize> = shape.row_offsets().collect();
+    let [d, heads, ..] = q.shape();
+    let q_strides = q.strides();
+    let parts: Vec<Tensor<'g>> = shape
+        .attention_runs()
+        .into_iter()
+        .map(|run| {
+            let first = shape.segments[run.start];
+            let (t, n) = (first.tokens, run.len());
+            let attended = if keys.sliding { first.attended_sliding } else { first.attended };
+            // [d, heads, tokens, sequences]: each sequence's rows follow the one before's.
+            let row_bytes = q_strides[2];
+            let q = g.view(
+                q,
+                &[d, heads, t as i64, n as i64],
+                &[q_strides[1], row_bytes, t * row_bytes],
+                row_offsets[run.start] * row_bytes,
+            );
+            let mask_bytes = attended * t * 2;
+            let mask = g.view(
+                mask,
+                &[attended as i64, t as i64, 1, n as i64],
+                &[attended * 2, mask_bytes, mask_bytes],
+                mask_offsets[run.start] * 2,
+            );
+            let (k, v) =
+                step.cache.view(g, keys.layer, first.seq..first.seq + n, attended, keys.key_head, keys.value_head);
+            let out = attend_heads(g, step, q, k, v, Scoring { mask, kq_scale, sinks }); // [d_v, heads, t, n]
+            let [d_v, out_heads, ..] = out.shape();
+            if n == 1 {
+                return out;
+            }
+            g.reshape_3d(out, d_v, out_heads, (t * n) as i64)
+        })
+        .collect();
+    concat_rows(g, &parts)
+}
+
+/// How queries score the keys: through `mask`, scaled by `kq_scale`, with the sinks when the layer has
+/// them.
+#[derive(Clone, Copy)]
+struct Scoring<'g> {
+    mask: Tensor<'g>,
+    kq_scale: f32,
+    sinks: Option<Tensor<'g>>,
+}
+
+/// Flash attention of queries `q` ([d, heads, tokens, sequences]) over keys `k` and values `v` ([d,
+/// kv_heads, positions, sequences]): in one run of heads, or on a rank holding part of a key/value group,
+/// each run of heads on its own, joined by head. [d_v, heads, tokens, sequences].
+fn attend_heads<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    q: Tensor<'g>,
+    k: Tensor<'g>,
+    v: Tensor<'g>,
+    scoring: Scoring<'g>,
+) -> Tensor<'g> {
+    let head_runs = step.head_runs();
+    if let [_] = head_runs.as_slice() {
+        return attend_run(g, q, k, v, scoring);
+    }
+    let run_outputs: Vec<Tensor<'g>> = head_runs
+        .into_iter()
+        .map(|(heads, kv)| {
+            let of = |x: Tensor<'g>, range: &Range<usize>| {
+                let [width, _, rows, sequences] = x.shape();
+                let st = x.strides();
+                g.view(x, &[width, range.len() as i64, rows, sequences], &[st[1], st[2], st[3]], range.start * st[1])
+            };
+            let sinks = scoring.sinks.map(|s| g.view(s, &[heads.len() as i64], &[], heads.start * s.strides()[0]));
+            attend_run(g, of(q, &heads), of(k, &kv), of(v, &kv), Scoring { sinks, ..scoring })
+        })
+        .collect();
+    run_outputs.into_iter().reduce(|a, b| g.concat(a, b, 1)).expect("a rank holds a query head")
+}
+
+/// Flash attention of queries `q` ([d, heads, tokens, sequences]) over keys `k` and values `v` ([d,
+/// kv_heads, positions, sequences]), each query head reading key/value head `h / (heads / kv_heads)`;
+/// [d_v, heads, tokens, sequences].
+fn attend_run<'g>(
+    g: &'g GraphBuilder,
+    q: Tensor<'g>,
+    k: Tensor<'g>,
+    v: Tensor<'g>,
+    scoring: Scoring<'g>,
+) -> Tensor<'g> {
+    let q = g.permute(q, [0, 2, 1, 3]);
+    let (k, v) = (g.permute(k, [0, 2, 1, 3]), g.permute(v, [0, 2, 1, 3]));
+    let out = g.flash_attention(q, k, v, scoring.mask, scoring.kq_scale);
+    match scoring.sinks {
+        Some(sinks) => g.attention_sinks(out, sinks),
+        None => out,
+    }
+}
+
+/// `parts` joined along their last dimension, pairwise so that each value is copied about log₂(parts)
+/// times rather than once per part after it.
+fn concat_rows<'g>(g: &'g GraphBuilder, parts: &[Tensor<'g>]) -> Tensor<'g> {
+    match parts {
+        [one] => *one,
+        _ => {
+            let (a, b) = parts.split_at(parts.len() / 2);
+            g.concat(concat_rows(g, a), concat_rows(g, b), 2)
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! The feed-forward halves of a layer: the dense gated feed-forward (SwiGLU or GeGLU), the
+//! mixture-of-experts feed-forward with its routing, and the two mixed as DeepSeek and GLM mix them.
+
+use super::{linear, StepContext};
+use crate::engine::weights::LayerWeights;
+use crate::ggml::{GraphBuilder, Tensor};
+use crate::model::{ExpertActivation, ExpertGroups, Gating, MoeParams};
+
+/// The dense SwiGLU feed-forward `down(silu(gate·x) ⊙ up·x)` over the tensors `ffn_{gate,up,down}` +
+/// `suffix` (`""` for a dense layer's own, `"_shexp"` for a shared expert).
+pub fn feed_forward<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    w: &LayerWeights,
+    suffix: &str,
+    x: Tensor<'g>,
+) -> Tensor<'g> {
+    gated_feed_forward(g, step, w, suffix, x, Activation::Silu)
+}
+
+/// The gate's activation in a gated feed-forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    /// GELU, tanh approximation.
+    Gelu,
+}
+
+/// `down(act(gate·x) ⊙ up·x)` over `ffn_{gate,up,down}` + `suffix` (on a tensor-parallel rank, over
+/// its columns of the inner width, summed over the group).
+pub fn gated_feed_forward<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    w: &LayerWeights,
+    suffix: &str,
+    x: Tensor<'g>,
+    activation: Activation,
+) -> Tensor<'g> {
+    let up = g.mul_mat(g.stored(w.req(&format!("ffn_up{suffix}.weight"))), x);
+    let gate = g.mul_mat(g.stored(w.req(&format!("ffn_gate{suffix}.weight"))), x);
+    let h = match activation {
+        Activation::Silu => g.swiglu(gate, up),
+        Activation::Gelu => g.geglu(gate, up),
+    };
+    step.complete(g, g.mul_mat(g.stored(w.req(&format!("ffn_down{suffix}.weight"))), h))
+}
+
+/// The mixture-of-experts feed-forward over `ffn_gate_inp` (the router) and the 3-D expert tensors
+/// `ffn_{gate,up,down}_exps`: route each token to its top `experts_used` experts, run only those
+/// experts' rows (`mul_mat_id`), and sum their outputs by weight. `exp_probs_b`, when the layer has it,
+/// biases the choice of experts but not their weights (DeepSeek V3, GLM-4.5). A tensor-parallel rank
+/// that holds some of the experts routes alike, runs only the chosen experts it holds (the others'
+/// weights zeroed) and sums with the group.
+pub fn moe_feed_forward<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    w: &LayerWeights,
+    p: &MoeParams,
+    x: Tensor<'g>,
+) -> Tensor<'g> {
+    let [n_embd, tokens, ..] = x.shape();
+    let (n_expert, n_used) = (p.experts as i64, p.experts_used as i64);
+    let logits = linear(g, w.req("ffn_gate_inp.weight"), w.get("ffn_gate_inp.bias"), x); // [experts, tokens]
+    let probs = match p.gating {
+        Gating::Softmax => g.soft_max(logits),
+        Gating::Sigmoid => g.sigmoid(logits),
+        Gating::SoftmaxWeight => logits,
+    };
+    let selection = match w.get("exp_probs_b.bias") {
+        Some(bias) => g.add(probs, g.stored(bias)),
+        None => probs,
+    };
+    let selection = match p.groups {
+        Some(groups) => only_best_groups(g, selection, groups, tokens),
+        None => selection,
+    };
+    let selected = g.argsort_top_k(selection, n_used); // I32 [used, tokens]
+    let mut weights = g.get_rows(g.reshape_3d(probs, 1, n_expert, tokens), selected); // [1, used, tokens]
+    if p.gating == Gating::SoftmaxWeight {
+        weights = g.reshape_3d(g.soft_max(g.reshape_2d(weights, n_used, tokens)), 1, n_used, tokens);
+    }
+    if p.normalize {
+        let flat = g.reshape_2d(weights, n_used, tokens);
+        // llama.cpp clamps the sum to F16's smallest normal number against a division by zero.
+        let sum = g.clamp(g.sum_rows(flat), 6.103_515_6e-5, f32::INFINITY);
+        weights = g.reshape_3d(g.div(flat, sum), 1, n_used, tokens);
+    }
+    if p.scale != 0.0 && p.scale != 1.0 {
+        weights = g.scale(weights, p.scale);
+    }
+    let held = step.held_experts();
+    let selected = match &held {
+        Some(held) => {
+            weights = g.held_expert_weights(weights, selected, held.clone());
+            g.held_expert_ids(selected, held.clone())
+        }
+        None => selected,
+    };
+    g.expand(weights);
+
+    let x = g.reshape_3d(x, n_embd, 1, tokens);
+    // Each chosen expert's rows, plus its own bias when the experts have them (gpt-oss).
+    let expert = |name: &str, input: Tensor<'g>| {
+        let y = g.mul_mat_id(g.stored(w.req(&format!("{name}.weight"))), input, selected);
+        match w.get(&format!("{name}.bias")) {
+            Some(bias) => g.add_id(y, g.stored(bias), selected),
+            None => y,
+        }
+    };
+    let up = expert("ffn_up_exps", x); // [ff, used, tokens]
+    let gate = expert("ffn_gate_exps", x);
+    let h = match p.activation {
+        ExpertActivation::Silu => g.swiglu(gate, up),
+        ExpertActivation::SwigluOai => g.swiglu_oai(gate, up, 1.702, 7.0),
+    };
+    let experts = expert("ffn_down_exps", h); // [embd, used, tokens]
+    let experts = g.mul(experts, weights);
+    g.expand(experts);
+
+    // Views of each chosen slot first, then the sum, in llama.cpp's order.
+    let slots: Vec<Tensor<'g>> = (0..n_used as usize)
+        .map(|i| {
+            let s = experts.strides();
+            let view = g.view(experts, &[n_embd, tokens], &[s[2]], i * s[1]);
+            g.expand(view);
+            view
+        })
+        .collect();
+    let mut out = slots[0];
+    for &slot in &slots[1..] {
+        out = g.add(out, slot);
+        g.expand(out);
+    }
+    if held.is_some() {
+        step.complete(g, out)
+    } else {
+        out
+    }
+}
+
+/// The feed-forward of a model whose first layers are dense and the others routed to experts, with
+/// shared experts every token also goes through (GLM-4.5, DeepSeek V3).
+pub fn sparse_or_dense_feed_forward<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    w: &LayerWeights,
+    moe: &MoeParams,
+    layer: usize,
+    x: Tensor<'g>,
+) -> Tensor<'g> {
+    if !moe.is_sparse(layer) {
+        return feed_forward(g, step, w, "", x);
+    }
+    let routed = moe_feed_forward(g, step, w, moe, x);
+    if moe.shared_experts > 0 {
+        g.add(routed, feed_forward(g, step, w, "_shexp", x))
+    } else {
+        routed
+    }
+}
+
+/// Group-limited routing: the scores `selection` ([experts, tokens]) of experts outside each token's
+/// `groups.used` best groups become -∞, a group scoring the sum of its two best experts' scores.
+fn only_best_groups<'g>(g: &'g GraphBuilder, selection: Tensor<'g>, groups: ExpertGroups, tokens: i64) -> Tensor<'g> {
+    let [n_expert, ..] = selection.shape();
+    let (count, used) = (groups.count as i64, groups.used as i64);
+    let per_group = n_expert / count;
+    let by_group = g.reshape_3d(selection, per_group, count, tokens); // [per_group, groups, tokens]
+    let best_two = g.argsort_top_k(by_group, 2); // I32 [2, groups, tokens]
+    let best_two = g.get_rows(g.reshape_4d(by_group, [1, per_group, count, tokens]), best_two); // [1, 2, groups, tokens]
+    let group_scores = g.sum_rows(g.reshape_3d(best_two, 2, count, tokens)); // [1, groups, tokens]
+    let best_groups = g.argsort_top_k(g.reshape_2d(group_scores, count, tokens), used); // I32 [used, tokens]
+    let kept = g.get_rows(by_group, best_groups); // [per_group, used, tokens]
+    let masked = g.set_rows(g.fill(by_group, f32::NEG_INFINITY), kept, best_groups);
+    g.reshape_2d(masked, n_expert, tokens)
+}

@@ -1,0 +1,272 @@
+//! The building blocks every architecture's graph is made of, written once: RMS norm, a linear layer
+//! with an optional bias, attention over the stage's KV cache (`attention`), the dense SwiGLU
+//! feed-forward and the mixture-of-experts feed-forward (`feed_forward`) — llama.cpp's `build_norm`,
+//! `build_attn`, `build_ffn` and `build_moe_ffn`, op for op, so our numbers equal llama.cpp's. Here too:
+//! the shape of a step (its sequences' segments) and what every layer of it shares.
+
+mod attention;
+mod feed_forward;
+
+pub(super) use attention::{attend, CachedKeys};
+pub use attention::{attention, attention_block, AttentionParams};
+pub use feed_forward::{feed_forward, gated_feed_forward, moe_feed_forward, sparse_or_dense_feed_forward, Activation};
+
+use super::kv_cache::KvCache;
+use crate::ggml::{Collective, DType, GraphBuilder, SetTensorRef, Tensor};
+use crate::model::{ModelConfig, TensorSlice};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Graph inputs, set before every compute.
+pub(super) mod input {
+    pub const TOKENS: &str = "tokens";
+    pub const HIDDEN: &str = "hidden";
+    pub const POSITIONS: &str = "positions";
+    pub const CACHE_ROWS: &str = "cache_rows";
+    /// The rows of the sliding layers' rings.
+    pub const CACHE_ROWS_SLIDING: &str = "cache_rows_sliding";
+    pub const MASK: &str = "mask";
+    /// The mask of sliding-window layers.
+    pub const MASK_SLIDING: &str = "mask_sliding";
+    /// On the last stage, the rows whose logits are wanted (when not every row's).
+    pub const OUTPUT_ROWS: &str = "output_rows";
+}
+
+/// One sequence's part of a step: its tokens are consecutive rows of the step, and its queries attend
+/// only to its own sequence's cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct SegmentShape {
+    pub seq: usize,
+    pub tokens: usize,
+    /// Cache rows attended (a whole number of cache blocks).
+    pub attended: usize,
+    /// Ring rows the sliding layers attend (0 without such layers).
+    pub attended_sliding: usize,
+}
+
+/// Cache rows from which ggml's CPU flash attention splits a lone query row's cache across threads
+/// (its `use_split_kv_path`); from there on a decode row attends alone (see
+/// [`GraphShape::attention_runs`]).
+pub(super) const SPLIT_KV_FROM: usize = 512;
+
+/// Everything that fixes a graph's shape. Two steps with equal shapes run the same graph with new inputs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct GraphShape {
+    /// Tokens of the step, all segments together.
+    pub tokens: usize,
+    /// The step's sequences, in row order.
+    pub segments: Vec<SegmentShape>,
+    /// Rows of logits the last stage returns (every row's when equal to `tokens`).
+    pub outputs: usize,
+}
+
+impl GraphShape {
+    /// Where each segment's rows begin.
+    pub fn row_offsets(&self) -> impl Iterator<Item = usize> + '_ {
+        self.segments.iter().scan(0, |at, s| {
+            let start = *at;
+            *at += s.tokens;
+            Some(start)
+        })
+    }
+
+    /// The segments whose attention runs as one (ranges of segment indices, in order): runs of decode
+    /// rows (one token each) of consecutive sequences attending over the same cache rows become one
+    /// flash attention over a batch of sequences (ggml's fourth dimension), where each would otherwise
+    /// add its own attention, views and a join to every layer. Every other segment is a run of its own.
+    ///
+    /// A lone decode row over [`SPLIT_KV_FROM`] cache rows or more attends alone: ggml's CPU splits such
+    /// a row's cache across threads and would round its sums differently from the same row in a batch,
+    /// and a request must give the same result batched as alone.
+    pub fn attention_runs(&self) -> Vec<Range<usize>> {
+        let joins = |a: &SegmentShape, b: &SegmentShape| {
+            a.tokens == 1
+                && b.tokens == 1
+                && b.seq == a.seq + 1
+                && a.attended == b.attended
+                && a.attended_sliding == b.attended_sliding
+                && a.attended.max(a.attended_sliding) < SPLIT_KV_FROM
+        };
+        let mut runs: Vec<Range<usize>> = Vec::new();
+        for (i, segment) in self.segments.iter().enumerate() {
+            match runs.last_mut() {
+                Some(run) if joins(&self.segments[run.end - 1], segment) => run.end = i + 1,
+                _ => runs.push(i..i + 1),
+            }
+        }
+        runs
+    }
+
+    /// Where each segment's part of the causal mask (or, `sliding`, of the sliding mask) begins, in
+    /// elements of the flat mask input, and the input's whole length.
+    pub fn mask_offsets(&self, sliding: bool) -> (Vec<usize>, usize) {
+        let mut at = 0;
+        let offsets = self
+            .segments
+            .iter()
+            .map(|s| {
+                let start = at;
+                at += s.tokens * if sliding { s.attended_sliding } else { s.attended };
+                start
+            })
+            .collect();
+        (offsets, at)
+    }
+}
+
+/// What every layer of one step shares: the model's hyper-parameters, the stage's cache and the step's
+/// inputs.
+pub struct StepContext<'a, 'g> {
+    pub config: &'a ModelConfig,
+    pub(super) layers: Range<usize>,
+    pub(super) cache: &'a KvCache,
+    pub(super) shape: GraphShape,
+    pub(super) rope_mode: i32,
+    pub(super) positions: Tensor<'g>,
+    /// Where the step's positions go in the cache, when a layer of the stage sees the whole context.
+    pub(super) cache_rows: Option<Tensor<'g>>,
+    /// Where the step's positions go in the sliding layers' rings, when a layer of the stage slides.
+    pub(super) cache_rows_sliding: Option<Tensor<'g>>,
+    /// The causal mask, when a layer of the stage attends to the whole context.
+    pub(super) mask: Option<Tensor<'g>>,
+    /// The sliding-window mask, when a layer of the stage slides.
+    pub(super) mask_sliding: Option<Tensor<'g>>,
+    pub(super) rope_factors: Option<Tensor<'g>>,
+    /// On the model's last layer, when not every row's logits are wanted: the rows whose are.
+    pub(super) output_rows: Option<Tensor<'g>>,
+    /// On a rank of a tensor-parallel group: its share of the model and the group's sum.
+    pub(super) parallel: Option<Parallel<'a>>,
+}
+
+/// A tensor-parallel rank's part in a graph: the heads, columns and experts it holds, and the sum over
+/// the group that completes what each rank computes of a layer.
+#[derive(Clone, Copy)]
+pub(super) struct Parallel<'a> {
+    pub slice: &'a TensorSlice,
+    pub collective: &'a Arc<dyn Collective>,
+}
+
+impl<'g> StepContext<'_, 'g> {
+    /// Tokens in this step.
+    pub fn tokens(&self) -> i64 {
+        self.shape.tokens as i64
+    }
+
+    /// Query heads this graph computes (a tensor-parallel rank's share of them).
+    pub fn heads(&self) -> usize {
+        self.parallel.map_or(self.config.heads, |p| p.slice.query_heads.len())
+    }
+
+    /// Key/value heads this graph computes and caches.
+    pub fn kv_heads(&self) -> usize {
+        self.parallel.map_or(self.config.kv_heads, |p| p.slice.kv_heads.len())
+    }
+
+    /// The query heads in runs that attend alike: (query heads, the key/value heads they read), counted
+    /// from this graph's first. One run unless a tensor-parallel rank holds part of a key/value group.
+    pub fn head_runs(&self) -> Vec<(Range<usize>, Range<usize>)> {
+        match self.parallel {
+            Some(p) => p.slice.head_runs(),
+            None => vec![(0..self.config.heads, 0..self.config.kv_heads)],
+        }
+    }
+
+    /// A layer's output as the whole model computes it: on a tensor-parallel rank, the sum of `partial`
+    /// over the group (each rank computed it from its heads, columns or experts); else `partial` itself.
+    pub fn complete(&self, g: &'g GraphBuilder, partial: Tensor<'g>) -> Tensor<'g> {
+        match self.parallel {
+            Some(p) => g.all_reduce(partial, p.collective),
+            None => partial,
+        }
+    }
+
+    /// The routed experts this graph holds, when a tensor-parallel rank holds only some of them.
+    fn held_experts(&self) -> Option<Range<usize>> {
+        self.parallel
+            .map(|p| p.slice.experts.clone())
+            .filter(|held| held.len() < self.config.moe.map_or(0, |m| m.experts))
+    }
+
+    /// On the model's last layer only the rows whose logits are wanted are needed further on: drops the
+    /// others from the attention output and its residual, as llama.cpp does before the feed-forward.
+    pub fn prune_last_layer(
+        &self,
+        g: &'g GraphBuilder,
+        layer: usize,
+        h: Tensor<'g>,
+        residual: Tensor<'g>,
+    ) -> (Tensor<'g>, Tensor<'g>) {
+        match self.output_rows {
+            Some(rows) if layer + 1 == self.config.layers => (g.get_rows(h, rows), g.get_rows(residual, rows)),
+            _ => (h, residual),
+        }
+    }
+}
+
+/// RMS norm of `x` times `weight`.
+pub fn norm<'g>(g: &'g GraphBuilder, x: Tensor<'g>, weight: &SetTensorRef, eps: f32) -> Tensor<'g> {
+    g.mul(g.rms_norm(x, eps), g.stored(weight))
+}
+
+/// `weight · x`, plus `bias` when there is one.
+pub fn linear<'g>(
+    g: &'g GraphBuilder,
+    weight: &SetTensorRef,
+    bias: Option<&SetTensorRef>,
+    x: Tensor<'g>,
+) -> Tensor<'g> {
+    let y = g.mul_mat(g.stored(weight), x);
+    match bias {
+        Some(b) => g.add(y, g.stored(b)),
+        None => y,
+    }
+}
+
+/// The input of the first layer: token embeddings on the first stage, hidden states elsewhere.
+pub(super) fn stage_input<'g>(
+    g: &'g GraphBuilder,
+    embedding: Option<&SetTensorRef>,
+    width: usize,
+    tokens: i64,
+) -> Tensor<'g> {
+    match embedding {
+        Some(table) => {
+            let ids = g.input(input::TOKENS, DType::I32, &[tokens]);
+            g.get_rows(g.stored(table), ids)
+        }
+        None => g.input(input::HIDDEN, DType::F32, &[width as i64, tokens]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segment(seq: usize, tokens: usize, attended: usize) -> SegmentShape {
+        SegmentShape { seq, tokens, attended, attended_sliding: 0 }
+    }
+
+    fn runs(segments: Vec<SegmentShape>) -> Vec<Range<usize>> {
+        let tokens = segments.iter().map(|s| s.tokens).sum();
+        GraphShape { tokens, outputs: segments.len(), segments }.attention_runs()
+    }
+
+    #[test]
+    fn decode_rows_of_neighbouring_sequences_attend_as_one() {
+        let decode = |seq| segment(seq, 1, 256);
+        assert_eq!(runs(vec![decode(0), decode(1), decode(2), decode(3)]), vec![0..4]);
+        // A gap in the sequences, a prompt and a longer cache each start a run of their own.
+        assert_eq!(runs(vec![decode(0), decode(1), decode(3), decode(4)]), vec![0..2, 2..4]);
+        assert_eq!(runs(vec![decode(0), decode(1), segment(2, 7, 256), decode(3)]), vec![0..2, 2..3, 3..4]);
+        assert_eq!(runs(vec![decode(0), segment(1, 1, 512), decode(2)]), vec![0..1, 1..2, 2..3]);
+        assert_eq!(runs(vec![segment(0, 3, 256), segment(1, 3, 256)]), vec![0..1, 1..2]);
+    }
+
+    #[test]
+    fn rows_over_long_caches_attend_alone_as_a_lone_row_would() {
+        let long = |seq| segment(seq, 1, SPLIT_KV_FROM);
+        assert_eq!(runs(vec![long(0), long(1)]), vec![0..1, 1..2]);
+        let sliding = |seq| SegmentShape { attended_sliding: SPLIT_KV_FROM, ..segment(seq, 1, 256) };
+        assert_eq!(runs(vec![sliding(0), sliding(1)]), vec![0..1, 1..2]);
+    }
+}
