@@ -14,7 +14,6 @@ use crate::worker::supervisor::{self, StageSpec};
 use crate::worker::{WorkerCommand, WorkerEvent, WorkerState};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Prompt tokens a step takes unless the launch asks for another batch.
 const DEFAULT_BATCH: usize = 512;
@@ -35,21 +34,6 @@ pub enum LaunchError {
     /// No instance has the id given.
     #[error("{0}")]
     NotFound(String),
-}
-
-/// How long a launch waits for nodes that are up but have not yet said what they offer: a node times
-/// its memory and its products when it starts (a few seconds), and only then reports its telemetry.
-const TELEMETRY_PATIENCE: Duration = Duration::from_secs(20);
-
-/// Waits, up to [`TELEMETRY_PATIENCE`], until every node that is up has reported its telemetry, so that
-/// a launch right after nodes start places the model on all of them rather than failing or leaving
-/// some out.
-pub async fn await_telemetry(agent: &Agent) {
-    let started = tokio::time::Instant::now();
-    let waiting = || agent.snapshot().nodes.iter().any(|n| n.status.is_up() && n.telemetry.is_none());
-    while waiting() && started.elapsed() < TELEMETRY_PATIENCE {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 /// The nodes that are up, what they offer, and the measured links between them; each node's weight
@@ -142,7 +126,7 @@ pub async fn preview(instances: &Arc<Instances>, request: &LaunchRequest) -> Res
     check_context(&model, request)?;
     check_batch(request)?;
     remember_in_library(instances, &request.model).await;
-    await_telemetry(&instances.agent).await;
+    super::telemetry_wait::await_telemetry(instances).await;
     let needs = needs_for(&model, request);
     let (offers, links) = cluster_offers(&instances.agent, &needs.weight_type, request.threads);
     if let Some(names) = &request.nodes {

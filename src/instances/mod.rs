@@ -18,6 +18,7 @@ mod recovery;
 mod service;
 mod share;
 mod takeover;
+mod telemetry_wait;
 mod threads;
 mod validate;
 
@@ -25,10 +26,11 @@ pub use crate::records::{InstanceInfo, InstanceState, LaunchRequest, Recovery, S
 pub use ending::{relaunch, stop};
 pub use fit::{Fit, PoolOffers};
 pub use generate::{generate, generate_when_ready, lost_and_recovering, GenerateError};
-pub use lifecycle::{await_telemetry, check_name_free, launch, on_peer_down, preview, preview_fetches, LaunchError};
+pub use lifecycle::{check_name_free, launch, on_peer_down, preview, preview_fetches, LaunchError};
 pub use messages::on_message;
 pub use service::Instances;
 pub use share::ShareNeed;
+pub use telemetry_wait::await_telemetry;
 
 use crate::node::NodeId;
 use crate::worker::supervisor::WorkerHandle;

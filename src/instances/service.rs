@@ -23,6 +23,8 @@ pub struct Instances {
     counters: Mutex<CounterWindow>,
     /// The rates sampled last (every second).
     latest_rates: Mutex<ClusterRates>,
+    /// Nodes a launch waited for to report their telemetry.
+    telemetry_waits: Mutex<super::telemetry_wait::TelemetryWaits>,
 }
 
 impl Instances {
@@ -34,6 +36,7 @@ impl Instances {
             finished: Mutex::default(),
             counters: Mutex::default(),
             latest_rates: Mutex::default(),
+            telemetry_waits: Mutex::default(),
         });
         let weak: Weak<Instances> = Arc::downgrade(&instances);
         instances.agent.attach(weak.clone());
@@ -43,6 +46,11 @@ impl Instances {
 
     pub fn registry(&self) -> MutexGuard<'_, Registry> {
         self.registry.locked()
+    }
+
+    /// The nodes launches waited for to report their telemetry.
+    pub(super) fn telemetry_waits(&self) -> MutexGuard<'_, super::telemetry_wait::TelemetryWaits> {
+        self.telemetry_waits.locked()
     }
 
     /// Records a request finished through this node's API (its rates go to the event stream).

@@ -2,7 +2,6 @@
 //! command gives a node whose chat answers. Nothing is launched when the cluster already serves a model
 //! of that name (a restarted node of a running cluster finds it there).
 
-use crate::cluster::Agent;
 use crate::instances::{self, Instances};
 use crate::records::LaunchRequest;
 use std::path::PathBuf;
@@ -14,10 +13,10 @@ use std::time::Duration;
 const SETTLE: Duration = Duration::from_secs(3);
 
 /// Launches `model` on the cluster in the background once this node can place it.
-pub fn spawn(agent: Agent, instances: Arc<Instances>, model: PathBuf) {
+pub fn spawn(instances: Arc<Instances>, model: PathBuf) {
     tokio::spawn(async move {
         let started = tokio::time::Instant::now();
-        instances::await_telemetry(&agent).await;
+        instances::await_telemetry(&instances).await;
         // Members send their running instances on connecting: give them a moment to arrive.
         tokio::time::sleep_until(started + SETTLE).await;
         let name = model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();

@@ -120,7 +120,7 @@ impl NodeOptions {
         let (agent, instances) = cluster::agent::start(config, self.join, Instances::start).await?;
         let api_addr = api::serve(instances.clone(), api).await?;
         if let Some(model) = self.run {
-            super::launch_at_start::spawn(agent.clone(), instances.clone(), model);
+            super::launch_at_start::spawn(instances.clone(), model);
         }
         data_lock.describe(&format!("process {}, API {api_addr}", std::process::id()));
         Ok(StartedNode { agent, instances, api_addr, data_lock, quit })
