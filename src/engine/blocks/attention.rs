@@ -121,7 +121,7 @@ pub(in crate::engine) struct CachedKeys {
 /// Attention of the step's queries `q` ([key_head, heads, tokens], this step's keys and values already
 /// stored) over the cache: each segment's rows over its own sequence's cached positions, through its
 /// part of the mask, with the sinks when the layer has them; a run of decoding sequences in one flash
-/// attention (see [`GraphShape::attention_runs`]). Returns [value_head, heads, tokens].
+/// attention (see [`super::GraphShape::attention_runs`]). Returns [value_head, heads, tokens].
 pub(in crate::engine) fn attend<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
