@@ -211,29 +211,22 @@ impl KvCache {
         };
         let row = self.rows[layer];
         let sequences = seqs.len() as i64;
-        // One sequence's rows, one `stride` after another's; `width` values per head.
-        let of = |cache: Tensor<'g>, width: usize, row_width: usize| {
+        // `width` values of each head, heads `head_width` apart in rows of `row_width`; one sequence's rows
+        // `held` rows after the one before's.
+        let of = |cache: Tensor<'g>, width: usize, head_width: usize, row_width: usize| {
             let row_bytes = row_width * 2;
             g.view(
                 cache,
-                &[width as i64, (row_width / width) as i64, attended as i64, sequences],
-                &[width * 2, row_bytes, held * row_bytes],
+                &[width as i64, (row_width / head_width) as i64, attended as i64, sequences],
+                &[head_width * 2, row_bytes, held * row_bytes],
                 seqs.start * held * row_bytes,
             )
         };
         let k_cache = g.stored(&self.keys[layer]);
-        let k = of(k_cache, key_head, row.key_width);
+        let k = of(k_cache, key_head, key_head, row.key_width);
         let v = match &self.values[layer] {
-            Some(v_cache) => of(g.stored(v_cache), value_head, row.value_width),
-            None => {
-                let key_row_bytes = row.key_width * 2;
-                g.view(
-                    k_cache,
-                    &[value_head as i64, (row.key_width / key_head) as i64, attended as i64, sequences],
-                    &[key_head * 2, key_row_bytes, held * key_row_bytes],
-                    seqs.start * held * key_row_bytes,
-                )
-            }
+            Some(v_cache) => of(g.stored(v_cache), value_head, value_head, row.value_width),
+            None => of(k_cache, value_head, key_head, row.key_width),
         };
         (k, v)
     }
