@@ -8,20 +8,43 @@
 mod common;
 
 use common::oracle;
+use shoal::engine::StageOptions;
 use shoal::model::{ChatMessage, Model};
 use std::path::PathBuf;
 
-/// The recording for this CPU's kernels, and whether it was made with them.
-fn recorded() -> (Vec<oracle::Recorded>, bool) {
-    let (file, same_kernels) = if oracle::runs_avx512fp16_kernels() {
-        ("gemma-3-270m-avx512fp16.jsonl".to_string(), true)
-    } else if let Some(suffix) = oracle::same_kernels_suffix() {
-        (format!("gemma-3-270m{suffix}.jsonl"), true)
+/// A recording of llama.cpp and the stage options that compute as it did.
+struct Recording {
+    file: &'static str,
+    cases: Vec<oracle::Recorded>,
+    /// Whether it was made with this build's kernels (then logits are held tightly, greedy tokens exactly).
+    same_kernels: bool,
+    options: StageOptions,
+}
+
+/// The recordings for this CPU's kernels. Release builds on x86_64 have two: llama.cpp as it runs by
+/// default (Q4_K matrices repacked, as shoal does by default) and with its weights as the file lays them
+/// out (`SHOAL_ORACLE_NO_REPACK=1`, as `--no-repack` runs shoal). The native recordings are of the latter.
+fn recordings() -> Vec<Recording> {
+    let files: Vec<(&str, bool, StageOptions)> = if oracle::runs_the_x86_64_v3_kernels() {
+        vec![
+            ("gemma-3-270m-x86-64-v3.jsonl", true, oracle::options()),
+            ("gemma-3-270m-x86-64-v3-as-in-file.jsonl", true, oracle::options_as_in_file()),
+        ]
+    } else if oracle::runs_avx512fp16_kernels() {
+        vec![("gemma-3-270m-avx512fp16.jsonl", true, oracle::options_as_in_file())]
     } else {
-        ("gemma-3-270m.jsonl".to_string(), false)
+        vec![("gemma-3-270m.jsonl", oracle::runs_the_recording_kernels(), oracle::options_as_in_file())]
     };
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/oracle/gemma3").join(file);
-    (oracle::read(&path), same_kernels)
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/oracle/gemma3");
+    files
+        .into_iter()
+        .map(|(file, same_kernels, options)| Recording {
+            file,
+            cases: oracle::read(&dir.join(file)),
+            same_kernels,
+            options,
+        })
+        .collect()
 }
 
 #[test]
@@ -31,22 +54,25 @@ fn gemma3_tokenizer_and_logits_are_llama_cpp() {
     let window = model.config().sliding_window.as_ref().unwrap();
     assert_eq!(window.size, 512);
     assert_eq!(window.layers.iter().filter(|&&sliding| !sliding).count(), 3, "layers 5, 11 and 17 are global");
-    let (cases, same_kernels) = recorded();
-    oracle::check_logits_recorded_here(&model, "gemma 3 270M", &cases, same_kernels);
+    for r in recordings() {
+        oracle::check_logits_recorded_here(&model, r.file, &r.cases, r.same_kernels, &r.options);
+    }
 }
 
 #[test]
 fn gemma3_greedy_tokens_are_llama_cpp_and_equal_split_or_not() {
     let model = Model::open(&common::gemma3_path()).unwrap();
-    let (cases, same_kernels) = recorded();
-    for case in cases.iter().take(3) {
-        let whole = oracle::greedy(&model, &[], &case.prompt_ids, case.greedy.len());
-        if same_kernels {
-            assert_eq!(whole, case.greedy, "greedy tokens of {:?}", case.prompt);
-        }
-        // Around a global layer (5), and three ways.
-        for splits in [&[6][..], &[5, 12]] {
-            assert_eq!(oracle::greedy(&model, splits, &case.prompt_ids, 12), whole[..12], "splits {splits:?}");
+    for r in recordings() {
+        for case in r.cases.iter().take(3) {
+            let whole = oracle::greedy_with(&model, &[], &r.options, &case.prompt_ids, case.greedy.len());
+            if r.same_kernels {
+                assert_eq!(whole, case.greedy, "{}: greedy tokens of {:?}", r.file, case.prompt);
+            }
+            // Around a global layer (5), and three ways.
+            for splits in [&[6][..], &[5, 12]] {
+                let split = oracle::greedy_with(&model, splits, &r.options, &case.prompt_ids, 12);
+                assert_eq!(split, whole[..12], "{}: splits {splits:?}", r.file);
+            }
         }
     }
 }

@@ -1,30 +1,15 @@
 //! A stage maps only its own tensors, and only those pages of the model file become resident in it.
-//! (Its own test binary: the resident-memory check reads this process's mappings of the model file.)
+//! Weights copied into the repacked layout leave the file's pages. (Its own test binary: the resident-memory
+//! checks read this process's mappings of the model files.)
 
 mod common;
 
 use shoal::engine::{Stage, StageInput, StageOptions};
+use shoal::ggml::WeightPlacement;
 use shoal::model::Model;
 
 fn layer_of(name: &str) -> Option<usize> {
     name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
-}
-
-/// Resident bytes of this process's mappings of `path` (from /proc/self/smaps).
-fn resident_bytes_of(path: &std::path::Path) -> u64 {
-    let path = path.canonicalize().unwrap();
-    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let mut in_mapping = false;
-    let mut total = 0;
-    for line in smaps.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() >= 6 && fields[0].contains('-') {
-            in_mapping = std::path::Path::new(fields[5]) == path;
-        } else if in_mapping && fields.first() == Some(&"Rss:") {
-            total += fields[1].parse::<u64>().unwrap() * 1024;
-        }
-    }
-    total
 }
 
 #[test]
@@ -59,7 +44,7 @@ fn a_middle_stage_maps_and_touches_only_its_layers() {
     // The kernel maps file pages in folios and around each fault, so residency is coarser than the
     // tensors (on this machine a stage's 22 MB showed as 35 MB resident); the bound is what matters:
     // a stage with a third of the layers must not pull in most of the file.
-    let resident = resident_bytes_of(&path);
+    let resident = common::resident_bytes_of(&path);
     let file = model.file().file_bytes();
     eprintln!("stage bytes {expected}, header {header_bytes}, resident {resident}, file {file}");
     assert!(resident >= expected, "a forward pass reads all of the stage's {expected} bytes; only {resident} resident");
@@ -83,16 +68,48 @@ fn prefault_touches_only_the_stage_tensors() {
     let end = tensors.iter().map(|t| t.offset + t.bytes).max().unwrap() as usize;
     let own = stage.weights().mapped_bytes();
     assert!((end - start) as u64 > 4 * own, "the stage's tensors span {} bytes for {own} of its own", end - start);
-    let before = resident_bytes_of(&path);
+    let before = common::resident_bytes_of(&path);
     let mut reports = Vec::new();
     stage.weights().prefault(|p| reports.push(p));
     assert_eq!(reports.last(), Some(&1.0));
-    let prefaulted = resident_bytes_of(&path) - before;
+    let prefaulted = common::resident_bytes_of(&path) - before;
     let mapping = model.file().mapping();
     let sum = (start..end).step_by(4096).fold(0u8, |sum, at| sum.wrapping_add(mapping[at]));
     std::hint::black_box(sum);
-    let spanned = resident_bytes_of(&path) - before;
+    let spanned = common::resident_bytes_of(&path) - before;
     eprintln!("stage bytes {own}, span {}, resident: prefault {prefaulted}, whole span {spanned}", end - start);
     assert!(prefaulted >= own, "prefault must read all {own} bytes of the stage; {prefaulted} became resident");
     assert!(prefaulted < spanned / 2, "prefault read the bytes between the stage's tensors");
+}
+
+/// A resident stage's repacked matrices (Gemma 3's Q4_K ones: src/ggml/repack.rs) are read once, into
+/// their copy, and leave the process's mapping of the file: it holds fewer of the file's pages than the
+/// same stage on the file's layout, by most of the repacked bytes. The two stages run one after the other,
+/// each with a mapping of its own.
+#[test]
+fn repacked_weights_leave_the_files_pages() {
+    if !cfg!(all(target_arch = "x86_64", target_feature = "avx2")) {
+        common::cannot_run("Gemma 3's Q4_K matrices are repacked on x86_64 with AVX2 (other CPUs: other types)");
+        return;
+    }
+    let path = common::gemma3_path();
+    let mut resident = Vec::new();
+    let mut repacked_bytes = 0;
+    for weights in [WeightPlacement::Automatic, WeightPlacement::AsInFile] {
+        let model = Model::open(&path).unwrap();
+        let options = StageOptions { context: 256, threads: 2, weights, ..StageOptions::default() };
+        let mut reports = Vec::new();
+        let stage = Stage::load_resident(&model, 0..18, options, None, |p| reports.push(p)).unwrap();
+        assert!(reports.windows(2).all(|w| w[0] <= w[1]), "progress went back: {reports:?}");
+        assert_eq!(reports.last(), Some(&1.0));
+        repacked_bytes += stage.repacked_bytes();
+        resident.push(common::resident_bytes_of(&path));
+    }
+    let [repacked, as_in_file] = resident[..] else { unreachable!() };
+    eprintln!("resident: {repacked} repacked, {as_in_file} as in the file; {repacked_bytes} bytes repacked");
+    assert!(repacked_bytes > 0);
+    assert!(
+        repacked + repacked_bytes / 2 <= as_in_file,
+        "the repacked stage holds {repacked} bytes of the file, the other {as_in_file}, {repacked_bytes} repacked"
+    );
 }

@@ -79,7 +79,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         report.stages,
         report.threads
     );
-    println!("device     {} (weights {})", report.devices.join(", "), report.weights);
+    let repacked = match report.repacked_bytes {
+        0 => String::new(),
+        bytes => format!(", {:.1} MiB of them repacked", mib(bytes)),
+    };
+    println!("device     {} (weights {}{repacked})", report.devices.join(", "), report.weights);
     println!("built for  target-cpu {}", report.built_for_cpu);
     println!(
         "pp{:<8} {:>8.1} tok/s  (median of {})",

@@ -1,6 +1,6 @@
 //! `shoal devices`: the devices this build of shoal can compute on (the CPU; a GPU where ggml was built
 //! with one), their memory, and which one a stage takes by default; and the `--device` and
-//! `--copy-weights` flags of the commands that run a model here.
+//! `--copy-weights` and `--no-repack` flags of the commands that run a model here.
 
 use shoal::engine::StageOptions;
 use shoal::ggml::{Device, WeightPlacement};
@@ -23,6 +23,11 @@ pub struct DeviceArgs {
     /// discrete GPU needs; on the CPU, a way to test that path).
     #[arg(long)]
     copy_weights: bool,
+    /// On the CPU, compute on the weights exactly as the file lays them out: no copy into ggml's
+    /// interleaved layout, whose kernels multiply Q4_0, Q4_K, IQ4_NL and MXFP4 (on ARM also Q5_K, Q6_K
+    /// and Q8_0) matrices faster. Loads faster, computes slower.
+    #[arg(long, conflicts_with = "copy_weights")]
+    no_repack: bool,
 }
 
 impl DeviceArgs {
@@ -31,7 +36,11 @@ impl DeviceArgs {
         if let Some(name) = &self.device {
             Device::named(name).map_err(anyhow::Error::msg)?;
         }
-        let weights = if self.copy_weights { WeightPlacement::Copied } else { WeightPlacement::Automatic };
+        let weights = match (self.copy_weights, self.no_repack) {
+            (true, _) => WeightPlacement::Copied,
+            (false, true) => WeightPlacement::AsInFile,
+            (false, false) => WeightPlacement::Automatic,
+        };
         Ok(StageOptions { device: self.device.clone(), weights, ..options })
     }
 }

@@ -40,6 +40,8 @@ pub struct BenchReport {
     pub devices: Vec<String>,
     /// `mapped` (computed on the mapped file) or `copied` (into the device's memory).
     pub weights: &'static str,
+    /// Bytes of weights copied into the CPU's repacked layout at load (ggml's interleaved kernels).
+    pub repacked_bytes: u64,
     /// The CPU this binary was compiled for (`x86-64-v3` for release builds, `native` for a benchmark
     /// build): ggml's CPU kernels use that CPU's instructions and no newer ones.
     pub built_for_cpu: &'static str,
@@ -54,7 +56,8 @@ pub struct BenchReport {
     pub decode_samples: Vec<f64>,
     /// With several sequences: their decode rates, batched.
     pub batched: Option<BatchedDecode>,
-    /// Opening the file and setting up the stages (weights are mapped, so pages load on first use).
+    /// Opening the file and setting up the stages (mapped weights load on first use; repacked ones are
+    /// read and copied here).
     pub load_seconds: f64,
     pub peak_resident_bytes: Option<u64>,
 }
@@ -160,6 +163,7 @@ pub fn run(path: &Path, options: &BenchOptions) -> Result<BenchReport, EngineErr
         stages: pipeline.stages().len(),
         devices: pipeline.stages().iter().map(|s| s.device().name()).collect(),
         weights: if pipeline.stages().iter().all(|s| s.weights_mapped()) { "mapped" } else { "copied" },
+        repacked_bytes: pipeline.stages().iter().map(|s| s.repacked_bytes()).sum(),
         built_for_cpu: crate::BUILT_FOR_CPU,
         prompt_tokens: options.prompt_tokens,
         gen_tokens: options.gen_tokens,

@@ -9,7 +9,7 @@ use super::kv_cache::KvCache;
 use super::parallel::Group;
 use super::weights::StageWeights;
 use super::EngineError;
-use crate::ggml::{Backend, Device, DeviceKind, Graph, WeightPlacement};
+use crate::ggml::{Backend, Device, DeviceKind, Graph, Repacking, WeightPlacement};
 use crate::model::{Model, ModelConfig};
 use half::f16;
 use std::ops::Range;
@@ -115,6 +115,8 @@ pub struct Stage {
     /// A tensor-parallel rank's group (then the stage holds its slice of every layer).
     group: Option<Group>,
     compute_bytes: u64,
+    /// Bytes of the weights copied into the CPU's repacked layout at load.
+    repacked_bytes: u64,
     // Buffers reused across steps so a decode step allocates nothing.
     output: Vec<f32>,
     positions: Vec<i32>,
@@ -132,14 +134,33 @@ impl Stage {
     /// Maps the tensors of `layers`, allocates the KV cache and sizes the compute buffer for the largest
     /// step. Fails with a clear error for a bad range or a tensor type the CPU back end cannot compute.
     pub fn load(model: &Model, layers: Range<usize>, options: StageOptions) -> Result<Stage, EngineError> {
-        Self::load_in(model, layers, options, None)
+        Self::load_in(model, layers, options, None, &mut |_| {})
     }
 
     /// Loads one rank of a tensor-parallel group: its slice of every layer (see [`Group`]), with a KV
     /// cache of its own heads. The leader takes steps as any whole stage does, the others run
     /// [`super::parallel::follow`].
     pub fn load_rank(model: &Model, options: StageOptions, group: Group) -> Result<Stage, EngineError> {
-        Self::load_in(model, 0..model.config().layers, options, Some(group))
+        Self::load_in(model, 0..model.config().layers, options, Some(group), &mut |_| {})
+    }
+
+    /// Loads a stage (`layers`), or a rank of `group`, and reads all its weights into memory now, so
+    /// that the first request does not wait on the disk; `progress` receives the fraction of the
+    /// weights' bytes read (0 to 1).
+    pub fn load_resident(
+        model: &Model,
+        layers: Range<usize>,
+        options: StageOptions,
+        group: Option<Group>,
+        mut progress: impl FnMut(f32),
+    ) -> Result<Stage, EngineError> {
+        let stage = Self::load_in(model, layers, options, group, &mut progress)?;
+        // The weights copied at load (repacked, or gathered) were read then; the fractions continue.
+        let total = stage.weights.mapped_bytes().max(1) as f32;
+        let in_place = stage.weights.bytes_in_place() as f32;
+        let read = total - in_place;
+        stage.weights.prefault(|fraction| progress((read + fraction * in_place) / total));
+        Ok(stage)
     }
 
     fn load_in(
@@ -147,6 +168,7 @@ impl Stage {
         layers: Range<usize>,
         options: StageOptions,
         group: Option<Group>,
+        progress: &mut dyn FnMut(f32),
     ) -> Result<Stage, EngineError> {
         let config = model.config().clone();
         if layers.start >= layers.end || layers.end > config.layers {
@@ -184,6 +206,7 @@ impl Stage {
             graph: None,
             group,
             compute_bytes: 0,
+            repacked_bytes: 0,
             output: Vec::new(),
             positions: Vec::new(),
             rows: Vec::new(),
@@ -194,6 +217,11 @@ impl Stage {
             output_rows: Vec::new(),
             gathered: Vec::new(),
         };
+        if let Some(repacking) =
+            Repacking::for_device(device).filter(|_| stage.options.weights == WeightPlacement::Automatic)
+        {
+            stage.repack_weights(&repacking, progress)?;
+        }
         let mut compute_bytes = 0;
         let mut nodes = 0;
         for worst in stage.worst_shapes() {
@@ -213,12 +241,29 @@ impl Stage {
             layers = ?stage.layers,
             device = %device.name(),
             weights = stage.weights.mapped_bytes(),
+            repacked = stage.repacked_bytes,
             kv_cache = stage.cache.bytes(),
             compute = stage.compute_bytes,
             nodes,
             "stage loaded"
         );
         Ok(stage)
+    }
+
+    /// Moves the weights that the stage's graphs only ever multiply activations by, in a type the CPU
+    /// has interleaved kernels for, into that layout (see [`Repacking`]). `progress` receives the
+    /// fraction of all the stage's weight bytes copied.
+    fn repack_weights(&mut self, repacking: &Repacking, progress: &mut dyn FnMut(f32)) -> Result<(), EngineError> {
+        let graphs: Vec<Graph> = self.worst_shapes().iter().map(|shape| self.build(shape)).collect();
+        let candidates = self.weights.mapped_tensors();
+        let tensors: Vec<_> = candidates.iter().map(|(_, t)| t.clone()).collect();
+        let eligible = repacking.eligible(&graphs.iter().collect::<Vec<_>>(), &tensors);
+        drop(graphs);
+        let moving: Vec<_> = candidates.into_iter().zip(eligible).filter_map(|(c, ok)| ok.then_some(c)).collect();
+        let total = self.weights.mapped_bytes().max(1) as f32;
+        self.weights.repack(repacking, &moving, |copied| progress(copied as f32 / total))?;
+        self.repacked_bytes = moving.iter().map(|(_, t)| t.bytes() as u64).sum();
+        Ok(())
     }
 
     /// The largest steps the stage may run, for sizing its compute buffer: a whole batch of one
@@ -274,9 +319,15 @@ impl Stage {
         self.backend.device()
     }
 
-    /// Whether the stage computes on the mapped model file (else on its own copy of the weights).
+    /// Whether the stage computes on the mapped model file (else on its own copy of the weights), all
+    /// but the [`Stage::repacked_bytes`].
     pub fn weights_mapped(&self) -> bool {
-        self.options.weights == WeightPlacement::Automatic && self.device().maps_host_memory()
+        self.options.weights != WeightPlacement::Copied && self.device().maps_host_memory()
+    }
+
+    /// Bytes of weights the stage copied into the CPU's repacked layout at load (see [`Repacking`]).
+    pub fn repacked_bytes(&self) -> u64 {
+        self.repacked_bytes
     }
 
     pub fn options(&self) -> &StageOptions {

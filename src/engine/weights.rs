@@ -2,7 +2,7 @@
 //! it is the first or last stage. Nothing else of the file is bound, so nothing else becomes resident.
 
 use super::EngineError;
-use crate::ggml::{Device, GatheredTensor, MappedTensor, SetTensorRef, TensorSet, WeightPlacement};
+use crate::ggml::{Device, GatheredTensor, MappedTensor, Repacking, SetTensorRef, TensorSet, WeightPlacement};
 use crate::model::layout::{self, ExpectedTensor, OUTPUT, OUTPUT_NORM, ROPE_FREQS, TOKEN_EMBEDDING};
 use crate::model::{Model, ModelError, SliceSource, TensorSlice};
 use std::ops::Range;
@@ -90,7 +90,7 @@ impl StageWeights {
         };
         let mut declared: Vec<ExpectedTensor> = layers.clone().flat_map(|l| layout::layer_tensors(config, l)).collect();
         declared.extend(layout::global_tensors(config));
-        let in_place = placement == WeightPlacement::Automatic && device.maps_host_memory();
+        let in_place = placement != WeightPlacement::Copied && device.maps_host_memory();
         let tied = model.layout().tied_output;
         // (name, part index, info, its share) of every tensor the rank binds.
         let mut shares = Vec::new();
@@ -197,20 +197,63 @@ impl StageWeights {
         })
     }
 
-    /// Exact bytes of the tensors this stage mapped.
+    /// Every tensor this stage reads from a mapped file in place, by name.
+    pub fn mapped_tensors(&self) -> Vec<(String, SetTensorRef)> {
+        let mapped = self.sets.iter().filter(|s| s.is_mapped());
+        mapped.flat_map(|s| s.tensors().map(|(name, t)| (name.to_string(), t))).collect()
+    }
+
+    /// Copies `weights` (some of [`StageWeights::mapped_tensors`], each one [`Repacking::eligible`]
+    /// found) into `repacking`'s layout, binds the layers and head to the copies, and releases the
+    /// originals' pages of the mapping. `progress` receives the bytes copied so far.
+    pub fn repack(
+        &mut self,
+        repacking: &Repacking,
+        weights: &[(String, SetTensorRef)],
+        progress: impl FnMut(u64),
+    ) -> Result<(), EngineError> {
+        if weights.is_empty() {
+            return Ok(());
+        }
+        let named: Vec<(&str, SetTensorRef)> = weights.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+        let copies = TensorSet::repacked(repacking, &named, progress).map_err(EngineError::OutOfMemory)?;
+        let rebind = |slot: &mut SetTensorRef| {
+            if let Some((name, _)) = weights.iter().find(|(_, original)| original.is(slot)) {
+                *slot = copies.get(name).expect("every weight was copied");
+            }
+        };
+        let globals = [&mut self.embedding, &mut self.output_norm, &mut self.output, &mut self.rope_factors];
+        globals.into_iter().flatten().for_each(rebind);
+        self.layers.iter_mut().flat_map(|l| l.tensors.iter_mut()).for_each(|(_, t)| rebind(t));
+        for set in &mut self.sets {
+            weights.iter().for_each(|(name, _)| set.release(name));
+        }
+        self.sets.push(copies);
+        Ok(())
+    }
+
+    /// Exact bytes of the tensors this stage binds (mapped, copied or repacked).
     pub fn mapped_bytes(&self) -> u64 {
         self.sets.iter().map(TensorSet::data_bytes).sum()
     }
 
-    /// Reads the stage's weights from disk into the page cache now, reporting progress (0..=1).
+    /// Bytes of the weights the stage computes on in place in a mapped file: what [`StageWeights::prefault`]
+    /// reads (the rest was read into copies at load).
+    pub fn bytes_in_place(&self) -> u64 {
+        self.sets.iter().filter(|s| s.is_mapped()).map(TensorSet::data_bytes).sum()
+    }
+
+    /// Reads the weights the stage computes on in place from disk into the page cache now, reporting
+    /// progress (0..=1, over [`StageWeights::bytes_in_place`]; 1 at the end, also when there are none).
     pub fn prefault(&self, mut progress: impl FnMut(f32)) {
-        let total = self.mapped_bytes().max(1) as f32;
+        let total = self.bytes_in_place().max(1) as f32;
         let mut done = 0u64;
-        for set in &self.sets {
+        for set in self.sets.iter().filter(|s| s.is_mapped()) {
             let bytes = set.data_bytes();
             set.prefault(|fraction| progress((done as f32 + fraction * bytes as f32) / total));
             done += bytes;
         }
+        progress(1.0);
     }
 
     /// Names of the tensors this stage mapped.

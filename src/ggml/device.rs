@@ -150,9 +150,14 @@ impl Device {
 /// Where a stage's weights live on its device.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WeightPlacement {
-    /// In place in the mapped file when the device can compute on host memory, else copied.
+    /// In place in the mapped file when the device can compute on host memory, else copied. On the CPU,
+    /// the quantized matrices ggml has interleaved kernels for are copied once into that layout
+    /// ([`super::Repacking`]), their pages of the mapping released.
     #[default]
     Automatic,
+    /// In place in the mapped file when the device can compute on host memory, exactly as the file lays
+    /// it out (no repacked copies on the CPU), else copied.
+    AsInFile,
     /// Copied once into the device's own buffer, as a discrete GPU needs (on the CPU: a test of that path).
     Copied,
 }

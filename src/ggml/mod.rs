@@ -7,6 +7,8 @@
 //!   (a KV cache). A set keeps its buffer, and the file mapping, alive.
 //! - [`GraphBuilder`] / [`Graph`]: a compute graph built from ops on [`Tensor`] handles; a graph keeps alive
 //!   every set whose tensors it uses, so it can be cached and re-run without dangling pointers.
+//! - [`Repacking`]: the CPU's interleaved layout for quantized weights, which its kernels multiply
+//!   faster, and which weights of a stage's graphs can move there.
 //! - [`Device`]: the devices ggml offers (the CPU; a GPU where the build has one), their memory and kind.
 //! - [`Collective`]: what a graph's all-reduce hands a tensor to, to sum it over a tensor-parallel group
 //!   (custom ops run on the CPU, with the expert remapping of expert parallelism).
@@ -26,6 +28,7 @@ mod graph;
 mod layout_ops;
 mod log;
 mod model_ops;
+mod repack;
 mod tensor_set;
 mod vocab;
 
@@ -34,6 +37,7 @@ pub use custom_ops::Collective;
 pub use device::{Device, DeviceKind, WeightPlacement};
 pub use dtype::DType;
 pub use graph::{Element, Graph, GraphBuilder, GraphOutput, RopeParams, Tensor};
+pub use repack::Repacking;
 pub use tensor_set::{GatheredTensor, MappedTensor, SetTensor, SetTensorRef, TensorSet};
 pub use vocab::{Vocab, VocabError};
 

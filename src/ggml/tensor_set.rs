@@ -1,7 +1,7 @@
 //! Tensors whose data lives in one buffer on a device: weights mapped from a model file (in place where
 //! the device computes on host memory, else copied into the device's memory), or an allocated KV cache.
 
-use super::{sys, DType, Device, WeightPlacement};
+use super::{sys, DType, Device, Repacking, WeightPlacement};
 use memmap2::Mmap;
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -44,10 +44,6 @@ pub(super) struct SetInner {
     buffer: NonNull<sys::ggml_backend_buffer>,
     /// Keeps the file mapping alive for as long as tensors point into it.
     _mapping: Option<Arc<Mmap>>,
-    /// The byte ranges (start, end in the mapping) of a mapped set's tensors, sorted and merged: what
-    /// the set reads. The buffer spans more (everything between its first and last tensor), but the
-    /// bytes between them belong to other stages and may be holes in a shard's sparse file.
-    tensor_ranges: Vec<(usize, usize)>,
 }
 
 // SAFETY: the context and buffer are plain heap objects with no thread affinity; all mutation goes
@@ -91,6 +87,11 @@ impl SetTensorRef {
         // SAFETY: as above.
         unsafe { sys::ggml_nbytes(self.raw.as_ptr()) }
     }
+
+    /// Whether both handles are the same tensor.
+    pub fn is(&self, other: &SetTensorRef) -> bool {
+        self.raw == other.raw
+    }
 }
 
 /// Tensors with their data in one buffer.
@@ -98,6 +99,10 @@ pub struct TensorSet {
     inner: Arc<SetInner>,
     by_name: HashMap<String, NonNull<sys::ggml_tensor>>,
     data_bytes: u64,
+    /// A mapped set's tensors' byte ranges (start, end in the mapping), by name: what the set reads.
+    /// The buffer spans more (everything between its first and last tensor), but the bytes between them
+    /// belong to other stages and may be holes in a shard's sparse file.
+    file_ranges: HashMap<String, (usize, usize)>,
 }
 
 // SAFETY: see `SetInner`.
@@ -152,20 +157,7 @@ impl TensorSet {
             return Err(format!("ggml could not wrap the mapped file for {}", device.name()));
         };
         // From here on `inner` frees the context and buffer on every exit path.
-        let mut tensor_ranges: Vec<(usize, usize)> = tensors
-            .iter()
-            .zip(&sizes)
-            .map(|(t, &size)| (t.file_offset as usize, (t.file_offset + size) as usize))
-            .collect();
-        tensor_ranges.sort_unstable();
-        tensor_ranges.dedup_by(|next, prev| {
-            let touches = next.0 <= prev.1;
-            if touches {
-                prev.1 = prev.1.max(next.1);
-            }
-            touches
-        });
-        let inner = Arc::new(SetInner { ctx, buffer, _mapping: Some(mapping.clone()), tensor_ranges });
+        let inner = Arc::new(SetInner { ctx, buffer, _mapping: Some(mapping.clone()) });
         unsafe { sys::ggml_backend_buffer_set_usage(buffer.as_ptr(), sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS) };
         for t in tensors {
             let raw = create_tensor(ctx, t.name, t.dtype, t.shape)?;
@@ -183,7 +175,12 @@ impl TensorSet {
             by_name.insert(t.name.to_string(), raw);
         }
         let data_bytes = sizes.iter().sum();
-        Ok(TensorSet { inner, by_name, data_bytes })
+        let file_ranges = tensors
+            .iter()
+            .zip(&sizes)
+            .map(|(t, &size)| (t.name.to_string(), (t.file_offset as usize, (t.file_offset + size) as usize)))
+            .collect();
+        Ok(TensorSet { inner, by_name, data_bytes, file_ranges })
     }
 
     /// Copies `tensors` (of `sizes` bytes) out of `mapping` into a new buffer of `device`'s memory.
@@ -262,6 +259,16 @@ impl TensorSet {
 
     /// Allocates `tensors` in one new buffer of `device`'s memory, left as the allocator gives it.
     fn allocate_uncleared(tensors: &[SetTensor<'_>], device: Device) -> Result<TensorSet, String> {
+        Self::allocate_in(tensors, device.buffer_type(), &device.name())
+    }
+
+    /// Allocates `tensors` in one new buffer of `buffer_type` (of the device named `place`), left as the
+    /// allocator gives it.
+    fn allocate_in(
+        tensors: &[SetTensor<'_>],
+        buffer_type: *mut sys::ggml_backend_buffer_type,
+        place: &str,
+    ) -> Result<TensorSet, String> {
         if tensors.is_empty() {
             return Err("no tensors to allocate".into());
         }
@@ -280,17 +287,93 @@ impl TensorSet {
             by_name.insert(t.name.to_string(), raw);
         }
         // SAFETY: ctx holds only tensors without data; ggml allocates one buffer for all of them.
-        let buffer =
-            NonNull::new(unsafe { sys::ggml_backend_alloc_ctx_tensors_from_buft(ctx.as_ptr(), device.buffer_type()) });
+        let buffer = NonNull::new(unsafe { sys::ggml_backend_alloc_ctx_tensors_from_buft(ctx.as_ptr(), buffer_type) });
         let Some(buffer) = buffer else {
             unsafe { sys::ggml_free(ctx.as_ptr()) };
-            return Err(format!("could not allocate {data_bytes} bytes on {}", device.name()));
+            return Err(format!("could not allocate {data_bytes} bytes on {place}"));
         };
         Ok(TensorSet {
-            inner: Arc::new(SetInner { ctx, buffer, _mapping: None, tensor_ranges: Vec::new() }),
+            inner: Arc::new(SetInner { ctx, buffer, _mapping: None }),
             by_name,
             data_bytes,
+            file_ranges: HashMap::new(),
         })
+    }
+
+    /// Copies `weights` (named, each in a set whose data is in host memory: a mapped file or a CPU
+    /// buffer) into one new buffer of `repacking`'s layout, ggml rearranging them as it copies. Every
+    /// weight must be one [`Repacking::eligible`] found. `progress` receives the bytes copied so far.
+    pub fn repacked(
+        repacking: &Repacking,
+        weights: &[(&str, SetTensorRef)],
+        mut progress: impl FnMut(u64),
+    ) -> Result<TensorSet, String> {
+        let shapes: Vec<Vec<u64>> = weights
+            .iter()
+            .map(|(_, w)| {
+                // SAFETY: the tensor lives as long as its set.
+                let dims = unsafe { sys::ggml_n_dims(w.raw.as_ptr()) } as usize;
+                w.shape()[..dims].iter().map(|&n| n as u64).collect()
+            })
+            .collect();
+        let specs: Vec<SetTensor<'_>> =
+            weights.iter().zip(&shapes).map(|((name, w), shape)| SetTensor { name, dtype: w.dtype(), shape }).collect();
+        // Every byte is written below.
+        let set = Self::allocate_in(&specs, repacking.buffer_type(), "the CPU (repacked)")?;
+        // SAFETY: the buffer was just allocated for these tensors.
+        unsafe {
+            sys::ggml_backend_buffer_set_usage(set.inner.buffer.as_ptr(), sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+        };
+        let mut copied = 0u64;
+        for (name, source) in weights {
+            let raw = set.by_name[*name];
+            // SAFETY: the source is a live tensor of the same type and shape whose data is host memory
+            // (checked); ggml's repacking copy takes the whole tensor at once, as here.
+            unsafe {
+                let from = source.raw.as_ptr();
+                let buffer = (*from).buffer;
+                if buffer.is_null() || !sys::ggml_backend_buffer_is_host(buffer) || (*from).data.is_null() {
+                    return Err(format!("tensor {name} is not in host memory, so it cannot be repacked"));
+                }
+                let bytes = sys::ggml_nbytes(from);
+                sys::ggml_backend_tensor_set(raw.as_ptr(), (*from).data, 0, bytes);
+                copied += bytes as u64;
+            }
+            progress(copied);
+        }
+        Ok(set)
+    }
+
+    /// Whether this set's tensors are mapped from a file (rather than copied or allocated).
+    pub fn is_mapped(&self) -> bool {
+        self.inner._mapping.is_some()
+    }
+
+    /// Every tensor of the set, by name.
+    pub fn tensors(&self) -> impl Iterator<Item = (&str, SetTensorRef)> + '_ {
+        self.by_name.iter().map(|(name, &raw)| (name.as_str(), SetTensorRef { raw, owner: self.inner.clone() }))
+    }
+
+    /// Stops counting and reading the named tensor of a mapped set, which a copy elsewhere replaced:
+    /// it no longer counts in [`TensorSet::data_bytes`], [`TensorSet::prefault`] skips it, and the pages
+    /// that only it covers leave this process's resident memory (the kernel keeps them cached as file
+    /// data, and reads them again should anything still touch them).
+    pub fn release(&mut self, name: &str) {
+        let Some(raw) = self.by_name.remove(name) else { return };
+        // SAFETY: the tensor lives as long as the set.
+        self.data_bytes -= unsafe { sys::ggml_nbytes(raw.as_ptr()) } as u64;
+        let (Some((start, end)), Some(mapping)) = (self.file_ranges.remove(name), &self.inner._mapping) else {
+            return;
+        };
+        const PAGE: usize = 4096;
+        let (first_page, end_page) = (start.div_ceil(PAGE) * PAGE, end / PAGE * PAGE);
+        if end_page > first_page {
+            // SAFETY: dropping a read-only file mapping's pages loses nothing: a later read faults them in
+            // again from the file. The range lies inside the mapping (checked when it was mapped).
+            let _ = unsafe {
+                mapping.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first_page, end_page - first_page)
+            };
+        }
     }
 
     /// A handle to the named tensor.
@@ -309,11 +392,20 @@ impl TensorSet {
     pub fn prefault(&self, mut progress: impl FnMut(f32)) {
         let Some(mapping) = &self.inner._mapping else { return };
         const PAGE: usize = 4096;
-        let total: usize = self.inner.tensor_ranges.iter().map(|(start, end)| end - start).sum();
+        let mut ranges: Vec<(usize, usize)> = self.file_ranges.values().copied().collect();
+        ranges.sort_unstable();
+        ranges.dedup_by(|next, prev| {
+            let touches = next.0 <= prev.1;
+            if touches {
+                prev.1 = prev.1.max(next.1);
+            }
+            touches
+        });
+        let total: usize = ranges.iter().map(|(start, end)| end - start).sum();
         let step = (total / 50).max(PAGE);
         let mut sum = 0u8;
         let (mut done, mut next_report) = (0, 0);
-        for &(start, end) in &self.inner.tensor_ranges {
+        for &(start, end) in &ranges {
             // The first byte of the range, then the first byte of each later page.
             let mut at = start;
             while at < end {

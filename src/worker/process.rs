@@ -100,21 +100,21 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
         device: config.device.name.clone(),
         weights: if config.device.copy_weights { WeightPlacement::Copied } else { WeightPlacement::Automatic },
     };
-    let stage = match &config.tensor {
+    let group = match &config.tensor {
         Some(tensor) => {
             let slices = crate::model::slice::plan(&model, &tensor.shares).map_err(anyhow::Error::msg)?;
-            let group = crate::engine::parallel::Group::unlinked(slices, tensor.rank).map_err(anyhow::Error::msg)?;
-            Stage::load_rank(&model, options, group)?
+            Some(crate::engine::parallel::Group::unlinked(slices, tensor.rank).map_err(anyhow::Error::msg)?)
         }
-        None => Stage::load(&model, config.layers.clone(), options)?,
+        None => None,
     };
+    let layers = if group.is_some() { 0..model.config().layers } else { config.layers.clone() };
     let mut last = 0.0;
-    stage.weights().prefault(|p| {
+    let stage = Stage::load_resident(&model, layers, options, group, |p| {
         if p - last >= 0.05 || p >= 1.0 {
             last = p;
             emit(&WorkerEvent::Loading { progress: p });
         }
-    });
+    })?;
     // The stage that samples constrains structured output with the model's vocabulary (in a
     // tensor-parallel group, the leader).
     let samples = stage.is_last() && config.stage == 0 || stage.is_last() && config.tensor.is_none();

@@ -31,6 +31,24 @@ pub fn gemma3_path() -> PathBuf {
     path
 }
 
+/// Resident bytes of this process's mappings of `path` (from /proc/self/smaps).
+pub fn resident_bytes_of(path: &std::path::Path) -> u64 {
+    let path = path.canonicalize().unwrap();
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut in_mapping = false;
+    let mut total = 0;
+    for line in smaps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // A mapping's header: address range, permissions, offset, device, inode and, for a file, its path.
+        if fields.len() >= 5 && fields[0].contains('-') {
+            in_mapping = fields.get(5).is_some_and(|f| std::path::Path::new(f) == path);
+        } else if in_mapping && fields.first() == Some(&"Rss:") {
+            total += fields[1].parse::<u64>().unwrap() * 1024;
+        }
+    }
+    total
+}
+
 /// A test that cannot run here (no root, no network namespaces): under `SHOAL_REQUIRE_ALL=1` (set by
 /// `scripts/test` in CI) that is a failure naming the reason; elsewhere the test says it skipped, and
 /// the caller returns.

@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 use shoal::engine::{self, GenerateRequest, LocalPipeline, SamplingParams, StageOptions, WireFormat};
+use shoal::ggml::WeightPlacement;
 use shoal::model::Model;
 use std::path::Path;
 
@@ -23,6 +24,13 @@ pub fn read(path: &Path) -> Vec<Recorded> {
 
 pub fn options() -> StageOptions {
     StageOptions { context: 512, threads: 2, ..StageOptions::default() }
+}
+
+/// [`options`] with the weights exactly as the file lays them out: what llama.cpp computes with
+/// `SHOAL_ORACLE_NO_REPACK=1` (by default both move Q4_0, Q4_K, MXFP4, … matrices into the CPU's
+/// repacked layout, whose kernels round differently).
+pub fn options_as_in_file() -> StageOptions {
+    StageOptions { weights: WeightPlacement::AsInFile, ..options() }
 }
 
 /// Logits after each token of `ids`, fed one at a time (as the recording did).
@@ -76,13 +84,20 @@ pub fn runs_avx512fp16_kernels() -> bool {
 /// `file`'s logits at every position of every recorded prompt (fed one token at a time, as recorded)
 /// are llama.cpp's within a small tolerance, and its winner is llama.cpp's wherever that one is clear.
 pub fn check_logits(file: &Model, name: &str, cases: &[Recorded]) {
-    check_logits_recorded_here(file, name, cases, same_kernels_suffix().is_some());
+    check_logits_recorded_here(file, name, cases, same_kernels_suffix().is_some(), &options());
 }
 
-/// [`check_logits`], told whether `cases` were recorded with this CPU's kernels.
-pub fn check_logits_recorded_here(file: &Model, name: &str, cases: &[Recorded], same_kernels: bool) {
+/// [`check_logits`], told whether `cases` were recorded with this CPU's kernels, and run with the
+/// `options` (the weights' layout of the recording: see [`options_as_in_file`]).
+pub fn check_logits_recorded_here(
+    file: &Model,
+    name: &str,
+    cases: &[Recorded],
+    same_kernels: bool,
+    options: &StageOptions,
+) {
     let tokenizer = file.tokenizer().unwrap();
-    let mut pipeline = LocalPipeline::load(file, &[], &options(), WireFormat::F32).unwrap();
+    let mut pipeline = LocalPipeline::load(file, &[], options, WireFormat::F32).unwrap();
     // Other kernels than the recording machine's (AVX2 without AVX-512) round dot products differently,
     // and the differences add up over the layers: on one such EPYC a random gpt-oss logit of 30.10 came
     // out 30.06 (MXFP4 experts), and a Gemma 3 270M logit of -25.73 came out -26.62 (Q4_K). The tight check runs
@@ -112,7 +127,12 @@ pub fn check_logits_recorded_here(file: &Model, name: &str, cases: &[Recorded], 
 }
 
 pub fn greedy(file: &Model, splits: &[usize], prompt: &[u32], n: usize) -> Vec<u32> {
-    let mut pipeline = LocalPipeline::load(file, splits, &options(), WireFormat::F32).unwrap();
+    greedy_with(file, splits, &options(), prompt, n)
+}
+
+/// [`greedy`] with these stage options.
+pub fn greedy_with(file: &Model, splits: &[usize], options: &StageOptions, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut pipeline = LocalPipeline::load(file, splits, options, WireFormat::F32).unwrap();
     greedy_on(&mut pipeline, file, prompt, n)
 }
 
