@@ -36,11 +36,7 @@ impl DeviceArgs {
         if let Some(name) = &self.device {
             Device::named(name).map_err(anyhow::Error::msg)?;
         }
-        let weights = match (self.copy_weights, self.no_repack) {
-            (true, _) => WeightPlacement::Copied,
-            (false, true) => WeightPlacement::AsInFile,
-            (false, false) => WeightPlacement::Automatic,
-        };
+        let weights = WeightPlacement::chosen(self.copy_weights, self.no_repack);
         Ok(StageOptions { device: self.device.clone(), weights, ..options })
     }
 }

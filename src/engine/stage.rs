@@ -252,7 +252,8 @@ impl Stage {
 
     /// Moves the weights that the stage's graphs only ever multiply activations by, in a type the CPU
     /// has interleaved kernels for, into that layout (see [`Repacking`]). `progress` receives the
-    /// fraction of all the stage's weight bytes copied.
+    /// fraction of all the stage's weight bytes copied. How an architecture uses a weight does not depend
+    /// on a step's shape, so the worst shapes' graphs show every use any step makes of it.
     fn repack_weights(&mut self, repacking: &Repacking, progress: &mut dyn FnMut(f32)) -> Result<(), EngineError> {
         let graphs: Vec<Graph> = self.worst_shapes().iter().map(|shape| self.build(shape)).collect();
         let candidates = self.weights.mapped_tensors();

@@ -162,6 +162,17 @@ pub enum WeightPlacement {
     Copied,
 }
 
+impl WeightPlacement {
+    /// The placement the `--copy-weights` and `--no-repack` flags choose (the first wins).
+    pub fn chosen(copy_weights: bool, no_repack: bool) -> WeightPlacement {
+        match (copy_weights, no_repack) {
+            (true, _) => WeightPlacement::Copied,
+            (false, true) => WeightPlacement::AsInFile,
+            (false, false) => WeightPlacement::Automatic,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -57,6 +57,11 @@ pub struct NodeOptions {
     /// discrete GPU needs; on the CPU, a way to test that path).
     #[arg(long)]
     pub copy_weights: bool,
+    /// On the CPU, compute on the weights exactly as the file lays them out: no copy into ggml's
+    /// interleaved layout, whose kernels multiply Q4_0, Q4_K, IQ4_NL and MXFP4 (on ARM also Q5_K, Q6_K
+    /// and Q8_0) matrices faster. Loads faster, computes slower.
+    #[arg(long, conflicts_with = "copy_weights")]
+    pub no_repack: bool,
     /// Launch this model (a GGUF file) as soon as the node can place it, unless the cluster already
     /// serves a model of that name.
     #[arg(long = "run", value_name = "MODEL.gguf", env = "SHOAL_RUN")]
@@ -115,7 +120,10 @@ impl NodeOptions {
             mdns: !self.no_mdns,
             memory_limit: self.memory_limit,
             forget_down_after: std::time::Duration::from_secs(self.forget_down_after),
-            device: crate::worker::StageDevice { name: self.device, copy_weights: self.copy_weights },
+            device: crate::worker::StageDevice {
+                name: self.device,
+                weights: crate::ggml::WeightPlacement::chosen(self.copy_weights, self.no_repack),
+            },
         };
         let (agent, instances) = cluster::agent::start(config, self.join, Instances::start).await?;
         let api_addr = api::serve(instances.clone(), api).await?;

@@ -35,6 +35,9 @@ pub struct WorkerArgs {
     /// Copy the weights into the device's memory even where it could use the mapped file.
     #[arg(long)]
     pub copy_weights: bool,
+    /// On the CPU, compute on the weights as the file lays them out (no repacked copies).
+    #[arg(long, conflicts_with = "copy_weights")]
+    pub no_repack: bool,
     /// This worker's rank in a tensor-parallel group (with --tensor-shares).
     #[arg(long, requires = "tensor_shares")]
     pub tensor_rank: Option<usize>,
@@ -52,6 +55,14 @@ fn parse_range(s: &str) -> Result<Range<usize>, String> {
     Ok(a..b + 1)
 }
 
+/// The device and weight placement the arguments name (the inverse of [`StageDevice::args`]).
+fn stage_device(args: &WorkerArgs) -> StageDevice {
+    StageDevice {
+        name: args.device.clone(),
+        weights: crate::ggml::WeightPlacement::chosen(args.copy_weights, args.no_repack),
+    }
+}
+
 pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
     let secret = std::env::var(SECRET_ENV)
         .ok()
@@ -61,6 +72,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
             anyhow::anyhow!("shoal worker is started by `shoal node`, which passes it the cluster secret")
         })?;
     let front_token = std::env::var(FRONT_TOKEN_ENV).unwrap_or_default();
+    let device = stage_device(&args);
     let config = WorkerConfig {
         model: args.model,
         layers: args.layers,
@@ -71,8 +83,37 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
         batch: args.batch,
         threads: args.threads,
         listen: args.listen,
-        device: StageDevice { name: args.device, copy_weights: args.copy_weights },
+        device,
         tensor: args.tensor_rank.map(|rank| TensorRank { rank, shares: args.tensor_shares }),
     };
     process::run(config, secret, front_token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ggml::WeightPlacement;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        worker: WorkerArgs,
+    }
+
+    #[test]
+    fn a_stage_device_survives_its_worker_arguments() {
+        for weights in [WeightPlacement::Automatic, WeightPlacement::Copied, WeightPlacement::AsInFile] {
+            for name in [None, Some("Vulkan0".to_string())] {
+                let device = StageDevice { name, weights };
+                let mut line: Vec<String> =
+                    ["shoal", "--model", "m.gguf", "--layers", "0-3", "--stage", "0", "--stages", "1"]
+                        .map(String::from)
+                        .into();
+                line.extend(device.args());
+                let parsed = Command::try_parse_from(&line).unwrap();
+                assert_eq!(stage_device(&parsed.worker), device, "{line:?}");
+            }
+        }
+    }
 }

@@ -48,12 +48,12 @@ pub struct WorkerConfig {
     pub tensor: Option<TensorRank>,
 }
 
-/// The device a node's stages compute on (`shoal node --device`), and whether they copy the weights to
-/// it (`--copy-weights`).
+/// The device a node's stages compute on (`shoal node --device`), and where their weights live on it
+/// (`--copy-weights`, `--no-repack`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StageDevice {
     pub name: Option<String>,
-    pub copy_weights: bool,
+    pub weights: WeightPlacement,
 }
 
 impl StageDevice {
@@ -66,8 +66,10 @@ impl StageDevice {
     /// The worker arguments that pass this choice on.
     pub fn args(&self) -> Vec<String> {
         let mut args: Vec<String> = self.name.iter().flat_map(|n| ["--device".to_string(), n.clone()]).collect();
-        if self.copy_weights {
-            args.push("--copy-weights".into());
+        match self.weights {
+            WeightPlacement::Automatic => {}
+            WeightPlacement::Copied => args.push("--copy-weights".into()),
+            WeightPlacement::AsInFile => args.push("--no-repack".into()),
         }
         args
     }
@@ -98,7 +100,7 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
         threads: config.threads,
         batch: config.batch,
         device: config.device.name.clone(),
-        weights: if config.device.copy_weights { WeightPlacement::Copied } else { WeightPlacement::Automatic },
+        weights: config.device.weights,
     };
     let group = match &config.tensor {
         Some(tensor) => {
