@@ -98,24 +98,36 @@ impl Repacking {
 
     /// Whether the repacked kernels would compute `node` were its matrix (source 0) repacked: a product
     /// of a 2-D matrix or a 3-D stack of experts by F32 activations, in a type and shape this CPU has a
-    /// kernel for. Asked of ggml with a copy of the node whose matrix lies in the probe buffer.
+    /// kernel for.
     ///
     /// The repacked `mul_mat_id` keeps one row per token for each expert, so a token may name an expert
     /// only once: true of a router's top-k, not of expert parallelism's remapped ids (a custom op, which
     /// sends a slot held elsewhere to an expert the token already uses), whose experts stay unpacked.
     fn takes(&self, node: *mut sys::ggml_tensor) -> bool {
-        // SAFETY: `node` is a live node; its sources are live tensors. The probe context holds only
-        // descriptions (no data) and is freed below.
+        // SAFETY: `node` is a live node; its sources are live tensors.
         unsafe {
-            let op = (*node).op;
-            let matrix = (*node).src[0];
-            let activations = (*node).src[1];
+            let (op, matrix, activations) = ((*node).op, (*node).src[0], (*node).src[1]);
             let dims = sys::ggml_n_dims(matrix);
             let shaped = (op == sys::GGML_OP_MUL_MAT && dims == 2) || (op == sys::GGML_OP_MUL_MAT_ID && dims == 3);
             if !shaped || activations.is_null() || (*activations).type_ != sys::GGML_TYPE_F32 {
                 return false;
             }
             if op == sys::GGML_OP_MUL_MAT_ID && computed_by_custom_op((*node).src[2]) {
+                return false;
+            }
+            self.has_kernel_for(matrix)
+        }
+    }
+
+    /// Whether this CPU has a repacked kernel for `matrix`'s type and shape: a 2-D one as a `mul_mat`'s,
+    /// a 3-D one as a `mul_mat_id`'s (what [`TensorSet::repacked`](super::TensorSet::repacked) can copy).
+    /// Asked of ggml with a product whose matrix is a copy of `matrix` lying in the probe buffer.
+    pub(super) fn has_kernel_for(&self, matrix: *const sys::ggml_tensor) -> bool {
+        // SAFETY: `matrix` is a live tensor. The probe context holds only descriptions (no data) and is
+        // freed below.
+        unsafe {
+            let dims = sys::ggml_n_dims(matrix);
+            if dims != 2 && dims != 3 {
                 return false;
             }
             let params = sys::ggml_init_params {
@@ -130,7 +142,7 @@ impl Repacking {
             let ne = (*matrix).ne;
             let probe_matrix = sys::ggml_new_tensor(ctx, (*matrix).type_, dims, ne.as_ptr());
             (*probe_matrix).buffer = self.probe_buffer.as_ptr();
-            let product = if op == sys::GGML_OP_MUL_MAT {
+            let product = if dims == 2 {
                 let x = sys::ggml_new_tensor_2d(ctx, sys::GGML_TYPE_F32, ne[0], 1);
                 sys::ggml_mul_mat(ctx, probe_matrix, x)
             } else {
@@ -166,5 +178,33 @@ unsafe fn computed_by_custom_op(mut t: *const sys::ggml_tensor) -> bool {
         !t.is_null()
             && [sys::GGML_OP_MAP_CUSTOM1, sys::GGML_OP_MAP_CUSTOM2, sys::GGML_OP_MAP_CUSTOM3, sys::GGML_OP_CUSTOM]
                 .contains(&(*t).op)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ggml::{DType, SetTensor, TensorSet};
+
+    /// With AVX2 (every x86_64 release build), Q4_0 matrices of 8 rows have a repacked kernel, Q4_1 ones
+    /// and Q4_0 ones of 4 rows none; a Q4_1 matrix is refused rather than handed to ggml's copy, which would crash on it.
+    #[test]
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
+    fn only_matrices_with_a_repacked_kernel_are_copied() {
+        let repacking = Repacking::for_device(Device::cpu()).expect("ggml is built with CPU_REPACK");
+        let shape = [64u64, 8];
+        let specs = [
+            SetTensor { name: "q4_0", dtype: DType::Q4_0, shape: &shape },
+            SetTensor { name: "q4_1", dtype: DType::Q4_1, shape: &shape },
+            SetTensor { name: "q4_0_rows", dtype: DType::Q4_0, shape: &[64, 4] },
+        ];
+        let set = TensorSet::allocate(&specs, Device::cpu()).unwrap();
+        let tensor = |name: &'static str| (name, set.get(name).unwrap());
+        let copied = TensorSet::repacked(&repacking, &[tensor("q4_0")], |_| {}).unwrap();
+        assert_eq!(copied.data_bytes(), set.get("q4_0").unwrap().bytes() as u64);
+        for refused in ["q4_1", "q4_0_rows"] {
+            let error = TensorSet::repacked(&repacking, &[tensor(refused)], |_| {}).err().unwrap();
+            assert!(error.contains(refused), "{error}");
+        }
     }
 }

@@ -301,13 +301,18 @@ impl TensorSet {
     }
 
     /// Copies `weights` (named, each in a set whose data is in host memory: a mapped file or a CPU
-    /// buffer) into one new buffer of `repacking`'s layout, ggml rearranging them as it copies. Every
-    /// weight must be one [`Repacking::eligible`] found. `progress` receives the bytes copied so far.
+    /// buffer) into one new buffer of `repacking`'s layout, ggml rearranging them as it copies. Only the
+    /// graphs know whether that is right for a weight ([`Repacking::eligible`]); a weight in a type or
+    /// shape the layout has no kernel for is refused. `progress` receives the bytes copied so far.
     pub fn repacked(
         repacking: &Repacking,
         weights: &[(&str, SetTensorRef)],
         mut progress: impl FnMut(u64),
     ) -> Result<TensorSet, String> {
+        // ggml's copy into the layout would dereference the missing kernel of such a weight.
+        if let Some((name, _)) = weights.iter().find(|(_, w)| !repacking.has_kernel_for(w.raw.as_ptr())) {
+            return Err(format!("tensor {name} has no repacked kernel on this CPU"));
+        }
         let shapes: Vec<Vec<u64>> = weights
             .iter()
             .map(|(_, w)| {
