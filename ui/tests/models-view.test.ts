@@ -132,6 +132,28 @@ describe('the library', () => {
     expect((screen.getByTestId('launch-button') as HTMLButtonElement).disabled).toBe(false);
   });
 
+  it('previews and launches with the context and the requests at once the form asks for', async () => {
+    const plan = instancesFixture()[0]!.plan;
+    const { calls } = mount({
+      'GET /api/models/fit': ok(libraryFixture()),
+      'POST /api/placements/preview': ok({ model: 'SmolLM2-135M-Instruct.Q4_1', plan, fetches: [] }),
+      'POST /api/instances': ok(instancesFixture()[0]),
+    });
+    await fireEvent.click(await screen.findByTestId('library-launch'));
+    await screen.findByTestId('placement-preview');
+    await fireEvent.input(screen.getByTestId('context'), { target: { value: '8192' } });
+    await fireEvent.input(screen.getByTestId('sequences'), { target: { value: '8' } });
+    expect((screen.getByTestId('launch-button') as HTMLButtonElement).disabled).toBe(true);
+    await fireEvent.click(screen.getByTestId('preview-button'));
+    await waitFor(() => expect((screen.getByTestId('launch-button') as HTMLButtonElement).disabled).toBe(false));
+    const path = libraryFixture()[0]!.path;
+    const previews = calls.filter((c) => c.key === 'POST /api/placements/preview');
+    expect(previews.at(-1)?.body).toEqual({ model: path, context: 8192, sequences: 8 });
+    await fireEvent.click(screen.getByTestId('launch-button'));
+    await waitFor(() => expect(calls.filter((c) => c.key === 'POST /api/instances')).toHaveLength(1));
+    expect(calls.find((c) => c.key === 'POST /api/instances')?.body).toEqual({ model: path, context: 8192, sequences: 8 });
+  });
+
   it('checks again when a download finishes', async () => {
     const { count, view, model } = mount({ 'GET /api/models/fit': ok(libraryFixture()) });
     await screen.findAllByTestId('library-model');
