@@ -217,23 +217,27 @@ impl Stage {
             output_rows: Vec::new(),
             gathered: Vec::new(),
         };
+        let worst = stage.worst_shapes();
+        let mut graphs: Vec<Graph> = worst.iter().map(|shape| stage.build(shape)).collect();
         if let Some(repacking) =
             Repacking::for_device(device).filter(|_| stage.options.weights == WeightPlacement::Automatic)
         {
-            stage.repack_weights(&repacking, progress)?;
+            // The graphs name the weights they read: those that moved need graphs of their own.
+            if stage.repack_weights(&repacking, &graphs, progress)? {
+                graphs = worst.iter().map(|shape| stage.build(shape)).collect();
+            }
         }
         let mut compute_bytes = 0;
         let mut nodes = 0;
-        for worst in stage.worst_shapes() {
-            let graph = stage.build(&worst);
-            if let Some(node) = stage.backend.unsupported_node(&graph) {
+        for graph in &graphs {
+            if let Some(node) = stage.backend.unsupported_node(graph) {
                 return Err(EngineError::Unsupported(format!(
                     "neither {} nor the CPU can compute {node}",
                     device.name()
                 )));
             }
             // Reserving keeps the largest buffers any of the graphs needs.
-            compute_bytes = stage.backend.reserve(&graph).map_err(EngineError::OutOfMemory)?;
+            compute_bytes = stage.backend.reserve(graph).map_err(EngineError::OutOfMemory)?;
             nodes = nodes.max(graph.node_count());
         }
         stage.compute_bytes = compute_bytes as u64;
@@ -251,20 +255,24 @@ impl Stage {
     }
 
     /// Moves the weights that the stage's graphs only ever multiply activations by, in a type the CPU
-    /// has interleaved kernels for, into that layout (see [`Repacking`]). `progress` receives the
-    /// fraction of all the stage's weight bytes copied. How an architecture uses a weight does not depend
-    /// on a step's shape, so the worst shapes' graphs show every use any step makes of it.
-    fn repack_weights(&mut self, repacking: &Repacking, progress: &mut dyn FnMut(f32)) -> Result<(), EngineError> {
-        let graphs: Vec<Graph> = self.worst_shapes().iter().map(|shape| self.build(shape)).collect();
+    /// has interleaved kernels for, into that layout (see [`Repacking`]), as `graphs` (the worst shapes')
+    /// read them. How an architecture uses a weight does not depend on a step's shape, so those graphs
+    /// show every use any step makes of it. `progress` receives the fraction of all the stage's weight
+    /// bytes copied. Returns whether any weight moved.
+    fn repack_weights(
+        &mut self,
+        repacking: &Repacking,
+        graphs: &[Graph],
+        progress: &mut dyn FnMut(f32),
+    ) -> Result<bool, EngineError> {
         let candidates = self.weights.mapped_tensors();
         let tensors: Vec<_> = candidates.iter().map(|(_, t)| t.clone()).collect();
         let eligible = repacking.eligible(&graphs.iter().collect::<Vec<_>>(), &tensors);
-        drop(graphs);
         let moving: Vec<_> = candidates.into_iter().zip(eligible).filter_map(|(c, ok)| ok.then_some(c)).collect();
         let total = self.weights.mapped_bytes().max(1) as f32;
         self.weights.repack(repacking, &moving, |copied| progress(copied as f32 / total))?;
         self.repacked_bytes = moving.iter().map(|(_, t)| t.bytes() as u64).sum();
-        Ok(())
+        Ok(!moving.is_empty())
     }
 
     /// The largest steps the stage may run, for sizing its compute buffer: a whole batch of one

@@ -217,9 +217,17 @@ impl StageWeights {
         }
         let named: Vec<(&str, SetTensorRef)> = weights.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
         let copies = TensorSet::repacked(repacking, &named, progress).map_err(EngineError::OutOfMemory)?;
+        // (original, its copy) of each weight.
+        let moved = weights
+            .iter()
+            .map(|(name, original)| {
+                let copy = copies.get(name).ok_or_else(|| EngineError::Internal(format!("{name} was not repacked")));
+                Ok((original, copy?))
+            })
+            .collect::<Result<Vec<_>, EngineError>>()?;
         let rebind = |slot: &mut SetTensorRef| {
-            if let Some((name, _)) = weights.iter().find(|(_, original)| original.is(slot)) {
-                *slot = copies.get(name).expect("every weight was copied");
+            if let Some((_, copy)) = moved.iter().find(|(original, _)| original.is(slot)) {
+                *slot = copy.clone();
             }
         };
         let globals = [&mut self.embedding, &mut self.output_norm, &mut self.output, &mut self.rope_factors];

@@ -187,7 +187,8 @@ mod tests {
     use crate::ggml::{DType, SetTensor, TensorSet};
 
     /// With AVX2 (every x86_64 release build), Q4_0 matrices of 8 rows have a repacked kernel, Q4_1 ones
-    /// and Q4_0 ones of 4 rows none; a Q4_1 matrix is refused rather than handed to ggml's copy, which would crash on it.
+    /// and Q4_0 ones of 4 rows none; those are refused rather than handed to ggml's copy, which would
+    /// crash on them, and so is a name given twice.
     #[test]
     #[cfg(all(target_arch = "x86_64", target_feature = "avx2"))]
     fn only_matrices_with_a_repacked_kernel_are_copied() {
@@ -202,6 +203,8 @@ mod tests {
         let tensor = |name: &'static str| (name, set.get(name).unwrap());
         let copied = TensorSet::repacked(&repacking, &[tensor("q4_0")], |_| {}).unwrap();
         assert_eq!(copied.data_bytes(), set.get("q4_0").unwrap().bytes() as u64);
+        let twice = TensorSet::repacked(&repacking, &[tensor("q4_0"), tensor("q4_0")], |_| {}).err().unwrap();
+        assert!(twice.contains("named twice"), "{twice}");
         for refused in ["q4_1", "q4_0_rows"] {
             let error = TensorSet::repacked(&repacking, &[tensor(refused)], |_| {}).err().unwrap();
             assert!(error.contains(refused), "{error}");

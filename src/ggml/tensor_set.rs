@@ -313,6 +313,11 @@ impl TensorSet {
         if let Some((name, _)) = weights.iter().find(|(_, w)| !repacking.has_kernel_for(w.raw.as_ptr())) {
             return Err(format!("tensor {name} has no repacked kernel on this CPU"));
         }
+        let mut names: Vec<&str> = weights.iter().map(|(name, _)| *name).collect();
+        names.sort_unstable();
+        if let Some(twice) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!("tensor {} is named twice among the weights to repack", twice[0]));
+        }
         let shapes: Vec<Vec<u64>> = weights
             .iter()
             .map(|(_, w)| {
@@ -331,7 +336,7 @@ impl TensorSet {
         };
         let mut copied = 0u64;
         for (name, source) in weights {
-            let raw = set.by_name[*name];
+            let raw = *set.by_name.get(*name).ok_or_else(|| format!("tensor {name} was not allocated"))?;
             // SAFETY: the source is a live tensor of the same type and shape whose data is host memory
             // (checked); ggml's repacking copy takes the whole tensor at once, as here.
             unsafe {
