@@ -98,8 +98,11 @@ fn grouped(path: &Path, shares: &[f64], reference: &Run) -> (Run, Vec<u64>) {
     let mut bytes = vec![stage.memory().weights];
     bytes.extend(followers.into_iter().map(|f| f.join().unwrap()));
     // Placement counts each rank's weights exactly as the rank maps them.
+    // (the divider it plans with reckons them without reading the tensors: the same bytes).
+    let divider = slice::Divider::of(&model).unwrap();
     for (rank, s) in slice::plan(&model, shares).unwrap().iter().enumerate() {
-        assert_eq!(slice::rank_bytes(&model, s).unwrap(), bytes[rank], "rank {rank} of {shares:?}: placement's bytes");
+        assert_eq!(slice::rank_bytes(&model, s).unwrap(), bytes[rank], "rank {rank} of {shares:?}: the file's bytes");
+        assert_eq!(divider.bytes(s), bytes[rank], "rank {rank} of {shares:?}: placement's bytes");
     }
     (forced, bytes)
 }

@@ -3,7 +3,7 @@
 //! cluster's authenticated links and sum their parts twice per layer. An instance over 2 and over 3
 //! nodes answers greedy requests exactly as the same group run as threads of one process does (the
 //! same slices, summed in the same order: bit for bit), reports its sums' time, and shows each rank's
-//! slice. A rank's node killed mid-generation ends the stream with a clear error within the failure
+//! slice; over 2 nodes, one of them short of memory for half the model, that node holds a smaller share. A rank's node killed mid-generation ends the stream with a clear error within the failure
 //! detector's bound, the other nodes stay up, and the owner places the model again by itself (on the
 //! nodes left) so that requests are served again.
 
@@ -36,6 +36,7 @@ fn launch(c: &TestCluster, nodes: &str) -> Value {
     assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("tensor parallel over"), "the preview names the mode: {stdout}");
+    assert!(stdout.contains("% heads"), "the preview gives each node's share: {stdout}");
     c.get_json(0, "/api/instances").as_array().unwrap().iter().find(|i| i["state"] == "ready").cloned().unwrap()
 }
 
@@ -47,17 +48,28 @@ fn complete(c: &TestCluster, i: usize, prompt: &str, max_tokens: usize) -> (u16,
     )
 }
 
-/// The instance over `nodes` answers every prompt as the group in one process does, through any node.
-fn answers_as_the_group_in_one_process(c: &TestCluster, ranks: usize) {
+/// The instance answers every prompt as the group with its ranks' `shares` in one process does,
+/// through any node.
+fn answers_as_the_group_in_one_process(c: &TestCluster, shares: &[f64]) {
     for (i, &(prompt, n)) in PROMPTS.iter().enumerate() {
         let (status, answer) = complete(c, i % c.nodes.len(), prompt, n);
         assert_eq!(status, 200, "{answer}\n{}", c.logs());
         assert_eq!(
             answer["choices"][0]["text"].as_str().unwrap(),
-            common::group_process(prompt, n, ranks),
-            "{ranks} ranks: {prompt:?}"
+            common::group_process(prompt, n, shares),
+            "shares {shares:?}: {prompt:?}"
         );
     }
+}
+
+/// What the most and the least a rank of an equal group of `ranks` needs at the test's launch (512
+/// tokens of context, 2 requests, the default batch of 512).
+fn equal_rank_bytes(ranks: usize) -> (u64, u64) {
+    let model = shoal::model::Model::open(&common::model_path()).unwrap();
+    let needs = shoal::placement::ModelNeeds::of(&model, 512, 2, 512);
+    let group = needs.groups.iter().find(|g| g.ranks == ranks).unwrap();
+    let totals: Vec<u64> = group.slices.iter().map(|(s, w)| needs.rank(s, *w).total()).collect();
+    (*totals.iter().max().unwrap(), *totals.iter().min().unwrap())
 }
 
 #[test]
@@ -67,12 +79,32 @@ fn two_and_three_nodes_hold_slices_of_every_layer_and_answer_as_the_group_in_one
     if c.network != common::cluster::Network::Netns {
         return common::cannot_run("tensor-parallel instances need network namespaces (root)");
     }
-    c.form(&[]);
+    // node2 offers less than half the model needs, and more than a third: over two nodes it holds a
+    // smaller share than node1, over three it can hold an equal one.
+    let (half, third) = (equal_rank_bytes(2).1, equal_rank_bytes(3).0);
+    assert!(third + 8_000_000 < half, "a third ({third}) and a half ({half}) of the model are far enough apart");
+    let limit = format!("{}MB", (third + half) / 2 / 1_000_000);
+    c.form_with(&[], &[&[], &[], &["--memory-limit", &limit]]);
     for (nodes, ranks) in [("node1,node2", 2), ("node0,node1,node2", 3)] {
         let info = launch(&c, nodes);
         assert_eq!(info["plan"]["parallel"], "tensor");
         let stages = info["stages"].as_array().unwrap();
         assert_eq!(stages.len(), ranks);
+        let shares: Vec<f64> =
+            info["plan"]["stages"].as_array().unwrap().iter().map(|s| s["share"].as_f64().unwrap()).collect();
+        let held: Vec<u64> = stages
+            .iter()
+            .map(|s| {
+                s["slice"]["query_heads"]["end"].as_u64().unwrap()
+                    - s["slice"]["query_heads"]["start"].as_u64().unwrap()
+            })
+            .collect();
+        if ranks == 2 {
+            assert!(
+                held[1] < held[0],
+                "node2, short of memory for half, holds fewer heads: {held:?}, shares {shares:?}"
+            );
+        }
         let names: Vec<&str> = stages.iter().map(|s| s["node_name"].as_str().unwrap()).collect();
         assert_eq!(names.join(","), nodes, "the ranks are the nodes asked for, in order");
         // Every rank holds every layer and its own heads: together each head once.
@@ -93,7 +125,7 @@ fn two_and_three_nodes_hold_slices_of_every_layer_and_answer_as_the_group_in_one
                 "{node} runs rank {rank}: {workers:?}"
             );
         }
-        answers_as_the_group_in_one_process(&c, ranks);
+        answers_as_the_group_in_one_process(&c, &shares);
         // The leader reports its sums' time (stats come each second).
         c.wait_for(Duration::from_secs(5), "the leader's sum time", || {
             let instances = c.get_json(0, "/api/instances");
@@ -105,6 +137,14 @@ fn two_and_three_nodes_hold_slices_of_every_layer_and_answer_as_the_group_in_one
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         c.wait_for(Duration::from_secs(15), "the instance to stop", || {
             c.get_json(0, "/api/instances").as_array().unwrap().iter().all(|i| i["state"] != "ready")
+        });
+        // Its workers' memory is node2's to offer again once they are gone.
+        c.wait_for(Duration::from_secs(15), "node2 to offer its memory again", || {
+            c.status(0).is_some_and(|s| {
+                s.nodes
+                    .iter()
+                    .any(|n| n.name == "node2" && n.telemetry.as_ref().is_some_and(|t| t.memory_offer > third))
+            })
         });
     }
 }

@@ -206,11 +206,82 @@ fn placement_takes_tensor_parallel_over_fast_links_and_a_pipeline_over_slow_ones
     assert!(group.expected_decode_tokens_per_second.unwrap() < slow.expected_decode_tokens_per_second.unwrap());
 
     // Forced onto nodes too small for a slice each: refused, saying what each would need.
-    let small = [NodeOffer { weight_rate: Some(2_500 * MB), ..node("s1", 60) }, rated("s2")];
+    let small = [NodeOffer { weight_rate: Some(2_500 * MB), ..node("s1", 30) }, rated("s2")];
     let links = [link(&small[0], &small[1], 50, 10_000 * MB)];
     let error = placement::plan_mode(&needs, &small, &links, Some(placement::Parallelism::Tensor)).unwrap_err();
     assert!(
         error.to_string().contains("tensor parallel cannot run") && error.to_string().contains("more than"),
         "{error}"
     );
+}
+
+/// A group of unlike nodes: each rank's share of the heads, feed-forward and vocabulary follows its
+/// node's weight rate (the ranks wait for each other at every sum, so the slowest sets the pace), and a
+/// node whose memory cannot hold that much takes what it can while the others take the rest. Every
+/// rank's bytes are exact (the divider's, equal to the file's tensor by tensor) and fit its node.
+#[test]
+fn a_group_of_unlike_nodes_divides_the_model_by_speed_and_memory() {
+    let needs = needs();
+    let model = Model::open(&common::model_path()).unwrap();
+    let rated = |name: &str, mb: u64, rate_mb: u64| NodeOffer { weight_rate: Some(rate_mb * MB), ..node(name, mb) };
+    let forced = Some(placement::Parallelism::Tensor);
+    let heads = |plan: &placement::Plan| -> Vec<usize> {
+        plan.stages.iter().map(|s| s.slice.as_ref().unwrap().query_heads.len()).collect()
+    };
+    let held = |plan: &placement::Plan, name: &str| {
+        plan.stages.iter().find(|s| s.node_name == name).unwrap().slice.as_ref().unwrap().query_heads.len()
+    };
+    let exact = |plan: &placement::Plan| {
+        for s in &plan.stages {
+            let slice = s.slice.as_ref().unwrap();
+            assert_eq!(s.bytes.weights, shoal::model::slice::rank_bytes(&model, slice).unwrap(), "{}", s.node_name);
+            assert!(s.bytes.total() <= s.offer, "{} holds {} of {}", s.node_name, s.bytes.total(), s.offer);
+        }
+        // The shares the workers are given plan the same slices.
+        let shares: Vec<f64> = plan.stages.iter().map(|s| s.share.unwrap()).collect();
+        let planned = shoal::model::slice::plan(&model, &shares).unwrap();
+        assert!(plan.stages.iter().zip(&planned).all(|(s, p)| s.slice.as_ref() == Some(p)));
+    };
+
+    // Alike nodes: equal shares, as before.
+    let (a, b) = (rated("a", 1_000, 2_500), rated("b", 1_000, 2_500));
+    let even = placement::plan_mode(&needs, &[a.clone(), b.clone()], &[link(&a, &b, 50, 10_000 * MB)], forced).unwrap();
+    assert_eq!(heads(&even), [5, 4]);
+    exact(&even);
+
+    // One node reads weights three times as fast: it takes about three quarters of every part, and the
+    // group is predicted faster than with equal shares (where the slow node would set the pace).
+    let (fast, slow) = (rated("fast", 1_000, 7_500), rated("slow", 1_000, 2_500));
+    let links = [link(&fast, &slow, 50, 10_000 * MB)];
+    let by_speed = placement::plan_mode(&needs, &[fast.clone(), slow.clone()], &links, forced).unwrap();
+    assert_eq!(heads(&by_speed), [7, 2], "{by_speed:#?}");
+    let ffn: Vec<usize> = by_speed.stages.iter().map(|s| s.slice.as_ref().unwrap().feed_forward.len()).collect();
+    assert!(ffn[0] > 2 * ffn[1], "{ffn:?}");
+    exact(&by_speed);
+    let swapped = placement::plan_mode(&needs, &[slow.clone(), fast.clone()], &links, forced).unwrap();
+    assert_eq!((held(&swapped, "fast"), held(&swapped, "slow")), (7, 2), "the order given does not matter");
+
+    // Equal speeds, but one node has too little memory for half: it holds less and the other the rest.
+    // Equal shares need about 80 MB each here.
+    let each = needs.groups[0].slices.iter().map(|(s, w)| needs.rank(s, *w).total()).max().unwrap();
+    let small_mb = each / MB - 12;
+    let (small, large) = (rated("small", small_mb, 2_500), rated("large", 1_000, 2_500));
+    let links = [link(&small, &large, 50, 10_000 * MB)];
+    let by_memory = placement::plan_mode(&needs, &[small.clone(), large.clone()], &links, forced).unwrap();
+    assert!(
+        held(&by_memory, "small") < held(&by_memory, "large"),
+        "the small node holds fewer heads: {:?} ({small_mb} MB against {} MB each)",
+        heads(&by_memory),
+        each / MB
+    );
+    exact(&by_memory);
+    // Chosen by placement itself too, when the group is the faster way.
+    let chosen = placement::plan_mode(&needs, &[small.clone(), large.clone()], &links, None).unwrap();
+    assert_eq!(chosen.parallel, placement::Parallelism::Tensor);
+
+    // Nodes that cannot hold the model between them: refused, saying what a rank needs at least.
+    let tiny = [rated("t1", 40, 2_500), rated("t2", 60, 2_500)];
+    let links = [link(&tiny[0], &tiny[1], 50, 10_000 * MB)];
+    let error = placement::plan_mode(&needs, &tiny, &links, forced).unwrap_err().to_string();
+    assert!(error.contains("no fewer than") && error.contains("more than they offer"), "{error}");
 }

@@ -82,6 +82,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         shoal::placement::Parallelism::Tensor => format!("tensor parallel over {} nodes", plan.stages.len()),
     };
     println!("{}: {split}, {:.1} MB in all", preview.model, plan.total_bytes as f64 / 1e6);
+    // A tensor-parallel rank's share, relative to the others'.
+    let share_sum: f64 = plan.stages.iter().map(|s| s.share.unwrap_or(1.0)).sum();
     for (i, s) in preview.plan.stages.iter().enumerate() {
         let fetch = match preview.fetches.get(i).cloned().flatten() {
             None => String::new(),
@@ -92,7 +94,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         };
         let part = match &s.slice {
             Some(slice) => format!(
-                "heads {:>2}-{:<2} ffn {}-{}{}",
+                "{:>3.0}% heads {:>2}-{:<2} ffn {}-{}{}",
+                100.0 * s.share.unwrap_or(1.0) / share_sum,
                 slice.query_heads.start,
                 slice.query_heads.end - 1,
                 slice.feed_forward.start,

@@ -84,7 +84,7 @@ pub fn run(path: &Path, options: &BenchOptions) -> Result<BenchReport, EngineErr
         ..options.stage.clone()
     };
     let mut pipeline = if options.tensor_parallel > 1 {
-        LocalPipeline::load_group(&model, options.tensor_parallel, &stage_options)?
+        LocalPipeline::load_group(&model, &vec![1.0; options.tensor_parallel], &stage_options)?
     } else {
         LocalPipeline::load(&model, &options.splits, &stage_options, WireFormat::F32)?
     };

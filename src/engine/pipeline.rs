@@ -68,10 +68,12 @@ impl LocalPipeline {
         }
     }
 
-    /// The model as a tensor-parallel group of `ranks` equal ranks, each on a thread of its own (with
-    /// `options.threads` compute threads), linked by channels; steps go to the leader.
-    pub fn load_group(model: &Model, ranks: usize, options: &StageOptions) -> Result<LocalPipeline, EngineError> {
-        let slices = crate::model::slice::plan(model, &vec![1.0; ranks]).map_err(EngineError::BadInput)?;
+    /// The model as a tensor-parallel group of ranks holding `shares` of it (one each, relative), each
+    /// on a thread of its own (with `options.threads` compute threads), linked by channels; steps go to
+    /// the leader.
+    pub fn load_group(model: &Model, shares: &[f64], options: &StageOptions) -> Result<LocalPipeline, EngineError> {
+        let ranks = shares.len();
+        let slices = crate::model::slice::plan(model, shares).map_err(EngineError::BadInput)?;
         let mut links = super::parallel::local::channel_group(ranks, std::time::Duration::from_secs(600)).into_iter();
         let leader = links.next().expect("a group has a leader");
         let mut followers = Vec::new();

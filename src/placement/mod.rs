@@ -16,6 +16,7 @@
 //! mode would have given, and why it was not chosen.
 
 mod needs;
+mod shares;
 mod tensor;
 
 pub use needs::{GroupNeeds, ModelNeeds, StageBytes, MAX_GROUP};
@@ -74,6 +75,11 @@ pub struct StagePlan {
     /// A tensor-parallel rank's slice of every layer (its `layers` are then the whole model).
     #[serde(default)]
     pub slice: Option<crate::model::TensorSlice>,
+    /// A tensor-parallel rank's share, relative to the group's others (its part of each divided tensor is
+    /// its share over their sum): the rank's worker plans its slice from every rank's share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub share: Option<f64>,
 }
 
 /// How a model is split over nodes.
@@ -271,6 +277,7 @@ impl Ring<'_> {
                     bytes,
                     offer: node.bytes,
                     slice: None,
+                    share: None,
                 }
             })
             .collect();

@@ -3,6 +3,7 @@
 //! context, and the compute buffer.
 
 use crate::engine::CACHE_BLOCK;
+use crate::model::slice::Divider;
 use crate::model::{CacheRow, Model, ModelLayout, TensorSlice};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -58,6 +59,10 @@ pub struct ModelNeeds {
     pub expert_bytes: u64,
     #[serde(default)]
     pub expert_reads: u64,
+    /// How the model divides among ranks by any shares (none when it cannot be divided: `groups` say
+    /// why).
+    #[serde(default)]
+    pub divider: Option<Divider>,
 }
 
 /// Most ranks a tensor-parallel group is planned with (a Thunderbolt mesh links at most 8 Macs).
@@ -101,13 +106,18 @@ impl ModelNeeds {
         let widest = c.feed_forward.max(c.embedding).max(experts_wide) as u64;
         let compute = batch as u64 * (16 * widest + 2 * context as u64) + (1 << 20);
         let experts = expert_bytes(model);
+        let divider = crate::model::slice::Divider::of(model);
         let groups = (2..=MAX_GROUP)
             .map(|ranks| {
-                let planned = crate::model::slice::plan(model, &vec![1.0; ranks]).and_then(|slices| {
-                    slices
+                let planned = divider.as_ref().map_err(Clone::clone).and_then(|d| {
+                    let slices = d.plan(&vec![1.0; ranks])?;
+                    Ok(slices
                         .into_iter()
-                        .map(|s| crate::model::slice::rank_bytes(model, &s).map(|bytes| (s, bytes)))
-                        .collect::<Result<Vec<_>, String>>()
+                        .map(|s| {
+                            let bytes = d.bytes(&s);
+                            (s, bytes)
+                        })
+                        .collect())
                 });
                 match planned {
                     Ok(slices) => GroupNeeds { ranks, slices, refused: None },
@@ -117,6 +127,7 @@ impl ModelNeeds {
             .collect();
         ModelNeeds {
             groups,
+            divider: divider.ok(),
             decode_reads: decode_reads(model),
             weight_type: weight_type(model),
             expert_bytes: experts.0,

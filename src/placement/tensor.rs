@@ -12,6 +12,7 @@
 //! keep the most capable nodes).
 
 use super::{link_table_hop, subsets, GroupNeeds, ModelNeeds, NodeOffer, Parallelism, Plan, StagePlan};
+use crate::model::TensorSlice;
 use crate::node::NodeId;
 use std::collections::HashMap;
 
@@ -19,6 +20,11 @@ use std::collections::HashMap;
 /// frames, the system calls that move them, waking the waiting thread (measured on veth links between
 /// network namespaces: benches/cluster-bench's tensor section reports the sums' p50).
 pub const EXCHANGE_OVERHEAD_US: u64 = 15;
+
+/// How much faster shares that follow the nodes' speeds must be predicted than equal ones to be chosen
+/// (where equal shares fit): weight rates are measured, and one node's varies by several percent from
+/// one measurement to the next, which must not make alike nodes hold unlike slices.
+const UNEVEN_GAIN: f64 = 1.1;
 
 /// The fastest tensor-parallel group of `nodes` that fits `needs`, or why there is none.
 pub(super) fn best_group(
@@ -39,7 +45,7 @@ pub(super) fn best_group(
         for subset in subsets(&by_offer, group.ranks) {
             let members: Vec<&NodeOffer> = subset.iter().map(|&i| &nodes[i]).collect();
             let plan = group_plan(needs, group, &members, table);
-            if plan.stages.iter().any(|s| s.bytes.total() > s.offer) {
+            if !fits(&plan) {
                 continue;
             }
             fitted = true;
@@ -55,9 +61,11 @@ pub(super) fn best_group(
         if !fitted {
             let rank = needs.rank(&group.slices[0].0, group.slices[0].1);
             why_not.push(format!(
-                "over {} nodes each needs about {:.1} MB, more than they offer",
+                "over {} nodes each needs about {:.1} MB with an equal share (and no fewer than {:.1} MB \
+                 with the least), more than they offer",
                 group.ranks,
-                rank.total() as f64 / 1e6
+                rank.total() as f64 / 1e6,
+                needs.divider.as_ref().map_or(0, |d| d.whole_bytes() + needs.compute) as f64 / 1e6
             ));
         }
     }
@@ -103,17 +111,59 @@ pub(super) fn group_on(
     Ok(plan)
 }
 
-/// The plan of a group of `members` (rank order: the first leads) with `group`'s slices.
+/// The plan of a group of `members` (rank order: the first leads): with equal shares, or with shares
+/// that follow the members' speeds and memory (see [`super::shares`]) when that fits where equal shares
+/// do not, or is predicted faster.
 fn group_plan(
     needs: &ModelNeeds,
     group: &GroupNeeds,
     members: &[&NodeOffer],
     table: &HashMap<(NodeId, NodeId), (u64, u64)>,
 ) -> Plan {
+    let equal = plan_of(needs, &group.slices, &vec![1.0; members.len()], members, table);
+    let Some(divider) = &needs.divider else { return equal };
+    let Some(shares) = super::shares::fitted(needs, divider, members) else { return equal };
+    let Ok(slices) = divider.plan(&shares) else { return equal };
+    if slices.iter().zip(&group.slices).all(|(a, (b, _))| a == b) {
+        return equal;
+    }
+    let slices: Vec<(TensorSlice, u64)> = slices
+        .into_iter()
+        .map(|s| {
+            let bytes = divider.bytes(&s);
+            (s, bytes)
+        })
+        .collect();
+    let balanced = plan_of(needs, &slices, &shares, members, table);
+    let faster = match (balanced.expected_decode_tokens_per_second, equal.expected_decode_tokens_per_second) {
+        (Some(b), Some(e)) => b >= UNEVEN_GAIN * e,
+        _ => false,
+    };
+    if !fits(&equal) || faster {
+        balanced
+    } else {
+        equal
+    }
+}
+
+/// Whether every rank's bytes fit its node.
+pub(super) fn fits(plan: &Plan) -> bool {
+    plan.stages.iter().all(|s| s.bytes.total() <= s.offer)
+}
+
+/// The plan of a group of `members` holding `slices` (planned from `shares`).
+fn plan_of(
+    needs: &ModelNeeds,
+    slices: &[(TensorSlice, u64)],
+    shares: &[f64],
+    members: &[&NodeOffer],
+    table: &HashMap<(NodeId, NodeId), (u64, u64)>,
+) -> Plan {
     let stages: Vec<StagePlan> = members
         .iter()
-        .zip(&group.slices)
-        .map(|(node, (slice, weights))| {
+        .zip(slices)
+        .zip(shares)
+        .map(|((node, (slice, weights)), share)| {
             let bytes = needs.rank(slice, *weights);
             StagePlan {
                 node: node.id,
@@ -123,6 +173,7 @@ fn group_plan(
                 bytes,
                 offer: node.bytes,
                 slice: Some(slice.clone()),
+                share: Some(*share),
             }
         })
         .collect();

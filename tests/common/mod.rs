@@ -123,23 +123,24 @@ pub fn single_process(prompt: &str, max_tokens: usize) -> String {
 
 /// [`single_process`] with the model at `path`.
 pub fn single_process_of(path: &std::path::Path, prompt: &str, max_tokens: usize) -> String {
-    one_process(path, 1, prompt, max_tokens)
+    one_process(path, &[1.0], prompt, max_tokens)
 }
 
-/// What a tensor-parallel group of `ranks` equal ranks generates greedily for `prompt`, its ranks
-/// threads of one process (as [`single_process`], one thread each): what a tensor-parallel instance
-/// over that many nodes must generate too, bit for bit (the same slices, summed in the same order).
-pub fn group_process(prompt: &str, max_tokens: usize, ranks: usize) -> String {
-    one_process(&model_path(), ranks, prompt, max_tokens)
+/// What a tensor-parallel group whose ranks hold `shares` (relative, one each) generates greedily for
+/// `prompt`, its ranks threads of one process (as [`single_process`], one thread each): what a
+/// tensor-parallel instance with those shares must generate too, bit for bit (the same slices, summed
+/// in the same order).
+pub fn group_process(prompt: &str, max_tokens: usize, shares: &[f64]) -> String {
+    one_process(&model_path(), shares, prompt, max_tokens)
 }
 
-fn one_process(path: &std::path::Path, ranks: usize, prompt: &str, max_tokens: usize) -> String {
+fn one_process(path: &std::path::Path, shares: &[f64], prompt: &str, max_tokens: usize) -> String {
     use shoal::engine::{self, GenerateRequest, LocalPipeline, SamplingParams, StageOptions, WireFormat};
     let model = shoal::model::Model::open(path).unwrap();
     let tokenizer = model.tokenizer().unwrap();
     let options = StageOptions { context: 512, threads: 1, ..StageOptions::default() };
-    let mut pipeline = if ranks > 1 {
-        LocalPipeline::load_group(&model, ranks, &options).unwrap()
+    let mut pipeline = if shares.len() > 1 {
+        LocalPipeline::load_group(&model, shares, &options).unwrap()
     } else {
         LocalPipeline::load(&model, &[], &options, WireFormat::F32).unwrap()
     };

@@ -1,6 +1,7 @@
 // A tensor-parallel instance in the dashboard: the instance card and the node cards say what each node
 // holds of every layer (heads, feed-forward columns, experts) instead of a layer range, the card shows
-// the group's sum time, and the placement preview names the mode with the other one it weighed.
+// the group's sum time, and the placement preview names the mode with the other one it weighed and
+// each node's share of the model.
 import { describe, expect, it } from 'vitest';
 import { render, screen } from '@testing-library/svelte';
 import InstanceCard from '../src/components/models/InstanceCard.svelte';
@@ -70,5 +71,19 @@ describe('a tensor-parallel instance', () => {
     expect(other.dataset['parallel']).toBe('pipeline');
     expect(other.textContent).toContain('predicted 1.30x as fast');
     expect(other.textContent).toContain('53.0 tok/s');
+  });
+
+  it('its placement preview gives each node its share of the model', () => {
+    const instance = group();
+    render(PlacementPreview, { name: instance.model, plan: instance.plan });
+    expect(screen.getAllByTestId('preview-share').map((c) => c.textContent)).toEqual(['50%', '50%']);
+  });
+
+  it('a node short of memory holds a smaller share, and the preview says how much', () => {
+    const instance = group();
+    const shares = [0.8, 0.2];
+    const plan: Plan = { ...instance.plan, stages: instance.plan.stages.map((s, i) => ({ ...s, share: shares[i]! })) };
+    render(PlacementPreview, { name: instance.model, plan });
+    expect(screen.getAllByTestId('preview-share').map((c) => c.textContent)).toEqual(['80%', '20%']);
   });
 });

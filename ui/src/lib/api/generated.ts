@@ -343,7 +343,12 @@ expected_step_us: number | null,
 /**
  * A tensor-parallel rank's slice of every layer (its `layers` are then the whole model).
  */
-slice: TensorSlice | null, };
+slice: TensorSlice | null, 
+/**
+ * A tensor-parallel rank's share, relative to the group's others (its part of each divided tensor is
+ * its share over their sum): the rank's worker plans its slice from every rank's share.
+ */
+share?: number, };
 
 /**
  * How a model is split over nodes.

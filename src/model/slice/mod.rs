@@ -9,10 +9,12 @@
 //! whose query heads two ranks divide is held by both), whole experts, the feed-forward's columns (cut
 //! only where the quantization blocks of the tensors split by columns allow) and rows of the output head.
 
+mod divide;
+
+pub use divide::{plan, rank_bytes, Divider};
+
 use super::gguf::TensorInfo;
-use super::layout::{self, ExpectedTensor, Part, Split};
-use super::{Model, ModelConfig};
-use std::collections::HashMap;
+use super::layout::{Part, Split};
 use std::ops::Range;
 
 /// Every part a group divides.
@@ -156,165 +158,9 @@ impl TensorSlice {
     }
 }
 
-/// The parts of a model a tensor-parallel group divides, and their sizes.
-fn totals(config: &ModelConfig, declared: &[(ExpectedTensor, &TensorInfo)]) -> [usize; 6] {
-    // The shared experts' width is that of their tensors.
-    let shared = declared
-        .iter()
-        .find(|(t, _)| t.split == Split::Along { dim: 1, part: Part::SharedFeedForward })
-        .map_or(0, |(t, _)| t.shape[1] as usize);
-    [
-        config.heads,
-        config.kv_heads,
-        config.feed_forward,
-        shared,
-        config.moe.as_ref().map_or(0, |m| m.experts),
-        config.vocabulary,
-    ]
-}
-
-/// Every tensor of the model whole, as declared, with its file entry (the output head: the token
-/// embedding's, read as the head, when tied).
-fn declared_tensors(model: &Model) -> Vec<(ExpectedTensor, &TensorInfo)> {
-    let config = model.config();
-    let mut list: Vec<ExpectedTensor> = (0..config.layers).flat_map(|l| layout::layer_tensors(config, l)).collect();
-    list.extend(layout::global_tensors(config));
-    let tied = model.layout().tied_output;
-    list.into_iter()
-        .filter_map(|t| {
-            let name = if tied && t.name == layout::OUTPUT { layout::TOKEN_EMBEDDING } else { t.name.as_str() };
-            let info = model.tensor(name)?;
-            Some((t, info))
-        })
-        .collect()
-}
-
-/// Divides `count` units into shares proportional to `shares`, each a multiple of `align` (the last
-/// takes what is left) and at least `align` when `count` allows.
-fn proportional(count: usize, shares: &[f64], align: usize) -> Vec<Range<usize>> {
-    let align = align.max(1);
-    let units = count / align;
-    let sum: f64 = shares.iter().sum();
-    let mut ranges = Vec::with_capacity(shares.len());
-    let mut start = 0;
-    let mut before = 0.0;
-    for (i, share) in shares.iter().enumerate() {
-        before += share;
-        let left = shares.len() - i - 1;
-        let end = if left == 0 {
-            count
-        } else {
-            let ideal = (units as f64 * before / sum).round() as usize;
-            // Leave at least one unit for each rank after this one, and take at least one.
-            (ideal.clamp(start / align + 1, units.saturating_sub(left).max(start / align + 1))) * align
-        };
-        ranges.push(start..end.min(count));
-        start = end.min(count);
-    }
-    ranges
-}
-
-/// The shares of a group whose ranks hold parts in proportion to `shares` (one per rank; equal shares
-/// for a group of equal nodes). Fails, saying why, for a model the group cannot divide: an architecture
-/// whose graph has no tensor-parallel form, fewer attention heads than ranks, or quantization blocks
-/// that do not fall between heads.
-pub fn plan(model: &Model, shares: &[f64]) -> Result<Vec<TensorSlice>, String> {
-    let config = model.config();
-    let ranks = shares.len();
-    if ranks == 0 || shares.iter().any(|s| !s.is_finite() || *s <= 0.0) {
-        return Err("a tensor-parallel group needs one positive share per node".into());
-    }
-    config.architecture.spec().splits_across_ranks()?;
-    if config.heads < ranks {
-        return Err(format!(
-            "the model has {} attention heads, fewer than the {ranks} nodes of the group: each node needs at least one",
-            config.heads
-        ));
-    }
-    let declared = declared_tensors(model);
-    let totals = totals(config, &declared);
-    // Values along a dimension split by columns must start on a quantization block: the columns a
-    // part is cut at must be multiples of its tensors' block sizes.
-    let mut align: HashMap<Part, usize> = HashMap::new();
-    for (t, info) in &declared {
-        if let Split::Along { dim: 0, part } = t.split {
-            let a = align.entry(part).or_insert(1);
-            *a = lcm(*a, info.dtype.block_elements() as usize);
-        }
-    }
-    // Query heads by share, cut where the attention output's quantization blocks fall between heads;
-    // each rank holds the key/value heads its query heads read, so a group shared by two ranks is
-    // computed and cached on both (as it must be when there are fewer key/value heads than ranks).
-    let heads_align = align.get(&Part::QueryHeads).copied().unwrap_or(1);
-    let heads_unit = lcm(config.head_dim.max(1), heads_align) / config.head_dim.max(1);
-    if heads_unit * ranks > config.heads {
-        return Err(format!(
-            "the attention output's quantization blocks ({heads_align} values) do not fall between the heads \
-             ({} values each) often enough to divide {} heads among {ranks} nodes",
-            config.head_dim, config.heads
-        ));
-    }
-    let query = proportional(config.heads, shares, heads_unit);
-    let group = config.heads / config.kv_heads.max(1);
-    let kv: Vec<Range<usize>> = query.iter().map(|q| q.start / group..q.end.div_ceil(group)).collect();
-    let experts = proportional(totals[4], shares, 1);
-    // Output rows: 32 at a time, so that each share starts on an aligned byte.
-    let vocabulary = proportional(config.vocabulary, shares, 32);
-    let shared = proportional(totals[3], shares, align.get(&Part::SharedFeedForward).copied().unwrap_or(1));
-    // Each part by share on its own, not evened out in bytes: the ranks wait for each other at every
-    // sum, after attention and after the feed-forward, so each part between two sums must be split as
-    // evenly as it can be (an uneven split of the heads cannot be made up for in the feed-forward).
-    let feed_forward = proportional(totals[2], shares, align.get(&Part::FeedForward).copied().unwrap_or(1));
-    Ok((0..ranks)
-        .map(|rank| TensorSlice {
-            rank,
-            ranks,
-            query_heads: query[rank].clone(),
-            kv_heads: kv[rank].clone(),
-            feed_forward: feed_forward[rank].clone(),
-            shared_feed_forward: shared[rank].clone(),
-            experts: experts[rank].clone(),
-            vocabulary: vocabulary[rank].clone(),
-            totals,
-        })
-        .collect())
-}
-
-fn lcm(a: usize, b: usize) -> usize {
-    fn gcd(a: usize, b: usize) -> usize {
-        if b == 0 {
-            a
-        } else {
-            gcd(b, a % b)
-        }
-    }
-    a / gcd(a, b) * b
-}
-
-/// Exact bytes of the tensors a rank holding `slice` maps of the whole model (every layer, the
-/// embeddings whole, and its share of the output head: of the embeddings' rows, when tied to them).
-pub fn rank_bytes(model: &Model, slice: &TensorSlice) -> Result<u64, String> {
-    let mut total = 0;
-    for (t, info) in declared_tensors(model) {
-        total += slice.source(info, t.split)?.bytes();
-    }
-    Ok(total)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn proportional_shares_are_aligned_and_cover_everything() {
-        assert_eq!(proportional(9, &[1.0, 1.0], 1), vec![0..5, 5..9]);
-        assert_eq!(proportional(3, &[1.0, 1.0], 1), vec![0..2, 2..3]);
-        assert_eq!(proportional(1536, &[1.0, 1.0, 1.0], 256), vec![0..512, 512..1024, 1024..1536]);
-        assert_eq!(proportional(49152, &[2.0, 1.0], 32), vec![0..32768, 32768..49152]);
-        // Every rank gets at least one step, whatever its share.
-        assert_eq!(proportional(4, &[100.0, 1.0, 1.0], 1), vec![0..2, 2..3, 3..4]);
-        assert_eq!(proportional(64, &[1.0, 0.0001], 1), vec![0..63, 63..64]);
-    }
 
     fn slice(query_heads: Range<usize>, kv_heads: Range<usize>, totals: (usize, usize)) -> TensorSlice {
         TensorSlice {
@@ -343,12 +189,5 @@ mod tests {
         assert_eq!(slice(2..14, 0..4, (16, 4)).head_runs(), vec![(0..2, 0..1), (2..10, 1..3), (10..12, 3..4)]);
         // Without grouping (as many key/value heads as query heads): one run.
         assert_eq!(slice(3..7, 3..7, (8, 8)).head_runs(), vec![(0..4, 0..4)]);
-    }
-
-    #[test]
-    fn least_common_multiples() {
-        assert_eq!(lcm(1, 32), 32);
-        assert_eq!(lcm(32, 256), 256);
-        assert_eq!(lcm(32, 48), 96);
     }
 }

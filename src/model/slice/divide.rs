@@ -1,0 +1,255 @@
+//! Dividing a model among a group's ranks by share, without the file at hand: a [`Divider`] keeps what
+//! the plan needs of a model (its parts' sizes, where cuts may fall, the bytes of what every rank holds
+//! whole and of each part), so that placement can try any shares a group's nodes call for and know each
+//! rank's exact bytes before anything is loaded.
+//!
+//! A rank's bytes are linear in the units it holds: a tensor split along a part is cut only on whole
+//! quantization blocks, so a share of `u` of its `total` units is exactly `bytes * u / total` of it.
+//! [`rank_bytes`] reads the same from the file, tensor by tensor; the tests hold the two equal.
+
+use super::{TensorSlice, PARTS};
+use crate::model::gguf::TensorInfo;
+use crate::model::layout::{self, ExpectedTensor, Part, Split};
+use crate::model::{Model, ModelConfig};
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+
+/// What dividing one model takes: its parts, where they may be cut, and their bytes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Divider {
+    /// How many units of each part the model has, in [`PARTS`] order.
+    totals: [usize; 6],
+    /// Values along each part's split columns a cut must fall on (the quantization blocks of the
+    /// tensors split by columns), in [`PARTS`] order.
+    align: [usize; 6],
+    /// Values in one attention head (a query head's share of the attention output's columns).
+    head_dim: usize,
+    /// Bytes of the tensors every rank holds whole.
+    whole_bytes: u64,
+    /// Bytes of all the tensors split along each part, in [`PARTS`] order.
+    part_bytes: [u64; 6],
+}
+
+impl Divider {
+    /// How `model` divides, or why it cannot be divided at all: an architecture whose graph has no
+    /// tensor-parallel form, or a tensor whose split dimension does not divide into its part's units.
+    pub fn of(model: &Model) -> Result<Divider, String> {
+        let config = model.config();
+        config.architecture.spec().splits_across_ranks()?;
+        let declared = declared_tensors(model);
+        let totals = totals(config, &declared);
+        let mut align = [1usize; 6];
+        let mut whole_bytes = 0;
+        let mut part_bytes = [0u64; 6];
+        for (t, info) in &declared {
+            let Split::Along { dim, part } = t.split else {
+                whole_bytes += info.bytes;
+                continue;
+            };
+            let p = index(part);
+            let total = totals[p].max(1) as u64;
+            let length =
+                info.shape.get(dim).copied().ok_or_else(|| format!("{} has no dimension {dim} to split", info.name))?;
+            if !length.is_multiple_of(total) {
+                return Err(format!("{}'s dimension {dim} ({length}) does not divide into {total} parts", info.name));
+            }
+            // Values along a dimension split by columns must start on a quantization block: the
+            // columns a part is cut at must be multiples of its tensors' block sizes.
+            if dim == 0 {
+                align[p] = lcm(align[p], info.dtype.block_elements() as usize);
+            }
+            part_bytes[p] += info.bytes;
+        }
+        Ok(Divider { totals, align, head_dim: config.head_dim.max(1), whole_bytes, part_bytes })
+    }
+
+    /// Each rank's slice of a group whose ranks hold parts in proportion to `shares` (one per rank).
+    /// Fails, saying why, for a group the model cannot be divided among: fewer attention heads than
+    /// ranks, or quantization blocks that do not fall between heads often enough.
+    pub fn plan(&self, shares: &[f64]) -> Result<Vec<TensorSlice>, String> {
+        let ranks = shares.len();
+        if ranks == 0 || shares.iter().any(|s| !s.is_finite() || *s <= 0.0) {
+            return Err("a tensor-parallel group needs one positive share per node".into());
+        }
+        let heads = self.totals[index(Part::QueryHeads)];
+        if heads < ranks {
+            return Err(format!(
+                "the model has {heads} attention heads, fewer than the {ranks} nodes of the group: each node needs at least one"
+            ));
+        }
+        // Query heads are cut where the attention output's quantization blocks fall between heads.
+        let heads_align = self.align[index(Part::QueryHeads)];
+        let heads_unit = lcm(self.head_dim, heads_align) / self.head_dim;
+        if heads_unit * ranks > heads {
+            return Err(format!(
+                "the attention output's quantization blocks ({heads_align} values) do not fall between the heads \
+                 ({} values each) often enough to divide {heads} heads among {ranks} nodes",
+                self.head_dim
+            ));
+        }
+        // Query heads by share; each rank holds the key/value heads its query heads read, so a group
+        // shared by two ranks is computed and cached on both (as it must be when there are fewer
+        // key/value heads than ranks).
+        let query = proportional(heads, shares, heads_unit);
+        let group = heads / self.totals[index(Part::KvHeads)].max(1);
+        let kv: Vec<Range<usize>> = query.iter().map(|q| q.start / group..q.end.div_ceil(group)).collect();
+        // Each part by share on its own, not evened out in bytes: the ranks wait for each other at every
+        // sum, after attention and after the feed-forward, so each part between two sums must be split as
+        // evenly as it can be (an uneven split of the heads cannot be made up for in the feed-forward).
+        let by_share = |part: Part| proportional(self.totals[index(part)], shares, self.align[index(part)]);
+        let (feed_forward, shared, experts) =
+            (by_share(Part::FeedForward), by_share(Part::SharedFeedForward), by_share(Part::Experts));
+        // Output rows: 32 at a time, so that each share starts on an aligned byte.
+        let vocabulary = proportional(self.totals[index(Part::Vocabulary)], shares, 32);
+        Ok((0..ranks)
+            .map(|rank| TensorSlice {
+                rank,
+                ranks,
+                query_heads: query[rank].clone(),
+                kv_heads: kv[rank].clone(),
+                feed_forward: feed_forward[rank].clone(),
+                shared_feed_forward: shared[rank].clone(),
+                experts: experts[rank].clone(),
+                vocabulary: vocabulary[rank].clone(),
+                totals: self.totals,
+            })
+            .collect())
+    }
+
+    /// Exact bytes of the tensors a rank holding `slice` (of this model's plan) maps: what every rank
+    /// holds whole and its units' share of each part.
+    pub fn bytes(&self, slice: &TensorSlice) -> u64 {
+        let shares: u128 = PARTS
+            .iter()
+            .enumerate()
+            .map(|(p, part)| {
+                let units = slice.range(*part).len() as u128;
+                self.part_bytes[p] as u128 * units / self.totals[p].max(1) as u128
+            })
+            .sum();
+        self.whole_bytes + shares as u64
+    }
+
+    /// Bytes every rank holds whole, whatever its share (norms, routers, the token embeddings).
+    pub fn whole_bytes(&self) -> u64 {
+        self.whole_bytes
+    }
+
+    /// Bytes of everything the ranks divide among themselves.
+    pub fn divided_bytes(&self) -> u64 {
+        self.part_bytes.iter().sum()
+    }
+}
+
+/// The slices of a group whose ranks hold parts in proportion to `shares` (one per rank; equal shares
+/// for a group of equal nodes), or why `model` cannot be divided so (see [`Divider`]).
+pub fn plan(model: &Model, shares: &[f64]) -> Result<Vec<TensorSlice>, String> {
+    Divider::of(model)?.plan(shares)
+}
+
+/// Exact bytes of the tensors a rank holding `slice` maps of the whole model (every layer, the
+/// embeddings whole, and its share of the output head: of the embeddings' rows, when tied to them),
+/// read tensor by tensor from the file.
+pub fn rank_bytes(model: &Model, slice: &TensorSlice) -> Result<u64, String> {
+    let mut total = 0;
+    for (t, info) in declared_tensors(model) {
+        total += slice.source(info, t.split)?.bytes();
+    }
+    Ok(total)
+}
+
+fn index(part: Part) -> usize {
+    PARTS.iter().position(|p| *p == part).unwrap_or(0)
+}
+
+/// The parts of a model a tensor-parallel group divides, and their sizes.
+fn totals(config: &ModelConfig, declared: &[(ExpectedTensor, &TensorInfo)]) -> [usize; 6] {
+    // The shared experts' width is that of their tensors.
+    let shared = declared
+        .iter()
+        .find(|(t, _)| t.split == Split::Along { dim: 1, part: Part::SharedFeedForward })
+        .map_or(0, |(t, _)| t.shape[1] as usize);
+    [
+        config.heads,
+        config.kv_heads,
+        config.feed_forward,
+        shared,
+        config.moe.as_ref().map_or(0, |m| m.experts),
+        config.vocabulary,
+    ]
+}
+
+/// Every tensor of the model whole, as declared, with its file entry (the output head: the token
+/// embedding's, read as the head, when tied).
+fn declared_tensors(model: &Model) -> Vec<(ExpectedTensor, &TensorInfo)> {
+    let config = model.config();
+    let mut list: Vec<ExpectedTensor> = (0..config.layers).flat_map(|l| layout::layer_tensors(config, l)).collect();
+    list.extend(layout::global_tensors(config));
+    let tied = model.layout().tied_output;
+    list.into_iter()
+        .filter_map(|t| {
+            let name = if tied && t.name == layout::OUTPUT { layout::TOKEN_EMBEDDING } else { t.name.as_str() };
+            let info = model.tensor(name)?;
+            Some((t, info))
+        })
+        .collect()
+}
+
+/// Divides `count` units into shares proportional to `shares`, each a multiple of `align` (the last
+/// takes what is left) and at least `align` when `count` allows.
+fn proportional(count: usize, shares: &[f64], align: usize) -> Vec<Range<usize>> {
+    let align = align.max(1);
+    let units = count / align;
+    let sum: f64 = shares.iter().sum();
+    let mut ranges = Vec::with_capacity(shares.len());
+    let mut start = 0;
+    let mut before = 0.0;
+    for (i, share) in shares.iter().enumerate() {
+        before += share;
+        let left = shares.len() - i - 1;
+        let end = if left == 0 {
+            count
+        } else {
+            let ideal = (units as f64 * before / sum).round() as usize;
+            // Leave at least one unit for each rank after this one, and take at least one.
+            (ideal.clamp(start / align + 1, units.saturating_sub(left).max(start / align + 1))) * align
+        };
+        ranges.push(start..end.min(count));
+        start = end.min(count);
+    }
+    ranges
+}
+
+fn lcm(a: usize, b: usize) -> usize {
+    fn gcd(a: usize, b: usize) -> usize {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+    a / gcd(a, b) * b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proportional_shares_are_aligned_and_cover_everything() {
+        assert_eq!(proportional(9, &[1.0, 1.0], 1), vec![0..5, 5..9]);
+        assert_eq!(proportional(3, &[1.0, 1.0], 1), vec![0..2, 2..3]);
+        assert_eq!(proportional(1536, &[1.0, 1.0, 1.0], 256), vec![0..512, 512..1024, 1024..1536]);
+        assert_eq!(proportional(49152, &[2.0, 1.0], 32), vec![0..32768, 32768..49152]);
+        // Every rank gets at least one step, whatever its share.
+        assert_eq!(proportional(4, &[100.0, 1.0, 1.0], 1), vec![0..2, 2..3, 3..4]);
+        assert_eq!(proportional(64, &[1.0, 0.0001], 1), vec![0..63, 63..64]);
+    }
+
+    #[test]
+    fn least_common_multiples() {
+        assert_eq!(lcm(1, 32), 32);
+        assert_eq!(lcm(32, 256), 256);
+        assert_eq!(lcm(32, 48), 96);
+    }
+}
