@@ -248,3 +248,101 @@ fn stopping_an_instance_ends_the_fetch_of_a_share() {
     assert_eq!(info["state"], "stopped");
     assert_ne!(info["stages"][1]["state"], "ready", "{info:#}");
 }
+
+/// Whether every byte of `range` is present in the shard (`true`) or none is (`false`); panics when
+/// part of it is.
+fn present(record: &shard::ShardRecord, range: Range<u64>) -> bool {
+    let covered: u64 =
+        record.present.iter().map(|p| p.end.min(range.end).saturating_sub(p.start.max(range.start))).sum();
+    assert!(covered == 0 || covered == range.end - range.start, "{range:?} is partly present ({covered} bytes)");
+    covered > 0
+}
+
+/// A tensor-parallel rank on a node without the model fetches only its slice of every layer: the
+/// header, the token embeddings (every rank holds them whole), and of a tensor split by rows (Q, the
+/// gate) only its rows; one split by columns (the down projection) comes whole, in one run. The group
+/// answers as the same group in one process does.
+#[test]
+fn a_tensor_parallel_rank_fetches_only_its_slice_of_every_layer() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let mut c = TestCluster::new(2);
+    if c.network != Network::Netns {
+        return common::cannot_run("tensor-parallel instances need network namespaces (root)");
+    }
+    c.private_disks = true;
+    let model = model_on_node0(&c);
+    let size = std::fs::metadata(&model).unwrap().len();
+    c.form(&[]);
+    let launch = ["run", model.to_str().unwrap(), "--parallel", "tensor", "--nodes", "node0,node1"];
+    let settings = ["--context", "256", "--sequences", "2", "--threads", "1"];
+    let preview = c.cli(0, &[&launch[..], &settings, &["--preview"]].concat());
+    let text = String::from_utf8_lossy(&preview.stdout);
+    assert!(text.contains("share from node0"), "the preview says node1 fetches its share: {text}");
+
+    // What node1 would fetch, as the preview says it.
+    let body = json!({ "model": model, "parallel": "tensor", "nodes": ["node0", "node1"], "context": 256,
+        "sequences": 2, "threads": 1, "name": "preview" });
+    let (status, previewed) = c.post_json(0, "/api/placements/preview", body);
+    assert_eq!(status, 200, "{previewed}");
+    let said = previewed["fetches"][1]["bytes"].as_u64().unwrap_or(0);
+    let out = c.cli(0, &[&launch[..], &settings].concat());
+    assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+    let instances = c.get_json(0, "/api/instances");
+    let instance = instances.as_array().unwrap().iter().find(|i| i["state"] == "ready").cloned().unwrap();
+    assert_eq!(instance["plan"]["parallel"], "tensor");
+    assert_eq!(instance["stages"][0]["fetch"], Value::Null, "the owner has the whole file");
+    let fetch = &instance["stages"][1]["fetch"];
+    assert_eq!(fetch["done"], true, "{instance:#}");
+
+    let (path, record, on_disk) = shard_on(&c, 1);
+    assert_eq!(record.slices, vec!["rank 1 of 2".to_string()], "{}", path.display());
+    assert!(record.layers.is_empty(), "no layer is held whole: {:?}", record.layers);
+    let table = table();
+    let tensor = |name: &str| table.tensors.iter().find(|t| t.name == name).unwrap();
+    // Every rank holds the token embeddings whole (the tied output head's rows are among them).
+    let embedding = tensor("token_embd.weight");
+    assert!(present(&record, embedding.offset..embedding.offset + embedding.bytes));
+    for layer in [0, 17, 29] {
+        // Q: 576 rows, 64 per head; rank 1 holds heads 5-8 (rows 320-575) of 9.
+        let q = tensor(&format!("blk.{layer}.attn_q.weight"));
+        let row = q.bytes / 576;
+        assert!(!present(&record, q.offset..q.offset + 320 * row), "layer {layer}: rank 0's heads of Q");
+        assert!(present(&record, q.offset + 320 * row..q.offset + q.bytes), "layer {layer}: rank 1's heads of Q");
+        // The gate: 1536 rows; rank 1 holds rows 768-1535 (its feed-forward columns).
+        let gate = tensor(&format!("blk.{layer}.ffn_gate.weight"));
+        let row = gate.bytes / 1536;
+        assert!(!present(&record, gate.offset..gate.offset + 768 * row), "layer {layer}: rank 0's rows of the gate");
+        assert!(present(&record, gate.offset + 768 * row..gate.offset + gate.bytes), "layer {layer}: rank 1's rows");
+        // The down projection is split by columns, a piece of each of its 576 rows 480 bytes apart:
+        // fetched whole, in one run, rather than piece by piece.
+        let down = tensor(&format!("blk.{layer}.ffn_down.weight"));
+        assert!(present(&record, down.offset..down.offset + down.bytes), "layer {layer}: the down projection");
+    }
+    // What came over is what the preview said (the header and the merged pieces), give or take what
+    // came with the header's last chunk; a fifth of this small model less than the file (its
+    // embeddings, which every rank holds, are a third of it).
+    let fetched = fetch["bytes_fetched"].as_u64().unwrap();
+    assert!((said..said + (4 << 20)).contains(&fetched), "fetched {fetched} where the preview said {said}");
+    assert!(record.present_bytes() <= fetched && fetched < size - size / 6, "fetched {fetched} of {size}");
+    assert!(on_disk < fetched + (1 << 20), "{} takes {on_disk} bytes on disk", path.display());
+
+    let shares: Vec<f64> =
+        instance["plan"]["stages"].as_array().unwrap().iter().map(|s| s["share"].as_f64().unwrap()).collect();
+    for case in &common::oracle_greedy()[..2] {
+        let body =
+            json!({ "model": MODEL, "prompt": case.prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": true });
+        let (status, answer) = c.post_json(1, "/v1/completions", body);
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["choices"][0]["text"], common::group_process(&case.prompt, 16, &shares), "{:?}", case.prompt);
+    }
+    // Launched again, node1 finds its slice in the shard: nothing moves.
+    stop(&c, instance["id"].as_str().unwrap());
+    c.wait_for(std::time::Duration::from_secs(15), "the instance to stop", || {
+        c.get_json(0, "/api/instances").as_array().unwrap().iter().all(|i| i["state"] != "ready")
+    });
+    let out = c.cli(0, &[&launch[..], &settings].concat());
+    assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+    let instances = c.get_json(0, "/api/instances");
+    let again = instances.as_array().unwrap().iter().find(|i| i["state"] == "ready").cloned().unwrap();
+    assert_eq!(again["stages"][1]["fetch"], Value::Null, "{again:#}");
+}

@@ -110,8 +110,11 @@ impl StageWeights {
             if ours.is_empty() {
                 continue;
             }
-            let infos: Vec<_> = ours.iter().map(|s| s.2).collect();
-            crate::model::shard::check_present(file.path(), &infos)?;
+            // A shard holds only some ranks' slices: refuse to compute with holes.
+            let pieces = ours.iter().flat_map(|(name, _, _, source)| {
+                source.pieces.iter().map(move |&(offset, bytes)| (name.clone(), offset..offset + bytes))
+            });
+            crate::model::shard::check_ranges(file.path(), pieces)?;
             let mappable = |source: &SliceSource| {
                 in_place && source.pieces.len() == 1 && source.pieces[0].0.is_multiple_of(MAPPED_ALIGNMENT)
             };

@@ -2,9 +2,9 @@
 //! stage reads, and fetches only that when it does not. The owner names the file (name, size, hash,
 //! repository — never only a path, which differs from node to node), and of a split GGUF set every
 //! part; the stage's node looks for them at the owner's path and in its library (whole files, or shards
-//! holding the stage's layers). Missing, it fetches the stage's share ([`shard::fetch_parts`]: each
-//! file's header and the stage's tensors it holds, into sparse shard files side by side in its models
-//! directory) from the member with the fastest measured link that offers every file whole, trying the
+//! holding the stage's bytes). Missing, it fetches the stage's share ([`shard::fetch_parts`]: each
+//! file's header and the stage's tensors it holds — of a tensor-parallel rank, only its slice of them —
+//! into sparse shard files side by side in its models directory) from the member with the fastest measured link that offers every file whole, trying the
 //! next one if that fails, and from the hub (when the repository is known) only when no member can
 //! serve it. Progress goes to the owner as the stage's `fetch`; the fetch ends when its instance does.
 //! Before a launch, [`plan_fetches`] tells the preview which node would fetch how much, and from where.
@@ -16,7 +16,7 @@ use crate::model::library::Library;
 use crate::model::names;
 use crate::model::peer_copy::{self, OfferedFile};
 use crate::model::pull::{Hub, PullProgress};
-use crate::model::shard::{self, PeerRanges, ShardSource, Stoppable};
+use crate::model::shard::{self, PeerRanges, ShardSource, StageShare, Stoppable};
 use crate::model::Model;
 use crate::node::NodeId;
 use crate::placement::Plan;
@@ -49,9 +49,9 @@ pub async fn ensure_share(
     let files = spec.files();
     let Some(file) = files.first().cloned() else { return Ok(spec.model_path.clone()) };
     let library = Library::new(&instances.agent.config.data_dir);
-    let (path, layers) = (spec.model_path.clone(), spec.layers.clone());
-    let wanted = files.clone();
-    let found = tokio::task::spawn_blocking(move || find_here(&library, &path, &wanted, layers))
+    let share = stage_share(spec);
+    let (path, wanted, looked_for) = (spec.model_path.clone(), files.clone(), share.clone());
+    let found = tokio::task::spawn_blocking(move || find_here(&library, &path, &wanted, &looked_for))
         .await
         .map_err(|e| e.to_string())??;
     let destinations = match found {
@@ -85,7 +85,7 @@ pub async fn ensure_share(
                 Part::new(Stoppable::new(reader, stop.clone(), destination), url, file, destination)
             })
             .collect();
-        match fetch(parts, spec.layers.clone(), (Some(node), name.clone()), report.clone()).await {
+        match fetch(parts, share.clone(), (Some(node), name.clone()), report.clone()).await {
             Ok(()) => return Ok(destinations[0].clone()),
             Err(e) if stop() => return Err(e),
             Err(e) => {
@@ -106,7 +106,7 @@ pub async fn ensure_share(
             })
             .collect();
         let from = (None, format!("Hugging Face ({repo})"));
-        match fetch(parts, spec.layers.clone(), from, report.clone()).await {
+        match fetch(parts, share.clone(), from, report.clone()).await {
             Ok(()) => return Ok(destinations[0].clone()),
             Err(e) => failures.push(format!("from the hub: {e}")),
         }
@@ -122,14 +122,17 @@ pub async fn ensure_share(
     })
 }
 
+/// What the stage `spec` reads: its layers, or a tensor-parallel rank's slice of every layer.
+fn stage_share(spec: &StageSpec) -> StageShare {
+    match &spec.tensor {
+        Some(rank) => StageShare::Rank { rank: rank.rank, shares: rank.shares.clone() },
+        None => StageShare::Layers(spec.layers.clone()),
+    }
+}
+
 /// Looks for the stage's share at the owner's path, then in the library (by file names and sizes);
 /// fails when the owner named a file or its repository with anything but plain names.
-fn find_here(
-    library: &Library,
-    owner_path: &Path,
-    files: &[OfferedFile],
-    layers: Range<usize>,
-) -> Result<Found, String> {
+fn find_here(library: &Library, owner_path: &Path, files: &[OfferedFile], share: &StageShare) -> Result<Found, String> {
     let models_dir = library.models_dir();
     let destinations = files
         .iter()
@@ -139,7 +142,7 @@ fn find_here(
     // the owner's to complete, not this node's. The other parts of a set lie beside the first.
     let owner_paths: Vec<PathBuf> = files.iter().map(|f| owner_path.with_file_name(&f.name)).collect();
     if owner_path.file_name().is_some_and(|n| *n == *files[0].name) {
-        if let Holds::All = holds_share(&owner_paths, files, layers.clone()) {
+        if let Holds::All = holds_share(&owner_paths, files, share) {
             return Ok(Found::Ready(owner_path.to_path_buf()));
         }
     }
@@ -150,7 +153,7 @@ fn find_here(
         if !same_names {
             continue;
         }
-        match holds_share(&model.parts, files, layers.clone()) {
+        match holds_share(&model.parts, files, share) {
             Holds::All => return Ok(Found::Ready(model.path)),
             Holds::Part => partial = partial.or(Some(model.parts)),
             Holds::Nothing => {}
@@ -160,15 +163,15 @@ fn find_here(
 }
 
 enum Holds {
-    /// Every file whole, or shards with every tensor of the stage.
+    /// Every file whole, or shards with every byte the stage reads.
     All,
-    /// Shards of these files without all of the stage's tensors.
+    /// Shards of these files without all of the stage's bytes.
     Part,
     Nothing,
 }
 
 /// What the files at `paths` (one, or each part of a set) hold of the stage's share of `files`.
-fn holds_share(paths: &[PathBuf], files: &[OfferedFile], layers: Range<usize>) -> Holds {
+fn holds_share(paths: &[PathBuf], files: &[OfferedFile], share: &StageShare) -> Holds {
     let same = paths.iter().zip(files).all(|(path, file)| {
         peer_copy::describe(path).is_some_and(|here| here.size == file.size && same_hash(&here, file))
     });
@@ -179,9 +182,12 @@ fn holds_share(paths: &[PathBuf], files: &[OfferedFile], layers: Range<usize>) -
         return Holds::All;
     }
     let complete = Model::open(&paths[0]).is_ok_and(|model| {
-        layers.end <= model.config().layers
-            && model.parts().len() == paths.len()
-            && paths.iter().zip(model.stage_tensors_by_part(layers)).all(|(p, t)| shard::check_present(p, &t).is_ok())
+        model.parts().len() == paths.len()
+            && share.ranges(&model).is_ok_and(|by_part| {
+                paths.iter().zip(by_part).all(|(path, ranges)| {
+                    shard::check_ranges(path, ranges.into_iter().map(|r| (share.label(), r))).is_ok()
+                })
+            })
     });
     if complete {
         Holds::All
@@ -232,7 +238,7 @@ impl Part {
 /// stage's fetch.
 async fn fetch(
     mut parts: Vec<Part>,
-    layers: Range<usize>,
+    share: StageShare,
     from: (Option<NodeId>, String),
     report: Arc<impl Fn(StageReport) + Send + Sync + 'static>,
 ) -> Result<(), String> {
@@ -260,7 +266,7 @@ async fn fetch(
                 destination: p.destination.clone(),
             })
             .collect();
-        let fetched = shard::fetch_parts(&mut fetches, layers, &mut progress).map_err(|e| e.to_string())?;
+        let fetched = shard::fetch_parts(&mut fetches, &share, &mut progress).map_err(|e| e.to_string())?;
         tracing::info!("fetched {} bytes of {url} (and the other parts) from {}", fetched.bytes_fetched, last.from);
         let fetch = StageFetch { bytes_fetched: fetched.bytes_fetched, done: true, ..last };
         report(StageReport {
@@ -286,7 +292,9 @@ pub struct ShareNeed {
 
 /// For each stage of `plan`, what its node lacks of `model` (None: it holds its share already), from
 /// what the members list (`GET /api/models/cluster`'s view) and this node's own library. Of a split
-/// set, each part's header and the stage's tensors it holds count.
+/// set, each part's header and the stage's tensors it holds count (of a tensor-parallel rank, its
+/// slice's pieces of them). A shard counts as holding a pipeline stage's layers; for a rank only a
+/// whole file does (a shard's slices are not compared here: the launch finds them and fetches nothing).
 pub async fn plan_fetches(agent: &Agent, model: &Model, plan: &Plan) -> Vec<Option<ShareNeed>> {
     let Some(files) = peer_copy::describe_model(model) else { return vec![None; plan.stages.len()] };
     let me = agent.id();
@@ -308,9 +316,11 @@ pub async fn plan_fetches(agent: &Agent, model: &Model, plan: &Plan) -> Vec<Opti
         futures_util::future::join_all(lists).await.into_iter().flatten().collect();
     let whole: Vec<&(NodeId, String, Vec<OfferedFile>)> =
         holdings.iter().filter(|(_, _, offered)| offers_all(offered, &files)).collect();
+    let shares: Vec<f64> = plan.stages.iter().map(|s| s.share.unwrap_or(1.0)).collect();
     plan.stages
         .iter()
-        .map(|stage| {
+        .enumerate()
+        .map(|(rank, stage)| {
             let held = holdings.iter().find(|(id, _, _)| *id == stage.node).map(|(_, _, files)| files);
             let holds = held.is_some_and(|held| {
                 files.iter().all(|file| {
@@ -323,12 +333,17 @@ pub async fn plan_fetches(agent: &Agent, model: &Model, plan: &Plan) -> Vec<Opti
             if holds {
                 return None;
             }
-            let tensors = model.stage_tensors_by_part(stage.layers.clone());
+            // A rank reads its slice's pieces, a pipeline stage its layers' tensors whole.
+            let share = match stage.slice {
+                Some(_) => StageShare::Rank { rank, shares: shares.clone() },
+                None => StageShare::Layers(stage.layers.clone()),
+            };
+            let read = share.ranges(model).unwrap_or_default();
             let bytes = model
                 .parts()
                 .iter()
-                .zip(&tensors)
-                .map(|(part, tensors)| part.data_offset() + tensors.iter().map(|t| t.bytes).sum::<u64>())
+                .zip(&read)
+                .map(|(part, ranges)| part.data_offset() + ranges.iter().map(|r| r.end - r.start).sum::<u64>())
                 .sum();
             let nearest = whole
                 .iter()

@@ -1,7 +1,8 @@
 //! Shard-only fetch: a node that hosts layers [a, b) of a model downloads only the GGUF header and the
 //! bytes of the tensors its stage reads ([`Model::stage_tensors`], what `Stage::load` maps: the layers'
 //! tensors, RoPE factors, the token embedding on the first stage, the final norm and output head on the
-//! last — the embedding matrix when the head is tied to it). The bytes come with HTTP range requests from
+//! last — the embedding matrix when the head is tied to it); a node that hosts a tensor-parallel rank,
+//! only that rank's slice of every tensor ([`StageShare`]). The bytes come with HTTP range requests from
 //! the hub, or from any server that answers range requests for the file (a peer), and land at their
 //! offsets in a sparse file of the whole file's length, which the engine maps as it maps a whole file;
 //! the holes take no disk space. The header is read progressively: a first chunk, then more until it
@@ -30,11 +31,15 @@
 mod http;
 mod peer;
 mod record;
+mod share;
 mod sparse;
 
 pub use http::{Failure, HubRanges, Sink};
 pub use peer::PeerRanges;
-pub use record::{check_present, is_shard, parse_record, read_record, sidecar, ShardRecord, SIDECAR_SUFFIX};
+pub use record::{
+    check_present, check_ranges, is_shard, parse_record, read_record, sidecar, ShardRecord, SIDECAR_SUFFIX,
+};
+pub use share::StageShare;
 
 use super::gguf::GgufHeader;
 use super::pull::{choose_files, sha256_of, Hub, HubFile, PullProgress, PullRequest, PullState};
@@ -62,6 +67,8 @@ pub enum ShardError {
     BadLayers { spec: String },
     #[error("layers {}-{} are not inside the model's {model_layers} layers (0-{})", layers.start, layers.end.saturating_sub(1), model_layers.saturating_sub(1))]
     LayersOutside { layers: Range<usize>, model_layers: usize },
+    #[error("the slice {label} of a tensor-parallel group cannot be planned for this model: {reason}")]
+    Slice { label: String, reason: String },
     #[error("cannot reach {url}: {reason}. Check the address and the network (HF_ENDPOINT for the hub)")]
     Unreachable { url: String, reason: String },
     #[error("{url}: {reason}")]
@@ -196,7 +203,7 @@ pub fn pull_shard(
         .zip(sources)
         .map(|(reader, (source, destination))| PartFetch { reader, source, destination })
         .collect();
-    fetch_parts(&mut parts, layers, progress)?;
+    fetch_parts(&mut parts, &StageShare::Layers(layers), progress)?;
     Ok(parts[0].destination.clone())
 }
 
@@ -222,7 +229,7 @@ pub fn fetch_from(
     progress: &mut dyn FnMut(&PullProgress),
 ) -> Result<Fetched, ShardError> {
     let part = PartFetch { reader, source: source.clone(), destination: destination.into() };
-    fetch_parts(&mut [part], layers, progress)
+    fetch_parts(&mut [part], &StageShare::Layers(layers), progress)
 }
 
 /// One file of a fetch — the only file of a model, or a part of a split set — with where its bytes come
@@ -233,14 +240,15 @@ pub struct PartFetch<'a> {
     pub destination: PathBuf,
 }
 
-/// Fetches what a stage running `layers` reads from every file of a model (`parts`: the one file, or
-/// each part of a split set in order, all in one folder under the names `Model::open` finds them by):
-/// each file's header, then from each the stage's tensors it holds, into sparse shard files, adding
-/// to shards already there. Nothing is fetched of a file that is already whole. Fetches into one
-/// folder take turns (also across processes): two of them never write one record.
+/// Fetches what a stage reads (`share`: its layers, or a tensor-parallel rank's slice) from every file
+/// of a model (`parts`: the one file, or each part of a split set in order, all in one folder under the
+/// names `Model::open` finds them by): each file's header, then from each the stage's bytes it holds,
+/// into sparse shard files, adding to shards already there. Nothing is fetched of a file that is
+/// already whole. Fetches into one folder take turns (also across processes): two of them never write
+/// one record.
 pub fn fetch_parts(
     parts: &mut [PartFetch<'_>],
-    layers: Range<usize>,
+    share: &StageShare,
     progress: &mut dyn FnMut(&PullProgress),
 ) -> Result<Fetched, ShardError> {
     let Some(first) = parts.first().map(|p| p.destination.clone()) else {
@@ -278,19 +286,14 @@ pub fn fetch_parts(
         forget(&opened);
         return Err(ShardError::PartsDiffer { first, parts: parts.len(), found: found.len() });
     }
-    let model_layers = model.config().layers;
-    if layers.is_empty() || layers.end > model_layers {
-        forget(&opened);
-        return Err(ShardError::LayersOutside { layers, model_layers });
-    }
+    let by_part = share.ranges(&model).inspect_err(|_| forget(&opened))?;
     // Gaps smaller than the alignment are padding: fetched with their neighbours, not on their own.
     let alignment = model.file().get("general.alignment").and_then(Value::as_u64).unwrap_or(32);
-    let by_part = model.stage_tensors_by_part(layers.clone());
     let mut plans = Vec::new();
     let (mut total, mut left) = (whole, 0);
-    for (index, (opened, tensors)) in opened.into_iter().zip(&by_part).enumerate() {
+    for (index, (opened, ranges)) in opened.into_iter().zip(&by_part).enumerate() {
         let Some((mut shard, spare)) = opened else { continue };
-        let mut wanted: Vec<Range<u64>> = tensors.iter().map(|t| t.offset..t.offset.saturating_add(t.bytes)).collect();
+        let mut wanted: Vec<Range<u64>> = ranges.clone();
         record::merge(&mut wanted, alignment);
         if let Some((offset, bytes)) = spare {
             // Bytes past the header that came with its last chunk: keep those the stage needs.
@@ -318,14 +321,17 @@ pub fn fetch_parts(
             fetch_run(part.reader, &part.source.url, &mut shard, run, &mut meter)?;
         }
         shard.record.source = part.source.url.clone();
-        shard.record.add_layers(layers.clone());
+        match share {
+            StageShare::Layers(layers) => shard.record.add_layers(layers.clone()),
+            StageShare::Rank { .. } => shard.record.add_slice(share.label()),
+        }
         shard.save()?;
         if index == 0 {
             record = Some(shard.record.clone());
         }
     }
-    for (part, tensors) in parts.iter().zip(&by_part) {
-        check_present(&part.destination, tensors)?;
+    for (part, ranges) in parts.iter().zip(&by_part) {
+        check_ranges(&part.destination, ranges.iter().map(|r| (share.label(), r.clone())))?;
     }
     meter.state(PullState::Done);
     Ok(Fetched { bytes_fetched: meter.fetched, record })

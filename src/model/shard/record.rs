@@ -25,6 +25,9 @@ pub struct ShardRecord {
     pub layers: Vec<Range<usize>>,
     /// Byte ranges (end exclusive) present in the file, sorted and merged.
     pub present: Vec<Range<u64>>,
+    /// Tensor-parallel slices whose bytes were all fetched (`rank 1 of 2`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slices: Vec<String>,
 }
 
 impl ShardRecord {
@@ -36,6 +39,7 @@ impl ShardRecord {
             header_bytes: 0,
             layers: Vec::new(),
             present: Vec::new(),
+            slices: Vec::new(),
         }
     }
 
@@ -55,12 +59,21 @@ impl ShardRecord {
     }
 
     /// The layers, as `shoal pull --layers` writes them: `10-20` (both included), comma-separated.
+    /// A tensor-parallel slice it holds follows, as `0-9, rank 1 of 2`.
     pub fn layers_text(&self) -> String {
-        if self.layers.is_empty() {
+        let mut text: Vec<String> = self.layers.iter().map(|r| format!("{}-{}", r.start, r.end - 1)).collect();
+        text.extend(self.slices.iter().cloned());
+        if text.is_empty() {
             return "none".into();
         }
-        let text: Vec<String> = self.layers.iter().map(|r| format!("{}-{}", r.start, r.end - 1)).collect();
         text.join(", ")
+    }
+
+    /// Adds a tensor-parallel slice whose bytes are all present.
+    pub(crate) fn add_slice(&mut self, label: String) {
+        if !self.slices.contains(&label) {
+            self.slices.push(label);
+        }
     }
 
     pub(super) fn add_present(&mut self, range: Range<u64>) {
@@ -92,6 +105,9 @@ impl ShardRecord {
         }
         for l in &other.layers {
             self.add_layers(l.clone());
+        }
+        for label in &other.slices {
+            self.add_slice(label.clone());
         }
     }
 }
@@ -154,15 +170,21 @@ pub(super) fn save_record(path: &Path, record: &mut ShardRecord) -> std::io::Res
 /// Checks that every tensor in `tensors` is present in the file at `path` (always true for a whole
 /// file). A stage calls this before it maps a shard's tensors, so it never computes with holes.
 pub fn check_present(path: &Path, tensors: &[&TensorInfo]) -> Result<(), ModelError> {
+    check_ranges(path, tensors.iter().map(|t| (t.name.clone(), t.offset..t.offset + t.bytes)))
+}
+
+/// Checks that every byte range of `ranges` (each with the name of what it holds: a tensor, or a
+/// slice's piece of one) is present in the file at `path` (always true for a whole file).
+pub fn check_ranges(path: &Path, ranges: impl IntoIterator<Item = (String, Range<u64>)>) -> Result<(), ModelError> {
     let Some(record) = read_record(path)? else { return Ok(()) };
-    match tensors.iter().find(|t| !record.covers(&(t.offset..t.offset + t.bytes))) {
+    match ranges.into_iter().find(|(_, range)| !record.covers(range)) {
         None => Ok(()),
-        Some(t) => Err(ModelError::ShardIncomplete {
+        Some((tensor, range)) => Err(ModelError::ShardIncomplete {
             path: path.into(),
             layers: record.layers_text(),
-            tensor: t.name.clone(),
-            offset: t.offset,
-            bytes: t.bytes,
+            tensor,
+            offset: range.start,
+            bytes: range.end - range.start,
         }),
     }
 }

@@ -158,6 +158,18 @@ pub fn rank_bytes(model: &Model, slice: &TensorSlice) -> Result<u64, String> {
     Ok(total)
 }
 
+/// The byte ranges of each file of `model` (its one file, or each part of a split set, in order) that a
+/// rank holding `slice` reads: what a node fetches for that rank, and checks is present before mapping.
+pub fn rank_ranges(model: &Model, slice: &TensorSlice) -> Result<Vec<Vec<Range<u64>>>, String> {
+    let mut by_part = vec![Vec::new(); model.parts().len()];
+    for (t, info) in declared_tensors(model) {
+        let part = model.parts().iter().position(|p| p.tensor(&info.name).is_some()).unwrap_or(0);
+        let source = slice.source(info, t.split)?;
+        by_part[part].extend(source.pieces.iter().map(|&(offset, bytes)| offset..offset + bytes));
+    }
+    Ok(by_part)
+}
+
 fn index(part: Part) -> usize {
     PARTS.iter().position(|p| *p == part).unwrap_or(0)
 }
