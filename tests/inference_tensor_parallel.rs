@@ -2,10 +2,11 @@
 //! namespaces each run a rank holding a slice of every layer, the ranks connect to each other over the
 //! cluster's authenticated links and sum their parts twice per layer. An instance over 2 and over 3
 //! nodes answers greedy requests exactly as the same group run as threads of one process does (the
-//! same slices, summed in the same order: bit for bit), reports its sums' time, and shows each rank's
-//! slice; over 2 nodes, one of them short of memory for half the model, that node holds a smaller share. A rank's node killed mid-generation ends the stream with a clear error within the failure
-//! detector's bound, the other nodes stay up, and the owner places the model again by itself (on the
-//! nodes left) so that requests are served again.
+//! same slices, summed in the same order: bit for bit), reports every rank's steps and sums' time, and
+//! shows each rank's slice; over 2 nodes, one of them short of memory for half the model, that node
+//! holds a smaller share. A rank's node killed mid-generation ends the stream with a clear error within
+//! the failure detector's bound, the other nodes stay up, and the owner places the model again by
+//! itself (on the nodes left) so that requests are served again.
 
 mod common;
 
@@ -126,11 +127,16 @@ fn two_and_three_nodes_hold_slices_of_every_layer_and_answer_as_the_group_in_one
             );
         }
         answers_as_the_group_in_one_process(&c, &shares);
-        // The leader reports its sums' time (stats come each second).
-        c.wait_for(Duration::from_secs(5), "the leader's sum time", || {
+        // Every rank reports its steps, their compute time and its sums' time (stats come each second).
+        c.wait_for(Duration::from_secs(5), "every rank's steps and sum time", || {
             let instances = c.get_json(0, "/api/instances");
             let ready = instances.as_array().unwrap().iter().find(|i| i["state"] == "ready").cloned().unwrap();
-            ready["stages"][0]["stats"]["allreduce_p50_us"].as_u64().is_some()
+            ready["stages"].as_array().unwrap().iter().all(|s| {
+                let stats = &s["stats"];
+                stats["allreduce_p50_us"].as_u64().is_some()
+                    && stats["steps"].as_u64() > Some(0)
+                    && stats["compute_us_total"].as_u64() > Some(0)
+            })
         });
         let id = info["id"].as_str().unwrap().to_string();
         let out = c.cli(0, &["stop", &id]);

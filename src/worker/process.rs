@@ -265,11 +265,17 @@ fn report_stats_every_second(stats: Arc<Mutex<StageStats>>) -> tokio::task::Join
 }
 
 /// A rank of a tensor-parallel group other than the leader: reports ready, then runs the leader's steps
-/// until it ends the group or a link breaks.
+/// until it ends the group or a link breaks, counting its steps, their compute time and its sums' time
+/// in its stats as the leader does.
 async fn follow(mut stage: Stage, stats: Arc<Mutex<StageStats>>) -> anyhow::Result<()> {
-    let stats_task = report_stats_every_second(stats);
+    let stats_task = report_stats_every_second(stats.clone());
     emit(&WorkerEvent::Ready);
-    let ended = tokio::task::spawn_blocking(move || crate::engine::parallel::follow(&mut stage)).await;
+    let record = move |stage: &Stage, step: crate::engine::parallel::FollowedStep| {
+        let sum_p50 = || stage.group().and_then(|g| g.sum_p50());
+        stats.locked().record_step(step.tokens, step.rows, step.took, sum_p50);
+    };
+    let ended =
+        tokio::task::spawn_blocking(move || crate::engine::parallel::follow_reporting(&mut stage, record)).await;
     stats_task.abort();
     match ended {
         Ok(Ok(())) => anyhow::bail!("the group's leader ended it"),

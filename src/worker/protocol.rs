@@ -97,6 +97,26 @@ pub struct StageStats {
     pub queued_requests: usize,
 }
 
+impl StageStats {
+    /// Counts one step of `tokens` tokens in `rows` requests' rows that took `took`; every 32nd step
+    /// also takes the group's median sum time (`sum_p50`: a tensor-parallel rank's, None otherwise).
+    pub fn record_step(
+        &mut self,
+        tokens: usize,
+        rows: usize,
+        took: std::time::Duration,
+        sum_p50: impl FnOnce() -> Option<std::time::Duration>,
+    ) {
+        self.steps += 1;
+        self.tokens += tokens as u64;
+        self.rows += rows as u64;
+        self.compute_us_total += took.as_micros() as u64;
+        if self.steps % 32 == 1 {
+            self.allreduce_p50_us = sum_p50().map(|d| d.as_micros() as u64);
+        }
+    }
+}
+
 /// The prompt of a request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

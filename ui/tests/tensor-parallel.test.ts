@@ -1,6 +1,6 @@
 // A tensor-parallel instance in the dashboard: the instance card and the node cards say what each node
 // holds of every layer (heads, feed-forward columns, experts) instead of a layer range, the card shows
-// the group's sum time, and the placement preview names the mode with the other one it weighed and
+// each rank's sum time, and the placement preview names the mode with the other one it weighed and
 // each node's share of the model.
 import { describe, expect, it } from 'vitest';
 import { render, screen } from '@testing-library/svelte';
@@ -33,7 +33,7 @@ function group(): InstanceInfo {
     ...s,
     layers: { start: 0, end: 30 },
     slice: slices[i]!,
-    stats: i === 0 ? { ...(s.stats as StageStats), allreduce_p50_us: 38 } : s.stats,
+    stats: { ...(s.stats as StageStats), allreduce_p50_us: i === 0 ? 38 : 41 },
   }));
   const plan: Plan = {
     ...instance.plan,
@@ -52,7 +52,8 @@ describe('a tensor-parallel instance', () => {
     expect(screen.getByTestId('instance-parallel').textContent).toBe('tensor parallel over 2 nodes');
     expect(screen.getAllByTestId('stage-holds').map((c) => c.textContent)).toEqual(['heads 0–5 · ffn 0–767', 'heads 6–8 · ffn 768–1535']);
     expect(screen.getByText('Sum p50')).toBeTruthy();
-    expect(screen.getByText('38 µs')).toBeTruthy();
+    // Every rank times its own sums (a pipeline shows its hop time on stage 0 only).
+    expect(screen.getAllByTestId('stage-link-time').map((c) => c.textContent)).toEqual(['38 µs', '41 µs']);
   });
 
   it('shows on the node cards as slices, a pipeline as layer ranges', () => {

@@ -241,6 +241,19 @@ impl Collective for Inner {
 /// A rank other than the leader: runs each step the leader sends, until it says the group ends (`Ok`)
 /// or a link or a step fails (the reason). Its logits go back to the leader after each step.
 pub fn follow(stage: &mut Stage) -> Result<(), String> {
+    follow_reporting(stage, |_, _| {})
+}
+
+/// One step a follower ran: its tokens, the requests' rows, and the time it took (its sums included).
+#[derive(Clone, Copy, Debug)]
+pub struct FollowedStep {
+    pub tokens: usize,
+    pub rows: usize,
+    pub took: std::time::Duration,
+}
+
+/// [`follow`], telling `on_step` of each step it ran.
+pub fn follow_reporting(stage: &mut Stage, mut on_step: impl FnMut(&Stage, FollowedStep)) -> Result<(), String> {
     let vocabulary = stage.config().vocabulary as u32;
     let mut frame = Vec::new();
     loop {
@@ -256,7 +269,10 @@ pub fn follow(stage: &mut Stage) -> Result<(), String> {
                 if let Some(bad) = tokens.iter().find(|&&t| t >= vocabulary) {
                     return Err(format!("the leader sent token {bad}, outside the vocabulary"));
                 }
+                let started = std::time::Instant::now();
                 stage.forward_batch(&segments, StageInput::Tokens(&tokens)).map_err(|e| e.to_string())?;
+                let step = FollowedStep { tokens: tokens.len(), rows: segments.len(), took: started.elapsed() };
+                on_step(stage, step);
             }
         }
     }

@@ -14,7 +14,7 @@ mod group;
 pub mod local;
 mod wire;
 
-pub use group::{follow, Group};
+pub use group::{follow, follow_reporting, FollowedStep, Group};
 
 /// A rank's links to the other ranks of its group: whole frames to and from one rank, and an exchange
 /// with all of them at once. Errors say which link failed and why.

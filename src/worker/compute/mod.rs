@@ -152,14 +152,8 @@ impl Compute {
     }
 
     fn record_step(&self, tokens: usize, compute: Duration) {
-        let mut s = self.stats.locked();
-        s.steps += 1;
-        s.tokens += tokens as u64;
-        s.rows += self.segments.len() as u64;
-        s.compute_us_total += compute.as_micros() as u64;
-        if s.steps % 32 == 1 {
-            s.allreduce_p50_us = self.stage.group().and_then(|g| g.sum_p50()).map(|d| d.as_micros() as u64);
-        }
+        let sum_p50 = || self.stage.group().and_then(|g| g.sum_p50());
+        self.stats.locked().record_step(tokens, self.segments.len(), compute, sum_p50);
     }
 
     /// Runs this stage on the step in `self.segments` (the output stays in the stage); returns the time
