@@ -297,6 +297,13 @@ fn a_tensor_parallel_rank_fetches_only_its_slice_of_every_layer() {
     let (path, record, on_disk) = shard_on(&c, 1);
     assert_eq!(record.slices, vec!["rank 1 of 2".to_string()], "{}", path.display());
     assert!(record.layers.is_empty(), "no layer is held whole: {:?}", record.layers);
+    let listed = std::process::Command::new(env!("CARGO_BIN_EXE_shoal"))
+        .args(["models", "--data-dir"])
+        .arg(&c.nodes[1].data_dir)
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.contains("(shard: rank 1 of 2's slice)"), "shoal models on node1: {listed}");
     let table = table();
     let tensor = |name: &str| table.tensors.iter().find(|t| t.name == name).unwrap();
     // Every rank holds the token embeddings whole (the tied output head's rows are among them).

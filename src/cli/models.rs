@@ -81,6 +81,8 @@ fn render(models: &[LibraryModel]) -> String {
             ModelSource::Added => "added".to_string(),
         };
         let parts = match &m.shard {
+            // A tensor-parallel rank's shard holds a slice of every layer ("rank 1 of 2"), not layers.
+            Some(shard) if shard.layers.starts_with("rank") => format!(" (shard: {}'s slice)", shard.layers),
             Some(shard) => format!(" (shard: layers {})", shard.layers),
             None if m.parts.len() > 1 => format!(" ({} parts)", m.parts.len()),
             None => String::new(),

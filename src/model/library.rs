@@ -369,6 +369,10 @@ fn shard_summary(parts: &[PathBuf]) -> Result<Option<ShardSummary>, super::Model
     for r in &ranges {
         summary.add_layers(r.clone());
     }
+    // So does a tensor-parallel rank's slice.
+    for slice in first.slices.iter().filter(|s| records[1..].iter().all(|r| r.slices.contains(s))) {
+        summary.add_slice(slice.clone());
+    }
     Ok(Some(ShardSummary { layers: summary.layers_text(), ranges: summary.layers, present_bytes, file_bytes }))
 }
 
