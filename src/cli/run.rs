@@ -83,7 +83,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     println!("{}: {split}, {:.1} MB in all", preview.model, plan.total_bytes as f64 / 1e6);
     // A tensor-parallel rank's share, relative to the others'.
-    let share_sum: f64 = plan.stages.iter().map(|s| s.share.unwrap_or(1.0)).sum();
+    let shares = plan.shares();
+    let share_sum: f64 = shares.iter().sum();
     for (i, s) in preview.plan.stages.iter().enumerate() {
         let fetch = match preview.fetches.get(i).cloned().flatten() {
             None => String::new(),
@@ -95,7 +96,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         let part = match &s.slice {
             Some(slice) => format!(
                 "{:>3.0}% heads {:>2}-{:<2} ffn {}-{}{}",
-                100.0 * s.share.unwrap_or(1.0) / share_sum,
+                100.0 * shares[i] / share_sum,
                 slice.query_heads.start,
                 slice.query_heads.end - 1,
                 slice.feed_forward.start,

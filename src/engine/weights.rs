@@ -112,7 +112,7 @@ impl StageWeights {
             }
             // A shard holds only some ranks' slices: refuse to compute with holes.
             let pieces = ours.iter().flat_map(|(name, _, _, source)| {
-                source.pieces.iter().map(move |&(offset, bytes)| (name.clone(), offset..offset + bytes))
+                source.pieces.iter().map(move |&(offset, bytes)| (name.as_str(), offset..offset + bytes))
             });
             crate::model::shard::check_ranges(file.path(), pieces)?;
             let mappable = |source: &SliceSource| {

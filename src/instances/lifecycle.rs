@@ -282,7 +282,7 @@ pub(super) async fn launch_as(
     .unwrap_or_default();
     let (file, parts) = (files.first().cloned(), if files.len() > 1 { files } else { Vec::new() });
     // A tensor-parallel group's ranks hold the shares placement planned (equal when it gave none).
-    let shares: Vec<f64> = info.plan.stages.iter().map(|s| s.share.unwrap_or(1.0)).collect();
+    let shares = info.plan.shares();
     let tensor = info.plan.parallel == placement::Parallelism::Tensor;
     for (i, stage) in info.stages.iter().enumerate() {
         let spec = StageSpec {

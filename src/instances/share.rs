@@ -182,10 +182,11 @@ fn holds_share(paths: &[PathBuf], files: &[OfferedFile], share: &StageShare) -> 
         return Holds::All;
     }
     let complete = Model::open(&paths[0]).is_ok_and(|model| {
+        let label = share.label();
         model.parts().len() == paths.len()
             && share.ranges(&model).is_ok_and(|by_part| {
                 paths.iter().zip(by_part).all(|(path, ranges)| {
-                    shard::check_ranges(path, ranges.into_iter().map(|r| (share.label(), r))).is_ok()
+                    shard::check_ranges(path, ranges.into_iter().map(|r| (label.as_str(), r))).is_ok()
                 })
             })
     });
@@ -316,7 +317,7 @@ pub async fn plan_fetches(agent: &Agent, model: &Model, plan: &Plan) -> Vec<Opti
         futures_util::future::join_all(lists).await.into_iter().flatten().collect();
     let whole: Vec<&(NodeId, String, Vec<OfferedFile>)> =
         holdings.iter().filter(|(_, _, offered)| offers_all(offered, &files)).collect();
-    let shares: Vec<f64> = plan.stages.iter().map(|s| s.share.unwrap_or(1.0)).collect();
+    let shares = plan.shares();
     plan.stages
         .iter()
         .enumerate()

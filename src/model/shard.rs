@@ -330,8 +330,9 @@ pub fn fetch_parts(
             record = Some(shard.record.clone());
         }
     }
+    let label = share.label();
     for (part, ranges) in parts.iter().zip(&by_part) {
-        check_ranges(&part.destination, ranges.iter().map(|r| (share.label(), r.clone())))?;
+        check_ranges(&part.destination, ranges.iter().map(|r| (label.as_str(), r.clone())))?;
     }
     meter.state(PullState::Done);
     Ok(Fetched { bytes_fetched: meter.fetched, record })

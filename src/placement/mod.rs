@@ -154,6 +154,14 @@ pub struct Plan {
     pub alternatives: Vec<Alternative>,
 }
 
+impl Plan {
+    /// Each stage's share of a tensor-parallel group, relative (equal where the plan gives none): what
+    /// every rank's worker plans its slice from.
+    pub fn shares(&self) -> Vec<f64> {
+        self.stages.iter().map(|s| s.share.unwrap_or(1.0)).collect()
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum PlacementError {
     #[error("no node is up to run the model")]

@@ -106,19 +106,10 @@ impl ModelNeeds {
         let widest = c.feed_forward.max(c.embedding).max(experts_wide) as u64;
         let compute = batch as u64 * (16 * widest + 2 * context as u64) + (1 << 20);
         let experts = expert_bytes(model);
-        let divider = crate::model::slice::Divider::of(model);
+        let divider = Divider::of(model);
         let groups = (2..=MAX_GROUP)
             .map(|ranks| {
-                let planned = divider.as_ref().map_err(Clone::clone).and_then(|d| {
-                    let slices = d.plan(&vec![1.0; ranks])?;
-                    Ok(slices
-                        .into_iter()
-                        .map(|s| {
-                            let bytes = d.bytes(&s);
-                            (s, bytes)
-                        })
-                        .collect())
-                });
+                let planned = divider.as_ref().map_err(Clone::clone).and_then(|d| d.plan_with_bytes(&vec![1.0; ranks]));
                 match planned {
                     Ok(slices) => GroupNeeds { ranks, slices, refused: None },
                     Err(reason) => GroupNeeds { ranks, slices: Vec::new(), refused: Some(reason) },

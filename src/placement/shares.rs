@@ -59,10 +59,10 @@ fn spread(rates: &[f64], caps: &[f64]) -> Option<Vec<f64>> {
     let mut shares = vec![0.0; rates.len()];
     let mut capped = vec![false; rates.len()];
     loop {
-        let left = 1.0 - (0..rates.len()).filter(|&i| capped[i]).map(|i| shares[i]).sum::<f64>();
-        let free: f64 = (0..rates.len()).filter(|&i| !capped[i]).map(|i| rates[i]).sum();
-        let mut changed = false;
         let free_members: Vec<usize> = (0..rates.len()).filter(|&i| !capped[i]).collect();
+        let left = 1.0 - (0..rates.len()).filter(|&i| capped[i]).map(|i| shares[i]).sum::<f64>();
+        let free: f64 = free_members.iter().map(|&i| rates[i]).sum();
+        let mut changed = false;
         for i in free_members {
             shares[i] = left * rates[i] / free;
             if shares[i] > caps[i] {

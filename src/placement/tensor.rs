@@ -123,17 +123,10 @@ fn group_plan(
     let equal = plan_of(needs, &group.slices, &vec![1.0; members.len()], members, table);
     let Some(divider) = &needs.divider else { return equal };
     let Some(shares) = super::shares::fitted(needs, divider, members) else { return equal };
-    let Ok(slices) = divider.plan(&shares) else { return equal };
-    if slices.iter().zip(&group.slices).all(|(a, (b, _))| a == b) {
+    let Ok(slices) = divider.plan_with_bytes(&shares) else { return equal };
+    if slices == group.slices {
         return equal;
     }
-    let slices: Vec<(TensorSlice, u64)> = slices
-        .into_iter()
-        .map(|s| {
-            let bytes = divider.bytes(&s);
-            (s, bytes)
-        })
-        .collect();
     let balanced = plan_of(needs, &slices, &shares, members, table);
     let faster = match (balanced.expected_decode_tokens_per_second, equal.expected_decode_tokens_per_second) {
         (Some(b), Some(e)) => b >= UNEVEN_GAIN * e,

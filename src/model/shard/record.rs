@@ -170,19 +170,22 @@ pub(super) fn save_record(path: &Path, record: &mut ShardRecord) -> std::io::Res
 /// Checks that every tensor in `tensors` is present in the file at `path` (always true for a whole
 /// file). A stage calls this before it maps a shard's tensors, so it never computes with holes.
 pub fn check_present(path: &Path, tensors: &[&TensorInfo]) -> Result<(), ModelError> {
-    check_ranges(path, tensors.iter().map(|t| (t.name.clone(), t.offset..t.offset + t.bytes)))
+    check_ranges(path, tensors.iter().map(|t| (t.name.as_str(), t.offset..t.offset + t.bytes)))
 }
 
 /// Checks that every byte range of `ranges` (each with the name of what it holds: a tensor, or a
 /// slice's piece of one) is present in the file at `path` (always true for a whole file).
-pub fn check_ranges(path: &Path, ranges: impl IntoIterator<Item = (String, Range<u64>)>) -> Result<(), ModelError> {
+pub fn check_ranges<'a>(
+    path: &Path,
+    ranges: impl IntoIterator<Item = (&'a str, Range<u64>)>,
+) -> Result<(), ModelError> {
     let Some(record) = read_record(path)? else { return Ok(()) };
     match ranges.into_iter().find(|(_, range)| !record.covers(range)) {
         None => Ok(()),
         Some((tensor, range)) => Err(ModelError::ShardIncomplete {
             path: path.into(),
             layers: record.layers_text(),
-            tensor,
+            tensor: tensor.to_string(),
             offset: range.start,
             bytes: range.end - range.start,
         }),

@@ -116,6 +116,18 @@ impl Divider {
             .collect())
     }
 
+    /// [`Divider::plan`], with each rank's exact bytes ([`Divider::bytes`]).
+    pub fn plan_with_bytes(&self, shares: &[f64]) -> Result<Vec<(TensorSlice, u64)>, String> {
+        Ok(self
+            .plan(shares)?
+            .into_iter()
+            .map(|s| {
+                let bytes = self.bytes(&s);
+                (s, bytes)
+            })
+            .collect())
+    }
+
     /// Exact bytes of the tensors a rank holding `slice` (of this model's plan) maps: what every rank
     /// holds whole and its units' share of each part.
     pub fn bytes(&self, slice: &TensorSlice) -> u64 {
