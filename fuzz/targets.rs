@@ -100,11 +100,14 @@ pub fn pairing(data: &[u8]) {
     }
 }
 
-/// A ring link: the opening hello and answer, the failover wire's messages in both directions, the
+/// A ring link (and a group's links): the opening hello and answer, the failover wire's messages in both directions, the
 /// ring frames inside them, and the hidden states a forward frame carries. What decodes must encode
 /// back to the same bytes (lossy text aside).
 pub fn ring(data: &[u8]) {
     let _ = ring::decode_opening(data);
+    // A tensor-parallel group's links: the RDMA offer's messages and the control messages beside RDMA.
+    let _ = shoal::transport::group::decode_offer(data);
+    let _ = shoal::transport::group::decode_control(data);
     if let Ok(message) = wire::Forward::decode(data) {
         let mut out = Vec::new();
         message.encode(&mut out);

@@ -1,7 +1,7 @@
 //! Worker processes wired into a ring by hand, as the agent does (`Connect` on stdin), with RDMA asked
 //! for on one link: RDMA cannot start on this machine (no devices, or a build without the feature), so
 //! the stage reports the fallback to TCP with the reason, and the two-stage ring still generates
-//! exactly what one process does.
+//! exactly what one process does. The same for the links of a tensor-parallel group (`ConnectGroup`).
 
 mod common;
 
@@ -25,10 +25,20 @@ struct Worker {
 
 impl Worker {
     fn start(layers: &str, stage: usize, stages: usize) -> Worker {
+        Worker::start_with(layers, stage, stages, &[])
+    }
+
+    /// Rank `rank` of a tensor-parallel group of two equal shares.
+    fn rank(rank: usize) -> Worker {
+        Worker::start_with("0-29", rank, 2, &["--tensor-rank", &rank.to_string(), "--tensor-shares", "0.5,0.5"])
+    }
+
+    fn start_with(layers: &str, stage: usize, stages: usize, extra: &[&str]) -> Worker {
         let mut child = common::shoal()
             .args(["worker", "--model"])
             .arg(common::model_path())
             .args(["--layers", layers, "--stage", &stage.to_string(), "--stages", &stages.to_string()])
+            .args(extra)
             .args(["--context", "256", "--sequences", "1", "--listen", "127.0.0.1"])
             .env("SHOAL_CLUSTER_SECRET", SECRET_HEX)
             .env("SHOAL_FRONT_TOKEN", FRONT_TOKEN)
@@ -131,4 +141,30 @@ fn a_link_that_cannot_start_rdma_falls_back_to_tcp_and_the_ring_generates_as_one
     first.wait("ready", |e| matches!(e, WorkerEvent::Ready).then_some(()));
     second.wait("ready", |e| matches!(e, WorkerEvent::Ready).then_some(()));
     assert_eq!(generate(front.unwrap()), expected);
+}
+
+#[test]
+fn a_group_whose_links_cannot_start_rdma_falls_back_to_tcp_and_generates_as_one_process() {
+    // The same group in one process (its sums add the parts in the same order).
+    let expected = common::group_process("The capital of France is", 24, &[0.5, 0.5]);
+
+    let mut ranks = [Worker::rank(0), Worker::rank(1)];
+    let (leader_data, front) = ranks[0].listening();
+    let ports = [leader_data, ranks[1].listening().0];
+    let peers: Vec<SocketAddr> = ports.iter().map(|&p| SocketAddr::from(([127, 0, 0, 1], p))).collect();
+    // The agent gives each rank its routes in rank order; the lower rank of a pair offers.
+    let route = RdmaRoute { device: "rdma_en4".into(), peer_device: "rdma_en5".into(), slot_bytes: 4096 };
+    ranks[0].command(&WorkerCommand::ConnectGroup { peers: peers.clone(), rdma: vec![None, Some(route.clone())] });
+    ranks[1].command(&WorkerCommand::ConnectGroup { peers, rdma: vec![Some(route), None] });
+
+    let (peer, reason) = ranks[0].wait("the pair's transport", |e| match e {
+        WorkerEvent::GroupLink { peer, transport: RingTransport::Tcp { reason } } => Some((peer, reason)),
+        WorkerEvent::GroupLink { transport, .. } => panic!("RDMA cannot carry a link here, yet: {transport:?}"),
+        _ => None,
+    });
+    assert_eq!(peer, 1);
+    assert!(reason.starts_with("RDMA could not start here"), "{reason}");
+    ranks[0].wait("ready", |e| matches!(e, WorkerEvent::Ready).then_some(()));
+    ranks[1].wait("ready", |e| matches!(e, WorkerEvent::Ready).then_some(()));
+    assert_eq!(generate(front.expect("the leader has a front port")), expected);
 }

@@ -384,10 +384,10 @@ fn start_worker(instances: &Arc<Instances>, spec: StageSpec, owner: NodeId) {
             if let Some(pid) = handle.pid {
                 instances.agent.track_process(pid);
             }
-            instances
-                .registry()
-                .local
-                .insert(key, LocalStage { handle: Arc::new(handle), threads, front_port: None, next: None });
+            instances.registry().local.insert(
+                key,
+                LocalStage { handle: Arc::new(handle), threads, front_port: None, next: None, group: Vec::new() },
+            );
         }
         Err(e) => report(
             instances,
@@ -429,6 +429,14 @@ fn on_worker_event(instances: &Arc<Instances>, owner: NodeId, instance: &str, st
             let next = instances.registry().local.get(&(instance.to_string(), stage)).and_then(|l| l.next);
             if let Some(next) = next {
                 instances.agent.links.ring_link_changed(next, instance, transport);
+            }
+            return;
+        }
+        WorkerEvent::GroupLink { peer, transport } => {
+            let key = (instance.to_string(), stage);
+            let node = instances.registry().local.get(&key).and_then(|l| l.group.get(peer).copied());
+            if let Some(node) = node.filter(|n| *n != instances.agent.id()) {
+                instances.agent.links.ring_link_changed(node, instance, transport);
             }
             return;
         }
@@ -561,10 +569,16 @@ pub(super) fn connect_group_local(instances: &Arc<Instances>, instance: &str, st
             ip.map(|ip| SocketAddr::new(ip, port))
         })
         .collect();
-    let handle = instances.registry().local.get(&(instance.to_string(), stage)).map(|l| l.handle.clone());
+    // RDMA where the agent chose it for the link to the rank's node (never between ranks on this node).
+    let rdma =
+        peers.iter().map(|&(node, _)| if node == me { None } else { instances.agent.links.ring_route(node) }).collect();
+    let handle = instances.registry().local.get_mut(&(instance.to_string(), stage)).map(|l| {
+        l.group = peers.iter().map(|&(node, _)| node).collect();
+        l.handle.clone()
+    });
     let (Some(peers), Some(handle)) = (addresses, handle) else { return };
     tokio::spawn(async move {
-        let _ = handle.command(&WorkerCommand::ConnectGroup { peers }).await;
+        let _ = handle.command(&WorkerCommand::ConnectGroup { peers, rdma }).await;
     });
 }
 

@@ -47,6 +47,8 @@ pub(crate) struct LocalStage {
     pub front_port: Option<u16>,
     /// The node the stage's ring link goes to, once it is connected.
     pub next: Option<NodeId>,
+    /// A rank of a tensor-parallel group: the node of each rank, once the group connects.
+    pub group: Vec<NodeId>,
 }
 
 /// Instances known to this node, the workers it runs, and the generation calls it has in flight.

@@ -156,7 +156,7 @@ async fn serve(
 
     // Commands from the agent; closing stdin ends the worker.
     let (next_tx, next_rx) = tokio::sync::oneshot::channel::<(SocketAddr, Option<RdmaRoute>)>();
-    let (group_tx, group_rx) = tokio::sync::oneshot::channel::<Vec<SocketAddr>>();
+    let (group_tx, group_rx) = tokio::sync::oneshot::channel::<(Vec<SocketAddr>, Vec<Option<RdmaRoute>>)>();
     tokio::spawn(async move {
         let mut next_tx = Some(next_tx);
         let mut group_tx = Some(group_tx);
@@ -168,9 +168,9 @@ async fn serve(
                         let _ = tx.send((next, rdma));
                     }
                 }
-                Ok(WorkerCommand::ConnectGroup { peers }) => {
+                Ok(WorkerCommand::ConnectGroup { peers, rdma }) => {
                     if let Some(tx) = group_tx.take() {
-                        let _ = tx.send(peers);
+                        let _ = tx.send((peers, rdma));
                     }
                 }
                 Ok(WorkerCommand::Stop) => break,
@@ -188,8 +188,9 @@ async fn serve(
     if let Some(tensor) = &config.tensor {
         // A rank of a tensor-parallel group: connect to the other ranks, then the leader serves requests
         // as a one-stage instance does and the others follow it.
-        let peers = group_rx.await.map_err(|_| anyhow::anyhow!("the agent never said where the other ranks are"))?;
-        let links = transport::group::connect(tensor.rank, &peers, &data, &secret).await.map_err(anyhow::Error::msg)?;
+        let (peers, routes) =
+            group_rx.await.map_err(|_| anyhow::anyhow!("the agent never said where the other ranks are"))?;
+        let links = connect_group(tensor.rank, &peers, routes, &data, &secret).await?;
         stage.group().expect("a rank has its group").link(Box::new(links)).map_err(anyhow::Error::msg)?;
         if tensor.rank > 0 {
             return follow(stage, stats).await;
@@ -282,6 +283,32 @@ async fn follow(mut stage: Stage, stats: Arc<Mutex<StageStats>>) -> anyhow::Resu
         Ok(Err(reason)) => anyhow::bail!("{reason}"),
         Err(_) => anyhow::bail!("the compute thread panicked"),
     }
+}
+
+/// Connects this rank to the others of its group, then starts RDMA on the pairs the agent chose it for;
+/// each pair's transport goes to the agent.
+async fn connect_group(
+    rank: usize,
+    peers: &[SocketAddr],
+    routes: Vec<Option<RdmaRoute>>,
+    data: &TcpListener,
+    secret: &[u8; 32],
+) -> anyhow::Result<transport::group::RankLinks> {
+    let mut links = transport::group::connect(rank, peers, data, secret).await.map_err(anyhow::Error::msg)?;
+    let started = tokio::task::spawn_blocking(move || {
+        let opener = rdma::open::platform();
+        let report: transport::group::GroupReport =
+            Arc::new(|peer, transport| emit(&WorkerEvent::GroupLink { peer, transport }));
+        let setup = transport::group::RdmaSetup {
+            routes: &routes,
+            opener: &*opener,
+            report,
+            patience: transport::group::RdmaPatience::default(),
+        };
+        links.start_rdma(setup).map(|()| links)
+    })
+    .await?;
+    started.map_err(|e| anyhow::anyhow!("starting the group's links failed: {e}"))
 }
 
 /// Accepts the previous stage and opens the link from it (with RDMA if it offers it).

@@ -52,6 +52,12 @@ pub enum WorkerEvent {
     RingLink {
         transport: RingTransport,
     },
+    /// The transport of this rank's link with rank `peer` of its tensor-parallel group (sent when RDMA
+    /// was asked for at either end).
+    GroupLink {
+        peer: usize,
+        transport: RingTransport,
+    },
 }
 
 /// Agent → worker, one JSON object per line on stdin. Closing stdin stops the worker.
@@ -66,9 +72,12 @@ pub enum WorkerCommand {
         rdma: Option<RdmaRoute>,
     },
     /// A rank of a tensor-parallel group: connect to the others, which listen at `peers` (rank order;
-    /// this rank's own entry is not used).
+    /// this rank's own entry is not used), over RDMA to those the agent chose it for (`rdma`, in rank
+    /// order; only the routes to higher ranks are used).
     ConnectGroup {
         peers: Vec<SocketAddr>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        rdma: Vec<Option<RdmaRoute>>,
     },
     Stop,
 }

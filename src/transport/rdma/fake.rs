@@ -193,6 +193,8 @@ struct Registry {
     /// Wires in the order their first queue pair was opened.
     order: Vec<Arc<Mutex<Wire>>>,
     opened: Vec<String>,
+    /// The queue pair number opened on each device.
+    by_device: HashMap<String, u32>,
     refuse: Option<String>,
     /// Queue pairs open now.
     open: Arc<AtomicUsize>,
@@ -202,6 +204,12 @@ impl FakeRdma {
     /// The wire of the `n`th queue pair opened first on it (the `n`th link).
     pub fn wire(&self, n: usize) -> Arc<Mutex<Wire>> {
         self.registry.lock().unwrap().order[n].clone()
+    }
+
+    /// The wire of the queue pair opened on `device` (after it connected: the pair's wire).
+    pub fn wire_of(&self, device: &str) -> Arc<Mutex<Wire>> {
+        let registry = self.registry.lock().unwrap();
+        registry.wires[&registry.by_device[device]].clone()
     }
 
     /// Devices opened so far, in order.
@@ -236,6 +244,7 @@ impl super::open::RdmaOpener for FakeRdma {
         registry.wires.insert(qpn, wire.clone());
         registry.order.push(wire.clone());
         registry.opened.push(device.into());
+        registry.by_device.insert(device.into(), qpn);
         let mut qp = FakeQp::new(wire, 0, slots, slot_bytes as usize);
         qp.open_count = Some(open);
         Ok(Box::new(FakePending { qp, qpn, slot_bytes, registry: self.registry.clone() }))

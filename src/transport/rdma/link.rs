@@ -144,6 +144,37 @@ impl<Q: QueuePair> SlotLink<Q> {
         self.recv_into(out).map(|()| true)
     }
 
+    /// Posts as much of `message` (not empty), from `*offset` on, as the free send slots take without
+    /// waiting, and moves `*offset` past it (to `message.len()` once every fragment is posted). For a
+    /// sender that must keep receiving while it sends: two ends that both waited for credits to send a
+    /// message larger than their slots would wait for each other for ever.
+    pub fn send_some(&mut self, message: &[u8], offset: &mut usize) -> Result<(), RdmaError> {
+        debug_assert!(!message.is_empty(), "send_some sends a message that has bytes");
+        self.poll()?;
+        while *offset < message.len() {
+            let Some(slot) = self.credits.take() else { return Ok(()) };
+            *offset = self.framer.write_fragment(message, *offset, self.qp.slot(false, slot));
+            self.qp.post_send(slot)?;
+        }
+        Ok(())
+    }
+
+    /// Takes the slots that have arrived, without waiting, and reposts them; `Ok(true)` when they
+    /// completed a message, which is then in `out` (the slots after it stay for the next call).
+    pub fn recv_some(&mut self, out: &mut Vec<u8>) -> Result<bool, RdmaError> {
+        self.poll()?;
+        while let Some(slot) = self.arrived.pop_front() {
+            let complete = self.reassembler.accept(self.qp.slot(true, slot));
+            self.qp.post_recv(slot)?;
+            if complete? {
+                out.clear();
+                out.extend_from_slice(self.reassembler.message());
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// Waits until every send has completed (before closing the link).
     pub fn flush(&mut self) -> Result<(), RdmaError> {
         self.wait(|l| l.credits.all_free())

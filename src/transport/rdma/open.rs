@@ -16,6 +16,11 @@ pub trait RdmaMessages: Send {
     fn try_recv_into(&mut self, out: &mut Vec<u8>) -> Result<bool, RdmaError>;
     /// Every wait ends with [`RdmaError::Aborted`] once `flag` is set.
     fn abort_when(&mut self, flag: Arc<AtomicBool>);
+    /// Without waiting: posts what the free send slots take of `message` (not empty) from `*offset`,
+    /// moving `*offset` on (see [`SlotLink::send_some`]).
+    fn send_some(&mut self, message: &[u8], offset: &mut usize) -> Result<(), RdmaError>;
+    /// Without waiting: takes what has arrived; `Ok(true)` when a whole message is in `out`.
+    fn recv_some(&mut self, out: &mut Vec<u8>) -> Result<bool, RdmaError>;
 }
 
 impl<Q: QueuePair> RdmaMessages for SlotLink<Q> {
@@ -29,6 +34,14 @@ impl<Q: QueuePair> RdmaMessages for SlotLink<Q> {
 
     fn abort_when(&mut self, flag: Arc<AtomicBool>) {
         SlotLink::abort_when(self, flag)
+    }
+
+    fn send_some(&mut self, message: &[u8], offset: &mut usize) -> Result<(), RdmaError> {
+        SlotLink::send_some(self, message, offset)
+    }
+
+    fn recv_some(&mut self, out: &mut Vec<u8>) -> Result<bool, RdmaError> {
+        SlotLink::recv_some(self, out)
     }
 }
 

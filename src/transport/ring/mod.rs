@@ -86,18 +86,19 @@ struct Hello {
     rdma: Option<Offer>,
 }
 
+/// An RDMA offer: the offering end's queue pair, and the device the other end should open (a ring
+/// link's next stage, or a group's higher rank).
 #[derive(Debug, Serialize, Deserialize)]
-struct Offer {
-    endpoint: Endpoint,
-    /// The device the next stage should open.
-    device: String,
+pub(crate) struct Offer {
+    pub endpoint: Endpoint,
+    pub device: String,
 }
 
-/// The next stage's first frame back.
+/// The answer to an offer: the other end's queue pair (its receives posted), or why it cannot.
 #[derive(Debug, Serialize, Deserialize)]
-struct Answer {
-    endpoint: Option<Endpoint>,
-    refused: Option<String>,
+pub(crate) struct Answer {
+    pub endpoint: Option<Endpoint>,
+    pub refused: Option<String>,
 }
 
 fn send_json(sink: &mut TcpSink, value: &impl Serialize) -> Result<(), NetError> {
