@@ -13,7 +13,7 @@ use shoal::engine::SamplingParams;
 use shoal::model::{GgufHeader, Value};
 use shoal::net::{ConnectionKind, Preamble};
 use shoal::node::NodeId;
-use shoal::transport::frame::RingFrame;
+use shoal::transport::frame::{Records, RingFrame, Sampled, StepRows};
 use shoal::transport::ring::wire::{Backward, Forward};
 use std::path::{Path, PathBuf};
 
@@ -90,21 +90,12 @@ fn write_seeds() {
     HiddenStates::encode(2, 2, &[0.5, -1.0, 2.25, 0.0], WireFormat::F16, &mut hidden16);
     put("ring", "hidden-f32", &hidden32);
     put("ring", "hidden-f16", &hidden16);
+    let rows = [StepRows { request: 9, slot: 1, start: 0, tokens: 2, sample: true }];
+    let sampled = [Sampled { request: 9, slot: 1, token: 1234 }];
     let frames = [
         ("begin", RingFrame::Begin { request: 9, slot: 1, sampling: SamplingParams::default(), recent: vec![1, 2, 3] }),
-        (
-            "forward",
-            RingFrame::Forward {
-                request: 9,
-                slot: 1,
-                start: 0,
-                tokens: 2,
-                sample: true,
-                compute_us: 310,
-                hidden: &hidden32,
-            },
-        ),
-        ("token", RingFrame::Token { request: 9, slot: 1, token: 1234, compute_us: 80 }),
+        ("forward", RingFrame::Forward { rows: Records::Items(&rows), compute_us: 310, hidden: &hidden32 }),
+        ("token", RingFrame::Tokens { tokens: Records::Items(&sampled), compute_us: 80 }),
         ("end", RingFrame::End { request: 9, slot: 1 }),
         ("failed", RingFrame::Failed { request: 9, slot: 1, message: "stage 2 lost its GPU".into() }),
     ];
@@ -122,6 +113,10 @@ fn write_seeds() {
     put("ring", "wire-fallback", &Backward::Fallback { from: 3, reason: "slot damaged".into() }.encode());
     put("ring", "hello-tcp", br#"{"rdma":null}"#);
     put("ring", "answer-refused", br#"{"endpoint":null,"refused":"no RDMA device here"}"#);
+    put("ring", "group-switch", br#"{"control":"switch","received":3,"reason":"lost"}"#);
+    put("ring", "group-probe", br#"{"control":"probe","received":3}"#);
+    put("ring", "group-status", br#"{"control":"status","sent":4}"#);
+    put("ring", "group-connected", br#"{"failed":null}"#);
 
     put("peer_copy", "list", br#"{"request":"list"}"#);
     put("peer_copy", "fetch", br#"{"request":"fetch","name":"m.gguf","size":1000,"ranges":[[0,100],[500,500]]}"#);
