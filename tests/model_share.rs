@@ -342,11 +342,16 @@ fn a_tensor_parallel_rank_fetches_only_its_slice_of_every_layer() {
         assert_eq!(status, 200, "{answer}");
         assert_eq!(answer["choices"][0]["text"], common::group_process(&case.prompt, 16, &shares), "{:?}", case.prompt);
     }
-    // Launched again, node1 finds its slice in the shard: nothing moves.
+    // Launched again, node1 finds its slice in the shard: the preview says so, and nothing moves.
     stop(&c, instance["id"].as_str().unwrap());
     c.wait_for(std::time::Duration::from_secs(15), "the instance to stop", || {
         c.get_json(0, "/api/instances").as_array().unwrap().iter().all(|i| i["state"] != "ready")
     });
+    let body = json!({ "model": model, "parallel": "tensor", "nodes": ["node0", "node1"], "context": 256,
+        "sequences": 2, "threads": 1, "name": "preview" });
+    let (status, previewed) = c.post_json(0, "/api/placements/preview", body);
+    assert_eq!(status, 200, "{previewed}");
+    assert_eq!(previewed["fetches"][1], Value::Null, "node1's shard holds its slice: {previewed:#}");
     let out = c.cli(0, &[&launch[..], &settings].concat());
     assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
     let instances = c.get_json(0, "/api/instances");

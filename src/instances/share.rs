@@ -294,8 +294,8 @@ pub struct ShareNeed {
 /// For each stage of `plan`, what its node lacks of `model` (None: it holds its share already), from
 /// what the members list (`GET /api/models/cluster`'s view) and this node's own library. Of a split
 /// set, each part's header and the stage's tensors it holds count (of a tensor-parallel rank, its
-/// slice's pieces of them). A shard counts as holding a pipeline stage's layers; for a rank only a
-/// whole file does (a shard's slices are not compared here: the launch finds them and fetches nothing).
+/// slice's pieces of them). A shard counts as holding a pipeline stage's layers, and a rank's slice
+/// when the byte ranges it lists hold every piece the rank reads.
 pub async fn plan_fetches(agent: &Agent, model: &Model, plan: &Plan) -> Vec<Option<ShareNeed>> {
     let Some(files) = peer_copy::describe_model(model) else { return vec![None; plan.stages.len()] };
     let me = agent.id();
@@ -322,24 +322,27 @@ pub async fn plan_fetches(agent: &Agent, model: &Model, plan: &Plan) -> Vec<Opti
         .iter()
         .enumerate()
         .map(|(rank, stage)| {
-            let held = holdings.iter().find(|(id, _, _)| *id == stage.node).map(|(_, _, files)| files);
-            let holds = held.is_some_and(|held| {
-                files.iter().all(|file| {
-                    held.iter().filter(|f| same_file(f, file)).any(|f| match &f.layers {
-                        None => true,
-                        Some(text) => layers_cover(text, &stage.layers),
-                    })
-                })
-            });
-            if holds {
-                return None;
-            }
             // A rank reads its slice's pieces, a pipeline stage its layers' tensors whole.
             let share = match stage.slice {
                 Some(_) => StageShare::Rank { rank, shares: shares.clone() },
                 None => StageShare::Layers(stage.layers.clone()),
             };
             let read = share.ranges(model).unwrap_or_default();
+            let held = holdings.iter().find(|(id, _, _)| *id == stage.node).map(|(_, _, files)| files);
+            let holds = held.is_some_and(|held| {
+                files.iter().enumerate().all(|(part, file)| {
+                    held.iter().filter(|f| same_file(f, file)).any(|f| match (&f.layers, &f.present) {
+                        (None, _) => true,
+                        (Some(_), Some(present)) if stage.slice.is_some() => {
+                            read.get(part).is_some_and(|wanted| ranges_cover(present, wanted))
+                        }
+                        (Some(text), _) => stage.slice.is_none() && layers_cover(text, &stage.layers),
+                    })
+                })
+            });
+            if holds {
+                return None;
+            }
             let bytes = model
                 .parts()
                 .iter()
@@ -364,6 +367,12 @@ pub async fn plan_fetches(agent: &Agent, model: &Model, plan: &Plan) -> Vec<Opti
 fn layers_cover(text: &str, wanted: &Range<usize>) -> bool {
     let held: Vec<Range<usize>> = text.split(',').filter_map(|part| shard::parse_layers(part).ok()).collect();
     wanted.clone().all(|layer| held.iter().any(|r| r.contains(&layer)))
+}
+
+/// Whether the byte ranges `present` (sorted, merged, as a shard's record keeps them) hold every range
+/// of `wanted`.
+fn ranges_cover(present: &[Range<u64>], wanted: &[Range<u64>]) -> bool {
+    wanted.iter().filter(|w| !w.is_empty()).all(|w| present.iter().any(|p| p.start <= w.start && w.end <= p.end))
 }
 
 /// The measured throughput from `from` to `to` (0 when not measured).

@@ -160,14 +160,28 @@ mod tests {
             sequences: 4,
             batch: 512,
             threads: 0,
-            file: Some(OfferedFile { name: "m.gguf".into(), size: 1, repo: None, sha256: None, layers: None }),
+            file: Some(OfferedFile {
+                name: "m.gguf".into(),
+                size: 1,
+                repo: None,
+                sha256: None,
+                layers: None,
+                present: None,
+            }),
             parts: Vec::new(),
             tensor: None,
         }
     }
 
     fn part(name: &str) -> OfferedFile {
-        OfferedFile { name: name.into(), size: 7, repo: Some("org/m".into()), sha256: None, layers: None }
+        OfferedFile {
+            name: name.into(),
+            size: 7,
+            repo: Some("org/m".into()),
+            sha256: None,
+            layers: None,
+            present: None,
+        }
     }
 
     /// A stage of the set `m-0000N-of-00003.gguf` whose parts are named `names`.
@@ -251,6 +265,7 @@ mod tests {
                     repo: None,
                     sha256: None,
                     layers: None,
+                    present: None,
                 }),
                 ..spec()
             },
@@ -261,6 +276,7 @@ mod tests {
                     repo: Some("../..".into()),
                     sha256: None,
                     layers: None,
+                    present: None,
                 }),
                 ..spec()
             },

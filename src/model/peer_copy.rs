@@ -39,6 +39,10 @@ pub struct OfferedFile {
     /// --layers` writes them). Listed so the cluster sees who has which part; never copied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layers: Option<String>,
+    /// Of a shard: the byte ranges of the file it holds (as its record has them), so that a placement
+    /// preview can tell whether a stage's bytes, or a tensor-parallel rank's slice, are all there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub present: Option<Vec<std::ops::Range<u64>>>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -128,7 +132,8 @@ fn offered_of(models: &[super::library::LibraryModel]) -> Vec<(OfferedFile, Path
                 ModelSource::Shoal => (repo_of_shoal_file(part), None),
                 ModelSource::Added => (None, None),
             };
-            let file = OfferedFile { name: name.to_string(), size: meta.len(), repo, sha256, layers: None };
+            let file =
+                OfferedFile { name: name.to_string(), size: meta.len(), repo, sha256, layers: None, present: None };
             files.push((file, part.clone()));
         }
     }
@@ -143,8 +148,10 @@ pub fn listed_files(library: &Library) -> Vec<OfferedFile> {
     for model in &models {
         let Some(shard) = &model.shard else { continue };
         // Every part of a split set, each with the layers the whole set holds.
-        for mut file in model.parts.iter().filter_map(|part| describe(part)) {
+        for part in &model.parts {
+            let Some(mut file) = describe(part) else { continue };
             file.layers = Some(shard.layers.clone());
+            file.present = super::shard::read_record(part).ok().flatten().map(|record| record.present);
             files.push(file);
         }
     }
@@ -168,7 +175,7 @@ pub fn describe(path: &Path) -> Option<OfferedFile> {
     };
     let repo = repo_of_hub_cache_file(path).or_else(|| repo_of_shoal_file(path));
     let sha256 = shard_sha256.or_else(|| hub_blob_sha256(path));
-    Some(OfferedFile { name, size, repo, sha256, layers: None })
+    Some(OfferedFile { name, size, repo, sha256, layers: None, present: None })
 }
 
 /// `…/hub/models--ORG--NAME/snapshots/REV/FILE` is a Hugging Face cache file of `ORG/NAME`.

@@ -14,7 +14,7 @@ fn content(len: usize) -> Vec<u8> {
 }
 
 fn offered(bytes: &[u8], sha256: Option<String>) -> OfferedFile {
-    OfferedFile { name: "m.gguf".into(), size: bytes.len() as u64, repo: None, sha256, layers: None }
+    OfferedFile { name: "m.gguf".into(), size: bytes.len() as u64, repo: None, sha256, layers: None, present: None }
 }
 
 fn json(value: &impl Serialize) -> Vec<u8> {
@@ -167,7 +167,7 @@ async fn a_file_rewritten_while_it_is_sent_is_refused() {
         });
         addr
     };
-    let file = OfferedFile { name: "m.gguf".into(), size, repo: None, sha256: None, layers: None };
+    let file = OfferedFile { name: "m.gguf".into(), size, repo: None, sha256: None, layers: None, present: None };
     let (result, _) = fetch_into_temp(served_again, &file, &[]).await;
     assert_eq!(result.unwrap().bytes, size);
 }
