@@ -1,16 +1,17 @@
 //! How fast this machine's CPU streams weights through a decode step: a matrix-vector product of a
-//! matrix too large for the caches, timed with one thread and with every core, for a 4-bit (Q4_K), an
-//! 8-bit (Q8_0) and a 16-bit (F16) type. A decode step reads each weight once, so this rate, not the
-//! memory bandwidth alone, bounds a CPU stage's tokens per second (on the 2-core VM one thread turns
-//! ~2.5 GB/s of Q4 weights into products while the memory delivers ~8), and it differs by type (F16
-//! needs no unpacking). Placement predicts each stage's step time from the rate of the model's type.
+//! matrix too large for the caches, timed with one thread and with every core, for each type models
+//! are commonly quantized in, laid out as the engine lays them out (ggml's repacked layout where it has
+//! kernels for the type). A decode step reads each weight once, so this rate, not the memory bandwidth
+//! alone, bounds a CPU stage's tokens per second, and it differs by type more than the bytes do (on the
+//! 2-core VM one thread multiplied MXFP4 at about half the rate of Q4_K). Placement predicts each
+//! stage's step time from the rates of the model's own types, weighted by their bytes.
 
-use crate::ggml::{Backend, DType, Device, GraphBuilder, SetTensor, TensorSet};
+use crate::ggml::{Backend, DType, Device, GraphBuilder, Repacking, SetTensor, TensorSet};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
-/// The types measured, one per class of weights (see [`class_of`]).
-const MEASURED: [DType; 3] = [DType::Q4_K, DType::Q8_0, DType::F16];
+/// The types measured, by ggml's name: the usual quantizations of the models shoal runs.
+const MEASURED: [&str; 8] = ["q4_0", "q4_1", "q4_K", "q5_K", "q6_K", "q8_0", "f16", "mxfp4"];
 
 /// The matrix's inputs; its outputs make it about 96 MB whatever the type: more than the last-level
 /// caches (a 32 MB matrix ran from an EPYC's L3 at five times the rate a model gets).
@@ -20,57 +21,82 @@ const MATRIX_BYTES: u64 = 96 << 20;
 /// One type's measured rate: bytes of weights per second with one thread and with every core.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 pub struct WeightRate {
-    /// ggml's name of the type measured (`q4_K`, `q8_0`, `f16`).
+    /// ggml's name of the type measured (`q4_K`, `q8_0`, `f16`, …).
     pub dtype: String,
     pub one_thread: u64,
     pub all_cores: u64,
 }
 
-/// Bytes of `dtype` weights one matrix-vector product on the CPU reads per second with `threads`
-/// threads (the better of two runs after a warm-up). None when ggml cannot set it up (no memory).
-pub fn measure_weight_rate(dtype: DType, threads: usize) -> Option<u64> {
-    let threads = threads.max(1);
-    let outputs = (MATRIX_BYTES / dtype.row_bytes(INPUTS)?).max(1);
-    let shape = [INPUTS, outputs];
-    let weights = TensorSet::allocate(&[SetTensor { name: "w", dtype, shape: &shape }], Device::cpu()).ok()?;
-    let bytes = dtype.tensor_bytes(&shape)?;
-    let mut backend = Backend::new(Device::cpu(), threads, false).ok()?;
-    let g = GraphBuilder::new(8);
-    let x = g.input("x", DType::F32, &[INPUTS as i64, 1]);
-    let y = g.mul_mat(g.stored(&weights.get("w")?), x);
-    let out = g.output(y);
-    let graph = g.finish(out);
-    backend.allocate(&graph).ok()?;
-    backend.set_input(&graph, "x", &vec![0.5f32; INPUTS as usize]);
-    let mut best = f64::MAX;
-    for run in 0..3 {
-        let started = Instant::now();
-        backend.compute(&graph, threads).ok()?;
-        if run > 0 {
-            best = best.min(started.elapsed().as_secs_f64());
-        }
-    }
-    Some((bytes as f64 / best.max(1e-9)) as u64)
+/// Bytes of weights of one type that a decode step reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TypeReads {
+    pub dtype: String,
+    pub bytes: u64,
 }
 
-/// Every measured type's rate with one thread and with `cores` threads (0.6-0.7 s on the
-/// 2-core VM).
+/// The type ggml names `name`.
+fn dtype_named(name: &str) -> Option<DType> {
+    (0..64u32).filter_map(DType::from_id).find(|t| t.name() == name)
+}
+
+/// Bytes of `dtype` weights one matrix-vector product on the CPU reads per second with each of
+/// `threads` (the best of two runs after a warm-up), in the layout the engine would give them. None
+/// when ggml cannot set it up (no memory).
+fn measure(dtype: DType, threads: &[usize]) -> Option<Vec<u64>> {
+    let inputs = INPUTS;
+    let outputs = (MATRIX_BYTES / dtype.row_bytes(inputs)?).max(1);
+    let shape = [inputs, outputs];
+    let plain = TensorSet::allocate(&[SetTensor { name: "w", dtype, shape: &shape }], Device::cpu()).ok()?;
+    let bytes = dtype.tensor_bytes(&shape)?;
+    // As a stage does: into the repacked layout where ggml has a kernel for the type (else it stays).
+    let repacked = Repacking::for_device(Device::cpu())
+        .and_then(|repacking| TensorSet::repacked(&repacking, &[("w", plain.get("w")?)], |_| {}).ok());
+    let weights = repacked.as_ref().unwrap_or(&plain).get("w")?;
+    threads
+        .iter()
+        .map(|&threads| {
+            let threads = threads.max(1);
+            let mut backend = Backend::new(Device::cpu(), threads, false).ok()?;
+            let g = GraphBuilder::new(8);
+            let x = g.input("x", DType::F32, &[inputs as i64, 1]);
+            let y = g.mul_mat(g.stored(&weights), x);
+            let out = g.output(y);
+            let graph = g.finish(out);
+            backend.allocate(&graph).ok()?;
+            backend.set_input(&graph, "x", &vec![0.5f32; inputs as usize]);
+            let mut best = f64::MAX;
+            for run in 0..3 {
+                let started = Instant::now();
+                backend.compute(&graph, threads).ok()?;
+                if run > 0 {
+                    best = best.min(started.elapsed().as_secs_f64());
+                }
+            }
+            Some((bytes as f64 / best.max(1e-9)) as u64)
+        })
+        .collect()
+}
+
+/// Bytes of `dtype` weights one matrix-vector product on the CPU reads per second with `threads`
+/// threads.
+pub fn measure_weight_rate(dtype: DType, threads: usize) -> Option<u64> {
+    measure(dtype, &[threads])?.first().copied()
+}
+
+/// Every measured type's rate with one thread and with `cores` threads (about 0.9 s on the 2-core VM).
 pub fn measure_all(cores: usize) -> Vec<WeightRate> {
     MEASURED
         .iter()
-        .filter_map(|&dtype| {
-            Some(WeightRate {
-                dtype: dtype.name().to_string(),
-                one_thread: measure_weight_rate(dtype, 1)?,
-                all_cores: measure_weight_rate(dtype, cores)?,
-            })
+        .filter_map(|&name| {
+            let rates = measure(dtype_named(name)?, &[1, cores])?;
+            Some(WeightRate { dtype: name.to_string(), one_thread: rates[0], all_cores: rates[1] })
         })
         .collect()
 }
 
 static MEASURED_RATES: std::sync::OnceLock<Vec<WeightRate>> = std::sync::OnceLock::new();
 
-/// Measures this machine's rates, once per process (0.6-0.7 s on the 2-core VM, added to a node's start:
+/// Measures this machine's rates, once per process (about 0.9 s on the 2-core VM, added to a node's start:
 /// done when a node starts, so that its first placement already has them).
 pub fn measure_once() {
     MEASURED_RATES.get_or_init(|| measure_all(crate::engine::default_threads()));
@@ -81,13 +107,11 @@ pub fn measured() -> Vec<WeightRate> {
     MEASURED_RATES.get().cloned().unwrap_or_default()
 }
 
-/// The measured type that stands for `dtype` (by ggml's name): 16- and 32-bit floats by F16, types of
-/// more than 5 to 8 bits a weight by Q8_0, the rest (Q4_1 and below) by Q4_K.
+/// The measured type that stands for `dtype` (by ggml's name) where it was not measured itself (a rarer
+/// type, or a member that measured fewer): 16- and 32-bit floats by F16, types of more than 5 to 8 bits
+/// a weight by Q8_0, the rest by Q4_K.
 pub fn class_of(dtype: &str) -> &'static str {
-    let bits = (0..40u32)
-        .filter_map(DType::from_id)
-        .find(|t| t.name() == dtype)
-        .map_or(4.5, |t| t.block_bytes() as f64 * 8.0 / t.block_elements().max(1) as f64);
+    let bits = dtype_named(dtype).map_or(4.5, |t| t.block_bytes() as f64 * 8.0 / t.block_elements().max(1) as f64);
     match bits {
         b if b >= 16.0 => "f16",
         b if b > 5.0 => "q8_0",
@@ -96,14 +120,39 @@ pub fn class_of(dtype: &str) -> &'static str {
 }
 
 /// The rate a stage computing `dtype` weights with `threads` threads (None: every core) can expect on a
-/// machine measured at `rates`: one thread's rate for each thread, up to what every core reached.
+/// machine measured at `rates`: one thread's rate for each thread, up to what every core reached. The
+/// type's own rate where measured, else its class's (see [`class_of`]), else the 4-bit one.
 pub fn rate_for(rates: &[WeightRate], dtype: &str, threads: Option<usize>) -> Option<u64> {
-    let class = class_of(dtype);
-    let r = rates.iter().find(|r| r.dtype == class).or_else(|| rates.iter().find(|r| r.dtype == "q4_K"))?;
+    let r = measured_as(rates, dtype)?;
     Some(match threads {
         Some(t) if t > 0 => rate_with_threads(r.one_thread, r.all_cores, t),
         _ => r.all_cores,
     })
+}
+
+/// The rate a decode step reading `mix` is read at with `threads` threads (None: every core): its
+/// bytes over the time each type's bytes take at that type's rate. None when no type's rate is known.
+pub fn rate_for_mix(rates: &[WeightRate], mix: &[TypeReads], threads: Option<usize>) -> Option<u64> {
+    let total: u64 = mix.iter().map(|t| t.bytes).sum();
+    if total == 0 {
+        return rate_for(rates, "q4_K", threads);
+    }
+    let seconds: f64 = mix
+        .iter()
+        .filter(|t| t.bytes > 0)
+        .map(|t| Some(t.bytes as f64 / rate_for(rates, &t.dtype, threads)?.max(1) as f64))
+        .sum::<Option<f64>>()?;
+    Some((total as f64 / seconds.max(1e-12)) as u64)
+}
+
+/// The measurement that stands for `dtype`: its own, its class's, or the 4-bit one.
+fn measured_as<'r>(rates: &'r [WeightRate], dtype: &str) -> Option<&'r WeightRate> {
+    let class = class_of(dtype);
+    rates
+        .iter()
+        .find(|r| r.dtype == dtype)
+        .or_else(|| rates.iter().find(|r| r.dtype == class))
+        .or_else(|| rates.iter().find(|r| r.dtype == "q4_K"))
 }
 
 fn rate_with_threads(one_thread: u64, all_cores: u64, threads: usize) -> u64 {
@@ -116,8 +165,10 @@ mod tests {
 
     #[test]
     fn each_class_is_measured_and_more_threads_are_capped_by_all_cores() {
+        let started = std::time::Instant::now();
         let rates = measure_all(2);
-        assert_eq!(rates.iter().map(|r| r.dtype.as_str()).collect::<Vec<_>>(), ["q4_K", "q8_0", "f16"]);
+        eprintln!("measured {} types in {:?}: {rates:?}", rates.len(), started.elapsed());
+        assert_eq!(rates.iter().map(|r| r.dtype.as_str()).collect::<Vec<_>>(), MEASURED);
         for r in &rates {
             // A real product of 96 MB: far slower than an untouched loop, far faster than a byte a µs.
             assert!((10_000_000..1_000_000_000_000).contains(&r.one_thread), "{r:?}");
@@ -135,5 +186,16 @@ mod tests {
         // A type whose class was not measured (an older member) falls back to the 4-bit rate.
         assert_eq!(rate_for(&table, "f16", Some(1)), Some(2_000));
         assert_eq!(rate_for(&[], "f16", Some(1)), None);
+        // A type measured itself is read at its own rate; a mix at the rate its bytes take together.
+        let rate = |dtype: &str, one_thread, all_cores| WeightRate { dtype: dtype.into(), one_thread, all_cores };
+        let table = [rate("q4_K", 2_000, 5_000), rate("q4_1", 1_000, 2_000), rate("q8_0", 4_000, 8_000)];
+        assert_eq!(rate_for(&table, "q4_1", Some(1)), Some(1_000));
+        assert_eq!(rate_for(&table, "q4_0", Some(1)), Some(2_000));
+        let reads = |dtype: &str, bytes| TypeReads { dtype: dtype.into(), bytes };
+        let mix = [reads("q4_1", 3_000), reads("q8_0", 4_000)];
+        // 3 s for the Q4_1 bytes and 1 s for the Q8_0 ones: 7,000 bytes in 4 s; with two threads in 2 s.
+        assert_eq!(rate_for_mix(&table, &mix, Some(1)), Some(1_750));
+        assert_eq!(rate_for_mix(&table, &mix, Some(2)), Some(3_500));
+        assert_eq!(rate_for_mix(&[], &mix, Some(1)), None);
     }
 }

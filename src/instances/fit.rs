@@ -39,7 +39,7 @@ pub struct PoolOffers {
 
 impl PoolOffers {
     pub fn now(agent: &Agent) -> PoolOffers {
-        let (nodes, links) = cluster_offers(agent, "q4_K", None);
+        let (nodes, links) = cluster_offers(agent, &[], None);
         PoolOffers { nodes, links }
     }
 

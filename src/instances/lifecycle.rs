@@ -37,9 +37,13 @@ pub enum LaunchError {
 }
 
 /// The nodes that are up, what they offer, and the measured links between them; each node's weight
-/// rate for `weights` (a ggml type name: the model's) on a stage of `threads` threads (None: all its
-/// cores).
-pub(super) fn cluster_offers(agent: &Agent, weights: &str, threads: Option<usize>) -> (Vec<NodeOffer>, Vec<LinkCost>) {
+/// rate for `weights` (the model's bytes by ggml type name) on a stage of `threads` threads (None: all
+/// its cores).
+pub(super) fn cluster_offers(
+    agent: &Agent,
+    weights: &[crate::engine::weight_rate::TypeReads],
+    threads: Option<usize>,
+) -> (Vec<NodeOffer>, Vec<LinkCost>) {
     let snapshot = agent.snapshot();
     let offers = snapshot
         .nodes
@@ -52,7 +56,7 @@ pub(super) fn cluster_offers(agent: &Agent, weights: &str, threads: Option<usize
                 name: n.name.clone(),
                 bytes: t.memory_offer,
                 memory_bandwidth: t.memory_bandwidth,
-                weight_rate: crate::engine::weight_rate::rate_for(&t.weight_rates, weights, threads),
+                weight_rate: crate::engine::weight_rate::rate_for_mix(&t.weight_rates, weights, threads),
             })
         })
         .collect();
@@ -128,7 +132,7 @@ pub async fn preview(instances: &Arc<Instances>, request: &LaunchRequest) -> Res
     remember_in_library(instances, &request.model).await;
     super::telemetry_wait::await_telemetry(instances).await;
     let needs = needs_for(&model, request);
-    let (offers, links) = cluster_offers(&instances.agent, &needs.weight_type, request.threads);
+    let (offers, links) = cluster_offers(&instances.agent, &needs.weight_mix, request.threads);
     if let Some(names) = &request.nodes {
         if request.layers.is_some() {
             return Err(LaunchError::Invalid("--layers names the nodes already; leave out --nodes".into()));

@@ -2,9 +2,10 @@
 //! the embeddings on the first stage and the output head on the last, the KV cache for the requested
 //! context, and the compute buffer.
 
+use crate::engine::weight_rate::TypeReads;
 use crate::engine::CACHE_BLOCK;
 use crate::model::slice::Divider;
-use crate::model::{CacheRow, Model, ModelLayout, TensorSlice};
+use crate::model::{layout, CacheRow, Model, ModelLayout, TensorSlice};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -50,10 +51,10 @@ pub struct ModelNeeds {
     /// of its experts a token uses.
     #[serde(default)]
     pub decode_reads: Vec<u64>,
-    /// ggml's name of the type most of the layers' bytes are in (the rate a node reads them at depends
-    /// on it).
+    /// The bytes of the layers and the output head, by ggml's name of their type: a node reads each
+    /// type at its own rate, so a step's time depends on the mix.
     #[serde(default)]
-    pub weight_type: String,
+    pub weight_mix: Vec<TypeReads>,
     /// Bytes of the routed experts of every layer, and of those a token uses (a mixture of experts).
     #[serde(default)]
     pub expert_bytes: u64,
@@ -120,7 +121,7 @@ impl ModelNeeds {
             groups,
             divider: divider.ok(),
             decode_reads: decode_reads(model),
-            weight_type: weight_type(model),
+            weight_mix: weight_mix(model),
             expert_bytes: experts.0,
             expert_reads: experts.1,
             name: model.name(),
@@ -220,16 +221,20 @@ fn decode_reads(model: &Model) -> Vec<u64> {
         .collect()
 }
 
-/// The type of most of `model`'s layer bytes (see [`ModelNeeds::weight_type`]).
-fn weight_type(model: &Model) -> String {
+/// The bytes of `model`'s layers and output head by type (see [`ModelNeeds::weight_mix`]),
+/// most bytes first.
+fn weight_mix(model: &Model) -> Vec<TypeReads> {
     let c = model.config();
-    let mut bytes: HashMap<&'static str, u64> = HashMap::new();
-    for layer in 0..c.layers {
-        for t in crate::model::layout::layer_tensors(c, layer) {
-            if let Some(info) = model.tensor(&t.name) {
-                *bytes.entry(info.dtype.name()).or_default() += info.bytes;
-            }
-        }
+    let mut by_type: HashMap<&'static str, TypeReads> = HashMap::new();
+    // The output head, or the token embeddings it shares.
+    let head = model.tensor(layout::OUTPUT).or_else(|| model.tensor(layout::TOKEN_EMBEDDING));
+    let layers = (0..c.layers).flat_map(|layer| layout::layer_tensors(c, layer));
+    for info in layers.filter_map(|t| model.tensor(&t.name)).chain(head) {
+        let reads = by_type.entry(info.dtype.name()).or_default();
+        reads.bytes += info.bytes;
     }
-    bytes.into_iter().max_by_key(|&(name, b)| (b, name)).map_or_else(String::new, |(name, _)| name.to_string())
+    let mut mix: Vec<TypeReads> =
+        by_type.into_iter().map(|(name, reads)| TypeReads { dtype: name.to_string(), ..reads }).collect();
+    mix.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.dtype.cmp(&b.dtype)));
+    mix
 }
