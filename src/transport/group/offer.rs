@@ -101,11 +101,14 @@ impl RankLinks {
                 send_json(peer, &Answer { endpoint: None, refused: None })?;
                 continue;
             };
-            let connected =
-                setup.opener.open(&offer.device, offer.endpoint.slots, offer.endpoint.slot_bytes).and_then(|link| {
-                    let endpoint = link.endpoint()?;
-                    Ok((endpoint, link.connect(&offer.endpoint, MAX_GROUP_FRAME, OFFER_TIMEOUT)?))
-                });
+            let opened = offer
+                .endpoint
+                .check_slots()
+                .and_then(|()| setup.opener.open(&offer.device, offer.endpoint.slots, offer.endpoint.slot_bytes));
+            let connected = opened.and_then(|link| {
+                let endpoint = link.endpoint()?;
+                Ok((endpoint, link.connect(&offer.endpoint, MAX_GROUP_FRAME, OFFER_TIMEOUT)?))
+            });
             match connected {
                 Ok((endpoint, link)) => {
                     send_json(peer, &Answer { endpoint: Some(endpoint), refused: None })?;

@@ -51,7 +51,23 @@ pub struct Endpoint {
     pub slot_bytes: u32,
 }
 
+/// The largest slot either end may ask for (64 KiB: 16 frames, macOS 26.3's multi-frame slots).
+pub const MAX_SLOT_BYTES: u32 = 16 * FRAME_BYTES as u32;
+
 impl Endpoint {
+    /// Refuses slots this end must not open for a peer: more than [`MAX_SLOTS`], or slots that are not
+    /// whole frames up to [`MAX_SLOT_BYTES`] (a member asking for gigabytes of registered memory).
+    pub fn check_slots(&self) -> Result<(), RdmaError> {
+        let whole_frames = self.slot_bytes > 0 && self.slot_bytes.is_multiple_of(FRAME_BYTES as u32);
+        if (1..=MAX_SLOTS).contains(&self.slots) && whole_frames && self.slot_bytes <= MAX_SLOT_BYTES {
+            return Ok(());
+        }
+        Err(RdmaError::Mismatch {
+            local: format!("at most {MAX_SLOTS} slots of whole 4 KiB frames up to {MAX_SLOT_BYTES} bytes"),
+            remote: format!("{} slots of {} bytes", self.slots, self.slot_bytes),
+        })
+    }
+
     /// The IPv4 address inside an IPv4-mapped GID (`::ffff:a.b.c.d`), if it is one.
     pub fn ipv4(&self) -> Option<std::net::Ipv4Addr> {
         let g = &self.gid;
@@ -126,5 +142,17 @@ mod tests {
         assert_eq!(e.ipv4(), Some("169.254.205.255".parse().unwrap()));
         e.gid[0] = 0xfe;
         assert_eq!(e.ipv4(), None, "a link-local IPv6 GID (index 0) is not one");
+    }
+
+    #[test]
+    fn a_peer_gets_the_slots_macos_allows_and_no_more() {
+        let with = |slots, slot_bytes| Endpoint { gid: [0; 16], qpn: 1, psn: 7, lid: 0, slots, slot_bytes };
+        for (slots, bytes) in [(32, 4096), (1, 4096), (32, 65536), (8, 8192)] {
+            assert!(with(slots, bytes).check_slots().is_ok(), "{slots} × {bytes}");
+        }
+        for (slots, bytes) in [(33, 4096), (0, 4096), (32, 4097), (32, 0), (32, 1 << 30), (u32::MAX, 4096)] {
+            let refused = with(slots, bytes).check_slots().unwrap_err().to_string();
+            assert!(refused.contains(&format!("{slots} slots of {bytes} bytes")), "{refused}");
+        }
     }
 }

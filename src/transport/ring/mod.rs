@@ -57,7 +57,7 @@ impl RdmaRoute {
     /// The slot size for two nodes' macOS versions: 64 KiB when both run 26.3 or later, else one frame.
     pub fn slot_bytes_for(versions: [Option<&MacOsVersion>; 2]) -> u32 {
         if versions.iter().all(|v| v.is_some_and(|v| v.numbers() >= (26, 3, 0))) {
-            16 * FRAME_BYTES as u32
+            super::rdma::MAX_SLOT_BYTES
         } else {
             FRAME_BYTES as u32
         }
@@ -182,12 +182,14 @@ pub fn open_inbound(
         send_json(&mut sink, &Answer { endpoint: None, refused: None })?;
         return Ok(Box::new(source));
     };
-    let accepted = opener.open(&offer.device, offer.endpoint.slots, offer.endpoint.slot_bytes).and_then(
-        |link: Box<dyn PendingLink>| {
+    let accepted = offer
+        .endpoint
+        .check_slots()
+        .and_then(|()| opener.open(&offer.device, offer.endpoint.slots, offer.endpoint.slot_bytes))
+        .and_then(|link: Box<dyn PendingLink>| {
             let endpoint = link.endpoint()?;
             Ok((endpoint, link.connect(&offer.endpoint, MAX_RING_FRAME, timeouts.completion)?))
-        },
-    );
+        });
     match accepted {
         Ok((endpoint, rdma)) => {
             send_json(&mut sink, &Answer { endpoint: Some(endpoint), refused: None })?;

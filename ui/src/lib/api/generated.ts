@@ -74,7 +74,7 @@ own_memory: DeviceMemory | null, };
  */
 export type WeightRate = { 
 /**
- * ggml's name of the type measured (`q4_K`, `q8_0`, `f16`).
+ * ggml's name of the type measured (`q4_K`, `q8_0`, `f16`, …).
  */
 dtype: string, one_thread: number, all_cores: number, };
 
@@ -802,7 +802,12 @@ sha256: string | null,
  * Set when the node holds only a shard of the file: the layers present (`10-19`, as `shoal pull
  * --layers` writes them). Listed so the cluster sees who has which part; never copied.
  */
-layers?: string | null, };
+layers?: string | null, 
+/**
+ * Of a shard: the byte ranges of the file it holds (as its record has them), so that a placement
+ * preview can tell whether a stage's bytes, or a tensor-parallel rank's slice, are all there.
+ */
+present?: Array<{ start: number, end: number, }> | null, };
 
 /**
  * One node's files.
