@@ -77,12 +77,6 @@ fn measure(dtype: DType, threads: &[usize]) -> Option<Vec<u64>> {
         .collect()
 }
 
-/// Bytes of `dtype` weights one matrix-vector product on the CPU reads per second with `threads`
-/// threads.
-pub fn measure_weight_rate(dtype: DType, threads: usize) -> Option<u64> {
-    measure(dtype, &[threads])?.first().copied()
-}
-
 /// Every measured type's rate with one thread and with `cores` threads (about 0.9 s on the 2-core VM).
 pub fn measure_all(cores: usize) -> Vec<WeightRate> {
     MEASURED

@@ -52,6 +52,10 @@ pub struct RankLinks {
     rank: usize,
     peers: Vec<Option<Peer>>,
     timeout: Duration,
+    /// Kept between calls, so that a step's sends and receives allocate nothing: which ranks' frames
+    /// are awaited, and where a lone receive's frame is put together.
+    awaited: Vec<bool>,
+    frames: Vec<Vec<u8>>,
 }
 
 /// Connects rank `rank` to the other ranks of its group, which listen at `addresses` (rank order; this
@@ -97,7 +101,13 @@ pub async fn connect(
         .await
         .map_err(|_| format!("the group's ranks did not all connect within {CONNECT_TIMEOUT:?}"))??;
     let peers = peers.into_iter().enumerate().map(|(r, stream)| stream.map(|s| Peer::tcp(r, s))).collect();
-    Ok(RankLinks { rank, peers, timeout: EXCHANGE_TIMEOUT })
+    Ok(RankLinks {
+        rank,
+        peers,
+        timeout: EXCHANGE_TIMEOUT,
+        awaited: vec![false; ranks],
+        frames: vec![Vec::new(); ranks],
+    })
 }
 
 async fn connect_to(addr: SocketAddr, secret: &Psk) -> Result<(SecureReader, SecureWriter), NetError> {
@@ -170,9 +180,9 @@ impl RankLinks {
         self.peers.get_mut(rank).and_then(Option::as_mut).ok_or_else(|| format!("no link to rank {rank}"))
     }
 
-    /// Drives every link (sends what can go, takes what has come for the ranks in `awaited`, marking
-    /// them done in `theirs_done`) until the awaited parts are in and nothing waits to go out, or the
-    /// `deadline`.
+    /// Drives every link (sends what can go, takes what has come from each rank `awaited` marks into
+    /// `theirs[rank]`, unmarking it once whole) until the awaited frames are in and nothing waits to go
+    /// out, or the `deadline` (then the error is `late`'s, given the ranks still awaited).
     fn drive(
         &mut self,
         awaited: &mut [bool],
@@ -260,36 +270,45 @@ impl GroupLinks for RankLinks {
         self.peer(to)?.queue(frame)?;
         let deadline = Some(Instant::now() + self.timeout);
         let timeout = self.timeout;
-        let mut none = vec![false; self.peers.len()];
-        self.drive(&mut none, &mut [], deadline, |_| format!("rank {to} did not take a frame within {timeout:?}"))
+        let mut awaited = std::mem::take(&mut self.awaited);
+        awaited.fill(false);
+        let sent = self
+            .drive(&mut awaited, &mut [], deadline, |_| format!("rank {to} did not take a frame within {timeout:?}"));
+        self.awaited = awaited;
+        sent
     }
 
     fn recv(&mut self, from: usize, frame: &mut Vec<u8>) -> Result<(), String> {
         self.peer(from)?;
-        let mut awaited = vec![false; self.peers.len()];
+        let (mut awaited, mut frames) = (std::mem::take(&mut self.awaited), std::mem::take(&mut self.frames));
+        awaited.fill(false);
         awaited[from] = true;
-        let mut theirs: Vec<Vec<u8>> = (0..self.peers.len()).map(|_| Vec::new()).collect();
-        std::mem::swap(&mut theirs[from], frame);
-        frame.clear();
-        theirs[from].clear();
-        let received = self.drive(&mut awaited, &mut theirs, None, |_| String::new());
-        std::mem::swap(&mut theirs[from], frame);
+        std::mem::swap(&mut frames[from], frame);
+        frames[from].clear();
+        let received = self.drive(&mut awaited, &mut frames, None, |_| String::new());
+        std::mem::swap(&mut frames[from], frame);
+        (self.awaited, self.frames) = (awaited, frames);
         received
     }
 
     fn exchange(&mut self, mine: &[u8], theirs: &mut [Vec<u8>]) -> Result<(), String> {
         let deadline = Some(Instant::now() + self.timeout);
-        let mut awaited = vec![false; self.peers.len()];
         for peer in self.peers.iter_mut().flatten() {
             peer.queue(mine)?;
             theirs[peer.rank()].clear();
+        }
+        let mut awaited = std::mem::take(&mut self.awaited);
+        awaited.fill(false);
+        for peer in self.peers.iter().flatten() {
             awaited[peer.rank()] = true;
         }
         let timeout = self.timeout;
-        self.drive(&mut awaited, theirs, deadline, |awaited| {
+        let exchanged = self.drive(&mut awaited, theirs, deadline, |awaited| {
             let late: Vec<String> = (0..awaited.len()).filter(|&r| awaited[r]).map(|r| r.to_string()).collect();
             format!("rank {} did not send its part within {timeout:?}", late.join(", rank "))
-        })
+        });
+        self.awaited = awaited;
+        exchanged
     }
 }
 

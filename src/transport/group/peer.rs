@@ -164,16 +164,25 @@ impl Peer {
         });
     }
 
+    /// The RDMA link while it carries the frames (not once a switch to TCP has begun).
+    fn running(&mut self) -> Option<&mut Rdma> {
+        self.rdma.as_mut().filter(|r| r.switching.is_none())
+    }
+
+    fn on_rdma(&self) -> bool {
+        self.rdma.as_ref().is_some_and(|r| r.switching.is_none())
+    }
+
     /// The RDMA device that carries the frames, while one does.
     #[cfg(test)]
     pub fn rdma_device(&self) -> Option<&str> {
-        self.rdma.as_ref().filter(|r| r.switching.is_none()).map(|r| r.device.as_str())
+        self.rdma.as_ref().filter(|_| self.on_rdma()).map(|r| r.device.as_str())
     }
 
     /// Whether a wait for this peer should poll its TCP socket (its frames come over TCP, or the switch
     /// to TCP is under way) rather than spin on RDMA completions.
     pub fn waits_on_tcp(&self) -> bool {
-        self.rdma.as_ref().is_none_or(|r| r.switching.is_some())
+        !self.on_rdma()
     }
 
     /// Whether this end waits for the peer's word to finish the switch to TCP.
@@ -219,7 +228,7 @@ impl Peer {
 
     /// Sends what can go now of the queued frames, without waiting.
     pub fn push(&mut self) -> Result<(), String> {
-        if let Some(rdma) = self.rdma.as_mut().filter(|r| r.switching.is_none()) {
+        if let Some(rdma) = self.running() {
             let mut error = None;
             while rdma.posting < rdma.queued {
                 let frame = &rdma.kept[(rdma.posting - rdma.first_kept()) as usize];
@@ -271,7 +280,9 @@ impl Peer {
                         self.fall_back(format!("rank {} sent a frame without its acknowledgement", self.rank))?;
                         continue;
                     };
-                    let acknowledged = u64::from_le_bytes(frame[body..].try_into().expect("8 bytes"));
+                    let mut acknowledgement = [0u8; ACK_BYTES];
+                    acknowledgement.copy_from_slice(&frame[body..]);
+                    let acknowledged = u64::from_le_bytes(acknowledgement);
                     frame.truncate(body);
                     rdma.received += 1;
                     rdma.forget_below(acknowledged);
@@ -280,7 +291,7 @@ impl Peer {
                 }
                 Ok(false) => {
                     self.watch()?;
-                    if self.rdma.as_ref().is_some_and(|r| r.switching.is_none()) {
+                    if self.on_rdma() {
                         return Ok(false);
                     }
                 }
@@ -298,7 +309,7 @@ impl Peer {
         if now.duration_since(rdma.tcp_read_at) >= LOOK_AT_TCP_EVERY {
             self.look_at_tcp(true)?;
         }
-        let Some(rdma) = self.rdma.as_mut().filter(|r| r.switching.is_none()) else { return Ok(()) };
+        let Some(rdma) = self.running() else { return Ok(()) };
         if now.duration_since(since) >= rdma.patience.probe && rdma.probed != Some(rdma.received) {
             rdma.probed = Some(rdma.received);
             let probe = Control::Probe { received: rdma.received };
@@ -368,8 +379,9 @@ impl Peer {
 
     /// Moves the pair to TCP: asks the peer to switch too, saying how many of its frames this end has.
     fn fall_back(&mut self, reason: String) -> Result<(), String> {
-        let Some(rdma) = self.rdma.as_mut().filter(|r| r.switching.is_none()) else { return Ok(()) };
-        tracing::warn!("the RDMA link ({}) with rank {} falls back to TCP: {reason}", rdma.device, self.rank);
+        let rank = self.rank;
+        let Some(rdma) = self.running() else { return Ok(()) };
+        tracing::warn!("the RDMA link ({}) with rank {rank} falls back to TCP: {reason}", rdma.device);
         rdma.switching = Some(reason.clone());
         let switch = Control::Switch { received: rdma.received, reason };
         self.send_control(&switch)

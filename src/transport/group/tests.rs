@@ -21,44 +21,72 @@ async fn group(secret: [u8; 32]) -> Vec<Result<RankLinks, String>> {
     links
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ranks_exchange_frames_of_any_size_at_once() {
-    let links: Vec<RankLinks> = group([5; 32]).await.into_iter().map(Result::unwrap).collect();
+/// Runs `work` on every rank at once, each on its own thread; the links back, in rank order.
+fn on_every_rank(links: Vec<RankLinks>, work: impl Fn(&mut RankLinks) + Clone + Send + 'static) -> Vec<RankLinks> {
     let handles: Vec<_> = links
         .into_iter()
         .map(|mut l| {
+            let work = work.clone();
             std::thread::spawn(move || {
-                let rank = l.rank();
-                let mut theirs = vec![Vec::new(); 3];
-                // Small frames, then 8 MiB ones, which no socket buffer holds: every rank writes
-                // before it reads, so a rank that waited to finish writing would wait for ever.
-                for size in [16usize, 8 << 20] {
-                    let mine: Vec<u8> = (0..size).map(|i| (i * 7 + rank) as u8).collect();
-                    l.exchange(&mine, &mut theirs).unwrap();
-                    for (r, frame) in theirs.iter().enumerate().filter(|(r, _)| *r != rank) {
-                        assert_eq!(frame.len(), size);
-                        assert!(frame.iter().enumerate().all(|(i, b)| *b == (i * 7 + r) as u8), "rank {r}'s frame");
-                    }
-                }
-                // One way, as a step and the logits go.
-                let mut frame = Vec::new();
-                if rank == 0 {
-                    l.send(1, b"step").unwrap();
-                    l.send(2, b"step").unwrap();
-                    l.recv(2, &mut frame).unwrap();
-                    assert_eq!(frame, b"logits 2");
-                } else {
-                    l.recv(0, &mut frame).unwrap();
-                    assert_eq!(frame, b"step");
-                    if rank == 2 {
-                        l.send(0, b"logits 2").unwrap();
-                    }
-                }
+                work(&mut l);
                 l
             })
         })
         .collect();
-    let mut links: Vec<RankLinks> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+/// Rank `rank`'s part of `len` bytes in exchange `step`.
+fn part(rank: usize, step: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 + rank * 31 + step) as u8).collect()
+}
+
+/// Every rank runs an exchange of a part of each length, checking every part it receives.
+fn exchange_all(links: Vec<RankLinks>, lengths: Vec<usize>) -> Vec<RankLinks> {
+    on_every_rank(links, move |l| {
+        let rank = l.rank();
+        let mut theirs = vec![Vec::new(); 3];
+        for (step, &len) in lengths.iter().enumerate() {
+            l.exchange(&part(rank, step, len), &mut theirs).unwrap();
+            for (r, frame) in theirs.iter().enumerate().filter(|(r, _)| *r != rank) {
+                assert!(*frame == part(r, step, len), "rank {rank}, step {step}: rank {r}'s part");
+            }
+        }
+    })
+}
+
+/// One way, as a step and the logits go: rank 0 sends `to_rank_1` to rank 1 and a step to rank 2, which
+/// answers with its logits.
+fn step_and_logits(links: Vec<RankLinks>, to_rank_1: Vec<u8>) -> Vec<RankLinks> {
+    on_every_rank(links, move |l| {
+        let mut frame = Vec::new();
+        match l.rank() {
+            0 => {
+                l.send(1, &to_rank_1).unwrap();
+                l.send(2, b"step").unwrap();
+                l.recv(2, &mut frame).unwrap();
+                assert_eq!(frame, b"logits 2");
+            }
+            1 => {
+                l.recv(0, &mut frame).unwrap();
+                assert_eq!(frame, to_rank_1);
+            }
+            _ => {
+                l.recv(0, &mut frame).unwrap();
+                assert_eq!(frame, b"step");
+                l.send(0, b"logits 2").unwrap();
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranks_exchange_frames_of_any_size_at_once() {
+    let links: Vec<RankLinks> = group([5; 32]).await.into_iter().map(Result::unwrap).collect();
+    // Small frames, then 8 MiB ones, which no socket buffer holds: every rank writes before it reads, so
+    // a rank that waited to finish writing would wait for ever.
+    let links = exchange_all(links, vec![16, 8 << 20]);
+    let mut links = step_and_logits(links, b"step".to_vec());
     // A rank that is gone fails the others' exchange at once, saying which.
     let gone = links.pop().unwrap();
     drop(gone);
@@ -127,31 +155,9 @@ async fn rdma_group(rdma: &FakeRdma, patience: RdmaPatience) -> (Vec<RankLinks>,
     (started.into_iter().map(|h| h.join().unwrap()).collect(), reports)
 }
 
-/// Rank `rank`'s part in exchange `step`: a length that varies from one slot to many.
-fn part(rank: usize, step: usize) -> Vec<u8> {
-    let len = [16, 2304, 4096, 13_000, 200_000][step % 5];
-    (0..len).map(|i| (i * 7 + rank * 31 + step) as u8).collect()
-}
-
-/// Every rank runs `steps` exchanges, checking every part, each on its own thread.
-fn exchange_all(links: Vec<RankLinks>, steps: usize) -> Vec<RankLinks> {
-    let handles: Vec<_> = links
-        .into_iter()
-        .map(|mut l| {
-            std::thread::spawn(move || {
-                let rank = l.rank();
-                let mut theirs = vec![Vec::new(); 3];
-                for step in 0..steps {
-                    l.exchange(&part(rank, step), &mut theirs).unwrap();
-                    for (r, frame) in theirs.iter().enumerate().filter(|(r, _)| *r != rank) {
-                        assert!(*frame == part(r, step), "rank {rank}, step {step}: rank {r}'s part");
-                    }
-                }
-                l
-            })
-        })
-        .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
+/// Parts that vary from one slot to many, `steps` of them.
+fn slot_spanning(steps: usize) -> Vec<usize> {
+    (0..steps).map(|step| [16, 2304, 4096, 13_000, 200_000][step % 5]).collect()
 }
 
 /// The pairs each rank reported falling back, as (rank, peer).
@@ -179,34 +185,8 @@ async fn every_pair_carries_its_frames_over_rdma_when_chosen() {
     }
     // Parts of up to 200 kB cross both ways at once through 32 slots of 4 KiB: a rank that waited to
     // finish sending before it took what came would wait for ever.
-    let links = exchange_all(links, 10);
-    // One way, as a step and the logits go.
-    let handles: Vec<_> = links
-        .into_iter()
-        .map(|mut l| {
-            std::thread::spawn(move || {
-                let mut frame = Vec::new();
-                match l.rank() {
-                    0 => {
-                        l.send(1, &part(0, 4)).unwrap();
-                        l.send(2, b"step").unwrap();
-                        l.recv(2, &mut frame).unwrap();
-                        assert_eq!(frame, b"logits 2");
-                    }
-                    1 => {
-                        l.recv(0, &mut frame).unwrap();
-                        assert_eq!(frame, part(0, 4));
-                    }
-                    _ => {
-                        l.recv(0, &mut frame).unwrap();
-                        assert_eq!(frame, b"step");
-                        l.send(0, b"logits 2").unwrap();
-                    }
-                }
-            })
-        })
-        .collect();
-    handles.into_iter().for_each(|h| h.join().unwrap());
+    let links = exchange_all(links, slot_spanning(10));
+    step_and_logits(links, part(0, 4, 200_000));
     assert_eq!(fallbacks(&reports), vec![], "nothing fell back");
 }
 
@@ -217,7 +197,7 @@ async fn a_lost_or_damaged_frame_moves_its_pair_to_tcp_and_loses_nothing() {
     // Rank 0's eighth slot to rank 1 is lost; rank 2's fifth to rank 1 arrives damaged.
     rdma.wire_of(&device(0, 1)).lock().unwrap().directions[0].drop_at = Some(7);
     rdma.wire_of(&device(1, 2)).lock().unwrap().directions[1].corrupt_at = Some(4);
-    exchange_all(links, 20);
+    exchange_all(links, slot_spanning(20));
     assert_eq!(fallbacks(&reports), vec![(0, 1), (1, 0), (1, 2), (2, 1)], "both ends of both pairs");
     let reports = reports.lock().unwrap();
     let reason_at = |r: usize, p: usize| {
@@ -282,5 +262,5 @@ async fn a_rank_gone_fails_an_exchange_over_rdma_at_once_and_a_refused_device_me
         RingTransport::Tcp { reason } => reason.contains("no device rdma_en5 here"),
         _ => false,
     }));
-    exchange_all(links, 5);
+    exchange_all(links, slot_spanning(5));
 }
