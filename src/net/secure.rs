@@ -333,6 +333,8 @@ pub struct SecureStream {
     /// Bytes read and not yet opened, from `read` on.
     raw: Vec<u8>,
     read: usize,
+    /// The peer closed its side; what it sent before is still read first.
+    closed: bool,
 }
 
 /// A connection made async, for [`SecureStream`] use.
@@ -348,6 +350,7 @@ pub fn into_stream(reader: SecureReader, writer: SecureWriter) -> Result<SecureS
         written: 0,
         raw: Vec::new(),
         read: 0,
+        closed: false,
     })
 }
 
@@ -387,16 +390,26 @@ impl SecureStream {
         Ok(())
     }
 
-    /// Reads what the socket has now (the peer closing is an error).
+    /// Reads what the socket has now. The peer closing is an error, but only once the bytes it sent
+    /// before have been handed out: a call that read some before finding the end returns them, and the
+    /// next one the error, so that a peer's last frames before it closed are not lost.
     pub fn read_some(&mut self) -> Result<(), NetError> {
         use std::io::Read;
+        if self.closed {
+            return Err(NetError::Closed);
+        }
         if self.read == self.raw.len() {
             self.raw.clear();
             self.read = 0;
         }
+        let before = self.raw.len();
         let mut chunk = [0u8; 64 * 1024];
         loop {
             match self.stream.read(&mut chunk) {
+                Ok(0) if self.raw.len() > before => {
+                    self.closed = true;
+                    return Ok(());
+                }
                 Ok(0) => return Err(NetError::Closed),
                 Ok(n) => self.raw.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
@@ -516,5 +529,30 @@ mod tests {
         junk.extend_from_slice(&[0xab; 40]);
         raw.write_all(&junk).await.unwrap();
         assert!(matches!(server.await.unwrap(), Err(NetError::Forged)));
+    }
+
+    #[tokio::test]
+    async fn a_peers_last_frames_before_it_closes_are_read_then_the_close() {
+        let (client, server) = pair([9; 32], [9; 32]).await;
+        let (mut sender, mut receiver) = (into_stream_pair(client.unwrap()), into_stream_pair(server.unwrap()));
+        sender.queue(b"last words").unwrap();
+        sender.queue(b"and these").unwrap();
+        sender.write_some().unwrap();
+        assert!(!sender.has_output());
+        drop(sender);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // Both frames and the end are in the socket; one read finds them all.
+        receiver.read_some().unwrap();
+        let mut frame = Vec::new();
+        assert!(receiver.next_frame(&mut frame, 64).unwrap());
+        assert_eq!(frame, b"last words");
+        frame.clear();
+        assert!(receiver.next_frame(&mut frame, 64).unwrap());
+        assert_eq!(frame, b"and these");
+        assert!(matches!(receiver.read_some(), Err(NetError::Closed)));
+    }
+
+    fn into_stream_pair((reader, writer): (SecureReader, SecureWriter)) -> SecureStream {
+        into_stream(reader, writer).unwrap()
     }
 }

@@ -195,8 +195,8 @@ async fn a_lost_or_damaged_frame_moves_its_pair_to_tcp_and_loses_nothing() {
     let rdma = FakeRdma::default();
     let (links, reports) = rdma_group(&rdma, QUICK).await;
     // Rank 0's eighth slot to rank 1 is lost; rank 2's fifth to rank 1 arrives damaged.
-    rdma.wire_of(&device(0, 1)).lock().unwrap().directions[0].drop_at = Some(7);
-    rdma.wire_of(&device(1, 2)).lock().unwrap().directions[1].corrupt_at = Some(4);
+    rdma.faults_from(&device(0, 1), |sent| sent.drop_at = Some(7));
+    rdma.faults_from(&device(2, 1), |sent| sent.corrupt_at = Some(4));
     exchange_all(links, slot_spanning(20));
     assert_eq!(fallbacks(&reports), vec![(0, 1), (1, 0), (1, 2), (2, 1)], "both ends of both pairs");
     let reports = reports.lock().unwrap();
@@ -236,7 +236,7 @@ async fn a_lost_last_frame_is_found_by_asking_and_a_long_wait_is_not_a_loss() {
     leader.recv(1, &mut frame).unwrap();
     assert_eq!(frame, b"done 1");
     assert_eq!(fallbacks(&reports), vec![], "a long wait is not a loss");
-    rdma.wire_of(&device(0, 1)).lock().unwrap().directions[0].drop_at = Some(1);
+    rdma.faults_from(&device(0, 1), |sent| sent.drop_at = Some(1));
     leader.send(1, b"step 2").unwrap();
     leader.recv(1, &mut frame).unwrap();
     assert_eq!(frame, b"done 2");

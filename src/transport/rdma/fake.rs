@@ -193,8 +193,10 @@ struct Registry {
     /// Wires in the order their first queue pair was opened.
     order: Vec<Arc<Mutex<Wire>>>,
     opened: Vec<String>,
-    /// The queue pair number opened on each device.
+    /// The queue pair number opened on each device, and which side of its wire it sends on (known
+    /// once it connected: the first end to connect is side 0).
     by_device: HashMap<String, u32>,
+    side_of: HashMap<String, usize>,
     refuse: Option<String>,
     /// Queue pairs open now.
     open: Arc<AtomicUsize>,
@@ -210,6 +212,12 @@ impl FakeRdma {
     pub fn wire_of(&self, device: &str) -> Arc<Mutex<Wire>> {
         let registry = self.registry.lock().unwrap();
         registry.wires[&registry.by_device[device]].clone()
+    }
+
+    /// Sets the faults of what the queue pair opened on `device` sends (after it connected).
+    pub fn faults_from(&self, device: &str, set: impl FnOnce(&mut Direction)) {
+        let side = self.registry.lock().unwrap().side_of[device];
+        set(&mut self.wire_of(device).lock().unwrap().directions[side]);
     }
 
     /// Devices opened so far, in order.
@@ -247,7 +255,7 @@ impl super::open::RdmaOpener for FakeRdma {
         registry.by_device.insert(device.into(), qpn);
         let mut qp = FakeQp::new(wire, 0, slots, slot_bytes as usize);
         qp.open_count = Some(open);
-        Ok(Box::new(FakePending { qp, qpn, slot_bytes, registry: self.registry.clone() }))
+        Ok(Box::new(FakePending { qp, qpn, slot_bytes, device: device.into(), registry: self.registry.clone() }))
     }
 }
 
@@ -255,6 +263,7 @@ struct FakePending {
     qp: FakeQp,
     qpn: u32,
     slot_bytes: u32,
+    device: String,
     registry: Arc<Mutex<Registry>>,
 }
 
@@ -282,6 +291,7 @@ impl super::open::PendingLink for FakePending {
             self.qp.wire = wire;
             self.qp.side = 1;
         }
+        registry.side_of.insert(self.device.clone(), self.qp.side);
         drop(registry);
         Ok(Box::new(super::link::SlotLink::new(self.qp, max_message, timeout)?))
     }
