@@ -91,6 +91,34 @@ fn headroom(total: u64) -> u64 {
     (total / 10).min(2 << 30)
 }
 
+/// Runs `measure` while no other shoal process on this machine measures: nodes started together on one
+/// machine (network namespaces, or two nodes on one Mac) would otherwise time their memory and cores
+/// while the others load them, and each would predict a fraction of its speed. A lock on a file in the
+/// temporary directory, awaited at most [`MEASURING_WAIT`] (many nodes starting at once are not held up
+/// for long: the later ones measure alongside); without the file, the measurement runs at once.
+fn alone_on_this_machine<T>(measure: impl FnOnce() -> T) -> T {
+    use rustix::fs::{flock, FlockOperation};
+    let path = std::env::temp_dir().join("shoal-measuring.lock");
+    let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path);
+    if let Ok(file) = &lock {
+        let deadline = std::time::Instant::now() + MEASURING_WAIT;
+        // Another process holds it: wait; any other error (no locks on this file system): go on.
+        while flock(file, FlockOperation::NonBlockingLockExclusive) == Err(rustix::io::Errno::WOULDBLOCK)
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    let result = measure();
+    // Closing the file releases the lock.
+    drop(lock);
+    result
+}
+
+/// How long a node waits for another on the same machine to finish measuring (one measures in about
+/// 1.5 s on the 2-core VM, so three nodes started together measure one after another).
+const MEASURING_WAIT: std::time::Duration = std::time::Duration::from_secs(4);
+
 /// Reads a 64 MiB buffer a few times and keeps the best rate: about 50 ms, once per process.
 pub fn measure_memory_bandwidth() -> u64 {
     let words = vec![1u64; 8 << 20];
@@ -132,11 +160,11 @@ impl TelemetrySampler {
             arch: System::cpu_arch(),
             chip: platform::apple_chip(&cpu_model),
             cpu_model,
-            memory_bandwidth: Some(measure_memory_bandwidth()),
+            memory_bandwidth: Some(alone_on_this_machine(measure_memory_bandwidth)),
             ..NodeTelemetry::default()
         };
         let pids = vec![Pid::from_u32(std::process::id())];
-        crate::engine::weight_rate::measure_once();
+        alone_on_this_machine(crate::engine::weight_rate::measure_once);
         TelemetrySampler { system, static_part, pids, memory_limit, device }
     }
 

@@ -51,8 +51,8 @@ pub struct ModelNeeds {
     /// of its experts a token uses.
     #[serde(default)]
     pub decode_reads: Vec<u64>,
-    /// The bytes of the layers and the output head, by ggml's name of their type: a node reads each
-    /// type at its own rate, so a step's time depends on the mix.
+    /// The bytes of the layers and the output head, by ggml's name of their type, and their rows: a
+    /// node reads each type at its own rate for its rows' length, so a step's time depends on the mix.
     #[serde(default)]
     pub weight_mix: Vec<TypeReads>,
     /// Bytes of the routed experts of every layer, and of those a token uses (a mixture of experts).
@@ -232,6 +232,8 @@ fn weight_mix(model: &Model) -> Vec<TypeReads> {
     for info in layers.filter_map(|t| model.tensor(&t.name)).chain(head) {
         let reads = by_type.entry(info.dtype.name()).or_default();
         reads.bytes += info.bytes;
+        // ggml order: the first dimension is a row; the others count rows (of every expert).
+        reads.rows += info.shape.iter().skip(1).product::<u64>().max(1);
     }
     let mut mix: Vec<TypeReads> =
         by_type.into_iter().map(|(name, reads)| TypeReads { dtype: name.to_string(), ..reads }).collect();

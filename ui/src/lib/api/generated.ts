@@ -70,13 +70,18 @@ kind: string, description: string,
 own_memory: DeviceMemory | null, };
 
 /**
- * One type's measured rate: bytes of weights per second with one thread and with every core.
+ * One type's measured rate: bytes of weights per second with one thread and with every core, with
+ * rows of [`LONG_ROW`] weights and of [`SHORT_ROW`] weights.
  */
 export type WeightRate = { 
 /**
  * ggml's name of the type measured (`q4_K`, `q8_0`, `f16`, …).
  */
-dtype: string, one_thread: number, all_cores: number, };
+dtype: string, one_thread: number, all_cores: number, 
+/**
+ * With short rows (0: not measured, as by an older member: every row is taken as long).
+ */
+short_one_thread: number, short_all_cores: number, };
 
 export type NodeTelemetry = { memory_total: number, memory_available: number, 
 /**
