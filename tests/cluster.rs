@@ -227,6 +227,12 @@ fn link_measurements_are_true() {
         assert!(away as f64 > 5.0 * towards_shaped as f64, "unshaped direction {away} bit/s is not far more");
         shaped_bps.push(towards_shaped);
     }
+    // Every probe also timed the round trip of small frames between waiting threads, which placement
+    // predicts a model's link time from; each link has it from one end or the other.
+    for (a, b) in [(x, y), (x, shaped), (y, shaped)] {
+        let echo = pair(&s, a, b).unwrap().echo_rtt_us;
+        assert!(echo.is_some_and(|us| (1..1_000_000).contains(&us)), "node{a}–node{b}: echo {echo:?}");
+    }
     let fastest_shaped = shaped_bps.into_iter().max().unwrap() as f64;
     for bps in [relayed.throughput_a_to_b_bps.unwrap(), relayed.throughput_b_to_a_bps.unwrap()] {
         assert!(

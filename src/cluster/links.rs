@@ -30,6 +30,8 @@ struct Link {
     remote_addr: Option<SocketAddr>,
     throughput_bps: Option<u64>,
     throughput_at_ms: Option<u64>,
+    /// The median round trip of small frames between waiting threads (the probe's echo).
+    echo_rtt_us: Option<u64>,
     errors: u64,
     /// The member's own reports of its links.
     reported: Vec<LinkReport>,
@@ -60,6 +62,7 @@ impl Link {
             rtt_samples: self.rtt.len(),
             throughput_bps: self.throughput_bps,
             throughput_measured_at_ms: self.throughput_at_ms,
+            echo_rtt_us: self.echo_rtt_us,
             errors: self.errors,
             transport: self.transport.clone(),
         }
@@ -137,14 +140,15 @@ impl Links {
         self.links.locked().entry(peer).or_default().reported = reports;
     }
 
-    /// Records a throughput measurement to `peer` (or its failure).
-    pub fn measured_throughput(&self, peer: NodeId, bps: Option<u64>) {
+    /// Records a probe of the link to `peer` (or its failure).
+    pub fn measured(&self, peer: NodeId, measured: Option<crate::links::probe::Measured>) {
         let mut links = self.links.locked();
         let Some(link) = links.get_mut(&peer) else { return };
-        match bps {
-            Some(bps) => {
-                link.throughput_bps = Some(bps);
+        match measured {
+            Some(m) => {
+                link.throughput_bps = Some(m.bps);
                 link.throughput_at_ms = Some(crate::util::now_ms());
+                link.echo_rtt_us = m.round_trip_us.or(link.echo_rtt_us);
             }
             None => link.errors += 1,
         }
@@ -195,6 +199,7 @@ impl Links {
                     kind: first.kind,
                     rtt_p50_us: either(|r| r.rtt_p50_us),
                     rtt_p99_us: either(|r| r.rtt_p99_us),
+                    echo_rtt_us: either(|r| r.echo_rtt_us),
                     throughput_a_to_b_bps: ab.as_ref().and_then(|r| r.throughput_bps),
                     throughput_b_to_a_bps: ba.as_ref().and_then(|r| r.throughput_bps),
                     errors: ab.as_ref().map_or(0, |r| r.errors) + ba.as_ref().map_or(0, |r| r.errors),
@@ -296,6 +301,7 @@ impl Drop for BulkGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::links::probe::Measured;
 
     fn node(n: u8) -> NodeId {
         NodeId(uuid::Uuid::from_bytes([n; 16]))
@@ -309,10 +315,10 @@ mod tests {
         let remote: SocketAddr = "127.0.0.1:6000".parse().unwrap();
         assert!(links.connected(peer, Some(local), Some(remote)), "never measured");
         links.record_rtt(peer, Duration::from_micros(300));
-        links.measured_throughput(peer, Some(8_000_000));
+        links.measured(peer, Some(Measured { bps: 8_000_000, round_trip_us: Some(35) }));
         assert!(!links.connected(peer, Some(local), Some(remote)), "measured once");
         links.record_rtt(peer, Duration::from_micros(400));
-        let theirs = LinkReport { throughput_bps: Some(9_000_000), ..links.my_reports()[0].clone() };
+        let theirs = LinkReport { throughput_bps: Some(9_000_000), echo_rtt_us: None, ..links.my_reports()[0].clone() };
         links.reported(peer, vec![LinkReport { peer: me, ..theirs.clone() }, LinkReport { peer: other, ..theirs }]);
 
         let views = links.views(&[me, peer, other]);
@@ -321,6 +327,10 @@ mod tests {
         assert_eq!((mine.a, mine.b), (me, peer));
         assert_eq!(mine.rtt_p50_us, Some(400), "the round trips of the newest connection only");
         assert_eq!((mine.throughput_a_to_b_bps, mine.throughput_b_to_a_bps), (Some(8_000_000), Some(9_000_000)));
+        assert_eq!(mine.echo_rtt_us, Some(35), "the round trip this end's probe timed");
+        // A later probe whose echo failed (an older peer) keeps the round trip timed before.
+        links.measured(peer, Some(Measured { bps: 7_000_000, round_trip_us: None }));
+        assert_eq!(links.my_reports()[0].echo_rtt_us, Some(35));
         assert_eq!(mine.reports.len(), 2);
         assert_eq!((views[1].a, views[1].b), (peer, other));
         assert_eq!(views[1].reports.len(), 1);
@@ -334,7 +344,7 @@ mod tests {
         links.disconnected(peer, false);
         links.disconnected(peer, true);
         links.failed(peer);
-        links.measured_throughput(peer, None);
+        links.measured(peer, None);
         assert_eq!(links.my_reports(), vec![], "no connection and no round trips: nothing to report");
         links.connected(peer, None, None);
         assert_eq!(links.my_reports()[0].errors, 3);

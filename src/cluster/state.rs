@@ -90,6 +90,11 @@ pub struct LinkView {
     pub kind: LinkKind,
     pub rtt_p50_us: Option<u64>,
     pub rtt_p99_us: Option<u64>,
+    /// The round trip of small frames between waiting threads, as a model's traffic sees it (from
+    /// either end's last probe; absent until one ran, or from older nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub echo_rtt_us: Option<u64>,
     pub throughput_a_to_b_bps: Option<u64>,
     pub throughput_b_to_a_bps: Option<u64>,
     pub errors: u64,

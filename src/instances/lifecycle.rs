@@ -66,7 +66,9 @@ pub(super) fn cluster_offers(
         .map(|l| LinkCost {
             a: l.a,
             b: l.b,
-            rtt_us: l.rtt_p50_us,
+            // A model's traffic waits for its frames on threads of its own: its round trip where a probe
+            // timed it, else the agent's (which adds its runtime's wake-ups).
+            rtt_us: l.echo_rtt_us.or(l.rtt_p50_us),
             throughput_bps: match (l.throughput_a_to_b_bps, l.throughput_b_to_a_bps) {
                 (Some(x), Some(y)) => Some(x.min(y)),
                 (x, y) => x.or(y),

@@ -1,6 +1,8 @@
 //! Links between members: what kind each is, its round-trip times from small probes every second, its
-//! throughput from bulk transfers (at join and on demand), and its errors.
+//! throughput from bulk transfers (at join and on demand) with the round trip a model's traffic sees,
+//! and its errors.
 
+pub mod echo;
 pub mod kind;
 pub mod probe;
 mod rtt;
@@ -26,6 +28,11 @@ pub struct LinkReport {
     /// Bits per second from the reporting node to the peer, from the last bulk transfer.
     pub throughput_bps: Option<u64>,
     pub throughput_measured_at_ms: Option<u64>,
+    /// The median round trip of small frames between two threads waiting for them, as a model's sums
+    /// and hops see it (the probe's echo; absent until a probe ran, or from older nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub echo_rtt_us: Option<u64>,
     /// Connections lost, refused dials and malformed input on this link since the node started.
     pub errors: u64,
     /// The transport the ring uses on this link (an RDMA or TCP badge) and why; absent from older nodes.

@@ -4,8 +4,8 @@
 //! - each rank reads its slice of the weights once per token, at its node's measured weight rate,
 //!   and the ranks compute at the same time, so the slowest rank sets the pace;
 //! - every layer sums the ranks' parts twice: each rank sends its part (a token's hidden state) to
-//!   every other, which costs the slowest link's one-way latency plus the transfer, plus
-//!   [`EXCHANGE_OVERHEAD_US`] of encryption and system calls;
+//!   every other, which costs the slowest link's one-way latency (half the round trip the link probe's
+//!   echo timed between two waiting threads, sealing and system calls included) plus the transfer;
 //! - the leader sends each step out and gathers the ranks' rows of the logits at the end.
 //!
 //! Among the groups that fit, the fastest is chosen (the largest offers first, so equal predictions
@@ -15,11 +15,6 @@ use super::{link_table_hop, subsets, GroupNeeds, ModelNeeds, NodeOffer, Parallel
 use crate::model::TensorSlice;
 use crate::node::NodeId;
 use std::collections::HashMap;
-
-/// What one sum across a group costs beyond its links' latency and transfer: sealing and opening the
-/// frames, the system calls that move them, waking the waiting thread (measured on veth links between
-/// network namespaces: benches/cluster-bench's tensor section reports the sums' p50).
-pub const EXCHANGE_OVERHEAD_US: u64 = 15;
 
 /// How much faster shares that follow the nodes' speeds must be predicted than equal ones to be chosen
 /// (where equal shares fit): weight rates are measured, and one node's varies by several percent from
@@ -212,5 +207,5 @@ fn link_us(
         })
         .max()
         .unwrap_or(0);
-    step + 2 * needs.layers() as u64 * (sum + EXCHANGE_OVERHEAD_US) + gather
+    step + 2 * needs.layers() as u64 * sum + gather
 }

@@ -63,7 +63,8 @@ pub(in crate::cluster) fn spawn_measurement(shared: Agent, peer: NodeId, delay: 
     });
 }
 
-/// Measures and records this node's outgoing throughput to `peer`, one measurement at a time.
+/// Measures and records this node's outgoing throughput to `peer` and the round trip of small frames,
+/// one measurement at a time.
 pub(in crate::cluster) async fn measure_to(shared: &Agent, peer: NodeId) -> Option<u64> {
     let _permit = shared.links.outgoing.acquire().await.ok()?;
     let target = shared.peer_control(peer)?;
@@ -71,13 +72,13 @@ pub(in crate::cluster) async fn measure_to(shared: &Agent, peer: NodeId) -> Opti
         let _busy = shared.links.bulk_guard();
         probe::measure_outgoing(target, &shared.secret()).await
     };
-    let bps = match result {
-        Ok(bps) => Some(bps),
+    let measured = match result {
+        Ok(measured) => Some(measured),
         Err(e) => {
             tracing::info!("measuring the link to {}: {e}", peer.short());
             None
         }
     };
-    shared.links.measured_throughput(peer, bps);
-    bps
+    shared.links.measured(peer, measured);
+    measured.map(|m| m.bps)
 }

@@ -14,6 +14,7 @@ fn link(peer: NodeId, errors: u64) -> LinkReport {
         rtt_samples: 10,
         throughput_bps: None,
         throughput_measured_at_ms: None,
+        echo_rtt_us: None,
         errors,
         transport: None,
     }

@@ -155,6 +155,11 @@ interface: string | null, local_addr: string | null, remote_addr: string | null,
  */
 throughput_bps: number | null, throughput_measured_at_ms: number | null, 
 /**
+ * The median round trip of small frames between two threads waiting for them, as a model's sums
+ * and hops see it (the probe's echo; absent until a probe ran, or from older nodes).
+ */
+echo_rtt_us?: number, 
+/**
  * Connections lost, refused dials and malformed input on this link since the node started.
  */
 errors: number, 
@@ -163,7 +168,12 @@ errors: number,
  */
 transport?: LinkTransport | null, };
 
-export type LinkView = { a: NodeId, b: NodeId, kind: LinkKind, rtt_p50_us: number | null, rtt_p99_us: number | null, throughput_a_to_b_bps: number | null, throughput_b_to_a_bps: number | null, errors: number, 
+export type LinkView = { a: NodeId, b: NodeId, kind: LinkKind, rtt_p50_us: number | null, rtt_p99_us: number | null, 
+/**
+ * The round trip of small frames between waiting threads, as a model's traffic sees it (from
+ * either end's last probe; absent until one ran, or from older nodes).
+ */
+echo_rtt_us?: number, throughput_a_to_b_bps: number | null, throughput_b_to_a_bps: number | null, errors: number, 
 /**
  * The reports the view was made from (a's, then b's).
  */
