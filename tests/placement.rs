@@ -45,6 +45,34 @@ fn stage_needs_are_the_files_bytes_plus_cache_and_buffers() {
 }
 
 #[test]
+fn a_decode_step_reads_its_weights_and_its_attentions_cache_rows() {
+    let n = needs();
+    // At the predicted depth (64 positions), each of SmolLM2's 9 query heads reads a 64-wide F16 key row
+    // and value row per position; 3 heads share each key/value head and each counts it.
+    let per_layer = 9 * 64 * 2 * 64 * 2;
+    assert_eq!(placement::DECODE_DEPTH, 64);
+    assert_eq!(n.attention_reads, vec![per_layer; 30]);
+    let weights_only = n.stage_reads(0..10) - 10 * per_layer;
+    let table = common::tensor_table::read(&common::model_path());
+    assert_eq!(
+        weights_only,
+        table.stage_bytes(0..10, 30)
+            - table.stage(0..10, 30).iter().filter(|t| t.name == "token_embd.weight").map(|t| t.bytes).sum::<u64>()
+    );
+    // In the rate mix, attention is F16 in rows of a head's width.
+    let attention = n.weight_mix.last().unwrap();
+    assert_eq!(
+        (attention.dtype.as_str(), attention.bytes, attention.bytes / attention.rows),
+        ("f16", 30 * per_layer, 128)
+    );
+    // A tensor-parallel rank reads its slice's weights but the token embeddings, and its own query
+    // heads' share of the attention (SmolLM2 halves as 5 and 4 heads).
+    let (slice, bytes) = &n.groups[0].slices[0];
+    assert_eq!(slice.query_heads.len(), 5);
+    assert_eq!(n.rank_reads(slice, *bytes), bytes - n.layout.embedding + 30 * per_layer * 5 / 9);
+}
+
+#[test]
 fn one_node_with_room_takes_the_whole_model() {
     let nodes = [node("big", 400), node("small", 100)];
     let plan = placement::plan(&needs(), &nodes, &[]).unwrap();

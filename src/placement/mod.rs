@@ -9,7 +9,8 @@
 //!   its parts twice per layer, so one stream runs faster when the links are fast enough.
 //!
 //! Each mode's decode rate is predicted from the bytes a decode step reads on each node (its weights
-//! but the token embeddings; of a mixture of experts, the share of experts a token uses), the rate at
+//! but the token embeddings; of a mixture of experts, the share of experts a token uses; the cache rows
+//! its attention reads at a depth of [`DECODE_DEPTH`] positions), the rate at
 //! which each node's CPU multiplies 4-bit weights with the launch's threads (measured at start,
 //! `engine::weight_rate`; the memory bandwidth when unknown), and the links' latency and throughput; the faster that fits is chosen (tensor parallel only when it is predicted
 //! clearly faster, by [`TENSOR_MARGIN`]), unless the launch forces one. The plan says what the other
@@ -19,7 +20,7 @@ mod needs;
 mod shares;
 mod tensor;
 
-pub use needs::{GroupNeeds, ModelNeeds, StageBytes, MAX_GROUP};
+pub use needs::{GroupNeeds, ModelNeeds, StageBytes, DECODE_DEPTH, MAX_GROUP};
 
 use crate::node::NodeId;
 use serde::{Deserialize, Serialize};

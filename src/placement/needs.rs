@@ -53,8 +53,15 @@ pub struct ModelNeeds {
     pub decode_reads: Vec<u64>,
     /// The bytes of the layers and the output head, by ggml's name of their type, and their rows: a
     /// node reads each type at its own rate for its rows' length, so a step's time depends on the mix.
+    /// The attention's reads of the F16 cache (see `attention_reads`) are one more entry of the mix.
     #[serde(default)]
     pub weight_mix: Vec<TypeReads>,
+    /// Bytes of the KV cache each layer's attention reads for one token at [`DECODE_DEPTH`]: every
+    /// query head reads its key and value rows of each position it sees (so a key/value head shared by
+    /// several query heads counts once for each), in rows of one head's width. Included in
+    /// `decode_reads`: in SmolLM2's decode on one thread, attention took 9 % of the time.
+    #[serde(default)]
+    pub attention_reads: Vec<u64>,
     /// Bytes of the routed experts of every layer, and of those a token uses (a mixture of experts).
     #[serde(default)]
     pub expert_bytes: u64,
@@ -65,6 +72,10 @@ pub struct ModelNeeds {
     #[serde(default)]
     pub divider: Option<Divider>,
 }
+
+/// The depth a predicted decode rate is for: the mean of 128 tokens decoded from an empty context
+/// (llama-bench's tg128, what `shoal bench` reports as decode). Deeper, attention reads more.
+pub const DECODE_DEPTH: usize = 64;
 
 /// Most ranks a tensor-parallel group is planned with (a Thunderbolt mesh links at most 8 Macs).
 pub const MAX_GROUP: usize = 8;
@@ -117,11 +128,20 @@ impl ModelNeeds {
                 }
             })
             .collect();
+        let attention: Vec<TypeReads> = rows.iter().map(|row| attention_reads(c, row, context)).collect();
+        let mut weight_mix = weight_mix(model);
+        weight_mix.push(TypeReads {
+            dtype: "f16".into(),
+            bytes: attention.iter().map(|a| a.bytes).sum(),
+            rows: attention.iter().map(|a| a.rows).sum(),
+        });
+        let decode_reads = decode_reads(model).iter().zip(&attention).map(|(weights, a)| weights + a.bytes).collect();
         ModelNeeds {
             groups,
             divider: divider.ok(),
-            decode_reads: decode_reads(model),
-            weight_mix: weight_mix(model),
+            decode_reads,
+            attention_reads: attention.iter().map(|a| a.bytes).collect(),
+            weight_mix,
             expert_bytes: experts.0,
             expert_reads: experts.1,
             name: model.name(),
@@ -166,14 +186,17 @@ impl ModelNeeds {
     }
 
     /// Bytes a decode step of a tensor-parallel rank holding `slice` (`weights` bytes) multiplies: its
-    /// weights but the token embeddings and its experts, and as many expert bytes as the whole model's
+    /// weights but the token embeddings and its experts, its query heads' attention reads, and as many
+    /// expert bytes as the whole model's
     /// step: a rank computes every expert slot of a token, those held elsewhere on one of its own
     /// experts with a weight of zero (ggml's `mul_mat_id` computes each slot), so holding fewer experts
     /// saves their memory and reads but not their arithmetic.
     pub fn rank_reads(&self, slice: &TensorSlice, weights: u64) -> u64 {
         let experts = slice.total(crate::model::layout::Part::Experts).max(1) as u64;
         let held_experts = self.expert_bytes * slice.experts.len() as u64 / experts;
-        weights.saturating_sub(self.layout.embedding).saturating_sub(held_experts) + self.expert_reads
+        let heads = slice.total(crate::model::layout::Part::QueryHeads).max(1) as u64;
+        let attention = self.attention_reads.iter().sum::<u64>() * slice.query_heads.len() as u64 / heads;
+        weights.saturating_sub(self.layout.embedding).saturating_sub(held_experts) + self.expert_reads + attention
     }
 
     /// What a stage running `layers` needs.
@@ -185,6 +208,21 @@ impl ModelNeeds {
             compute: self.compute + if last { self.compute_last_extra } else { 0 },
         }
     }
+}
+
+/// What one layer's attention reads of its F16 cache for a token at [`DECODE_DEPTH`] (at most the
+/// context, or the layer's window): each query head its key row and its value row of every position
+/// (DeepSeek's latent attention: the latent, once as keys and once as values), one dot product or
+/// accumulation of a head's width each.
+fn attention_reads(c: &crate::model::ModelConfig, row: &CacheRow, context: usize) -> TypeReads {
+    let positions = DECODE_DEPTH.min(context).min(row.window.unwrap_or(usize::MAX)) as u64;
+    let heads = c.heads.max(1) as u64;
+    let per_head = if row.values_in_keys {
+        2 * row.key_width as u64
+    } else {
+        (row.key_width + row.value_width) as u64 / c.kv_heads.max(1) as u64
+    };
+    TypeReads { dtype: "f16".into(), bytes: 2 * heads * positions * per_head, rows: 2 * heads * positions }
 }
 
 /// Bytes of `model`'s routed experts, and of those a token uses.
