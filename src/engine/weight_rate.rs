@@ -8,7 +8,7 @@
 //!
 //! Each row of a product also costs a fixed time (quantizing nothing, but summing and storing its dot
 //! product), so short rows are read more slowly per byte: SmolLM2's 576-weight rows of Q4_1 ran at
-//! about 0.7 of the rate of 4096-weight ones. Each type is timed with rows of both lengths, and a
+//! 0.7 to 0.85 of the rate of 4096-weight ones in this VM's runs. Each type is timed with rows of both lengths, and a
 //! model's rate is read at its own rows' length (a row's time taken as fixed plus proportional).
 use crate::ggml::{Backend, DType, Device, GraphBuilder, Repacking, SetTensor, TensorSet};
 use serde::{Deserialize, Serialize};
@@ -93,7 +93,7 @@ fn measure(dtype: DType, inputs: u64, threads: &[usize]) -> Option<Vec<u64>> {
 }
 
 /// Every measured type's rate with one thread and with `cores` threads, with long and short rows
-/// (about 1.5 s on the 2-core VM).
+/// (about 1.8 s on the 2-core VM).
 pub fn measure_all(cores: usize) -> Vec<WeightRate> {
     MEASURED
         .iter()
@@ -117,7 +117,7 @@ pub fn measure_all(cores: usize) -> Vec<WeightRate> {
 
 static MEASURED_RATES: std::sync::OnceLock<Vec<WeightRate>> = std::sync::OnceLock::new();
 
-/// Measures this machine's rates, once per process (about 1.5 s on the 2-core VM, added to a node's start:
+/// Measures this machine's rates, once per process (about 1.8 s on the 2-core VM, added to a node's start:
 /// done when a node starts, so that its first placement already has them).
 pub fn measure_once() {
     MEASURED_RATES.get_or_init(|| measure_all(crate::engine::default_threads()));

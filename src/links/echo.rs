@@ -7,7 +7,6 @@
 
 use crate::net::secure::SecureStream;
 use crate::net::NetError;
-use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use std::time::{Duration, Instant};
 
 /// Round trips timed (the median counts), after a few untimed ones.
@@ -32,8 +31,8 @@ pub fn time_round_trips(stream: &mut SecureStream, rounds: u32) -> Result<u64, N
     let mut times = Vec::with_capacity(rounds as usize);
     for round in 0..WARM_UP + rounds {
         let started = Instant::now();
-        send(stream, &payload, deadline)?;
-        receive(stream, &mut frame, deadline)?;
+        stream.send_waiting(&payload, Some(deadline))?;
+        stream.recv_waiting(&mut frame, FRAME_BYTES, Some(deadline), SPIN)?;
         if frame != payload {
             return Err(NetError::BadPreamble("the echo came back changed".into()));
         }
@@ -50,47 +49,8 @@ pub fn echo(stream: &mut SecureStream, rounds: u32) -> Result<(), NetError> {
     let deadline = Instant::now() + TIMEOUT;
     let mut frame = Vec::new();
     for _ in 0..WARM_UP + rounds {
-        receive(stream, &mut frame, deadline)?;
-        send(stream, &frame, deadline)?;
+        stream.recv_waiting(&mut frame, FRAME_BYTES, Some(deadline), SPIN)?;
+        stream.send_waiting(&frame, Some(deadline))?;
     }
     Ok(())
-}
-
-fn send(stream: &mut SecureStream, frame: &[u8], deadline: Instant) -> Result<(), NetError> {
-    stream.queue(frame)?;
-    loop {
-        stream.write_some()?;
-        if !stream.has_output() {
-            return Ok(());
-        }
-        wait(stream, PollFlags::OUT, deadline)?;
-    }
-}
-
-fn receive(stream: &mut SecureStream, frame: &mut Vec<u8>, deadline: Instant) -> Result<(), NetError> {
-    frame.clear();
-    let started = Instant::now();
-    loop {
-        if stream.next_frame(frame, FRAME_BYTES + 64)? {
-            return Ok(());
-        }
-        if started.elapsed() < SPIN {
-            std::thread::yield_now();
-        } else {
-            wait(stream, PollFlags::IN, deadline)?;
-        }
-        stream.read_some()?;
-    }
-}
-
-fn wait(stream: &SecureStream, events: PollFlags, deadline: Instant) -> Result<(), NetError> {
-    let left =
-        deadline.checked_duration_since(Instant::now()).ok_or(std::io::Error::from(std::io::ErrorKind::TimedOut))?;
-    let timeout = Timespec { tv_sec: left.as_secs() as _, tv_nsec: left.subsec_nanos() as _ };
-    let mut fds = [PollFd::new(stream.socket(), events)];
-    match poll(&mut fds, Some(&timeout)) {
-        Ok(0) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
-        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
-        Err(e) => Err(std::io::Error::from(e).into()),
-    }
 }

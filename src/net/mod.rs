@@ -3,6 +3,7 @@
 //! length-prefixed, size-capped frames. Until the handshake completes, nothing a peer sends is parsed
 //! beyond the preamble and the handshake's own fixed-size messages.
 
+mod blocking;
 pub mod frame;
 pub mod preamble;
 pub mod secure;

@@ -116,7 +116,7 @@ fn alone_on_this_machine<T>(measure: impl FnOnce() -> T) -> T {
 }
 
 /// How long a node waits for another on the same machine to finish measuring (one measures in about
-/// 1.5 s on the 2-core VM, so three nodes started together measure one after another).
+/// 1.8 s on the 2-core VM, so three nodes started together measure one after another).
 const MEASURING_WAIT: std::time::Duration = std::time::Duration::from_secs(4);
 
 /// Reads a 64 MiB buffer a few times and keeps the best rate: about 50 ms, once per process.
@@ -151,6 +151,11 @@ impl TelemetrySampler {
         system.refresh_cpu_list(sysinfo::CpuRefreshKind::nothing());
         let cpu_model = system.cpus().first().map(|c| c.brand().trim().to_string()).unwrap_or_default();
         let threads = system.cpus().len();
+        // One turn of the machine for both measurements (see alone_on_this_machine).
+        let memory_bandwidth = alone_on_this_machine(|| {
+            crate::engine::weight_rate::measure_once();
+            measure_memory_bandwidth()
+        });
         let static_part = NodeTelemetry {
             cpu_cores: System::physical_core_count().unwrap_or(threads),
             cpu_threads: threads,
@@ -160,11 +165,10 @@ impl TelemetrySampler {
             arch: System::cpu_arch(),
             chip: platform::apple_chip(&cpu_model),
             cpu_model,
-            memory_bandwidth: Some(alone_on_this_machine(measure_memory_bandwidth)),
+            memory_bandwidth: Some(memory_bandwidth),
             ..NodeTelemetry::default()
         };
         let pids = vec![Pid::from_u32(std::process::id())];
-        alone_on_this_machine(crate::engine::weight_rate::measure_once);
         TelemetrySampler { system, static_part, pids, memory_limit, device }
     }
 

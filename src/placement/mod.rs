@@ -10,10 +10,11 @@
 //!
 //! Each mode's decode rate is predicted from the bytes a decode step reads on each node (its weights
 //! but the token embeddings; of a mixture of experts, the share of experts a token uses; the cache rows
-//! its attention reads at a depth of [`DECODE_DEPTH`] positions), the rate at
-//! which each node's CPU multiplies 4-bit weights with the launch's threads (measured at start,
-//! `engine::weight_rate`; the memory bandwidth when unknown), and the links' latency and throughput; the faster that fits is chosen (tensor parallel only when it is predicted
-//! clearly faster, by [`TENSOR_MARGIN`]), unless the launch forces one. The plan says what the other
+//! its attention reads at a depth of [`DECODE_DEPTH`] positions), the rate at which each node's CPU
+//! multiplies the model's types with the launch's threads (measured at start, `engine::weight_rate`;
+//! the memory bandwidth when unknown), and the links' latency (the link probe's echo where it ran)
+//! and throughput; the faster that fits is chosen (tensor parallel only when it is predicted clearly
+//! faster, by [`TENSOR_MARGIN`]), unless the launch forces one. The plan says what the other
 //! mode would have given, and why it was not chosen.
 
 mod needs;

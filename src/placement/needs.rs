@@ -187,10 +187,9 @@ impl ModelNeeds {
 
     /// Bytes a decode step of a tensor-parallel rank holding `slice` (`weights` bytes) multiplies: its
     /// weights but the token embeddings and its experts, its query heads' attention reads, and as many
-    /// expert bytes as the whole model's
-    /// step: a rank computes every expert slot of a token, those held elsewhere on one of its own
-    /// experts with a weight of zero (ggml's `mul_mat_id` computes each slot), so holding fewer experts
-    /// saves their memory and reads but not their arithmetic.
+    /// expert bytes as the whole model's step: a rank computes every expert slot of a token, those held
+    /// elsewhere on one of its own experts with a weight of zero (ggml's `mul_mat_id` computes each
+    /// slot), so holding fewer experts saves their memory and reads but not their arithmetic.
     pub fn rank_reads(&self, slice: &TensorSlice, weights: u64) -> u64 {
         let experts = slice.total(crate::model::layout::Part::Experts).max(1) as u64;
         let held_experts = self.expert_bytes * slice.experts.len() as u64 / experts;

@@ -127,51 +127,10 @@ async fn connect_to(addr: SocketAddr, secret: &Psk) -> Result<(SecureReader, Sec
     }
 }
 
-/// Waits until `stream` is ready for `events`, at most `left` (none: as long as it takes).
-fn wait(stream: &SecureStream, events: PollFlags, left: Option<Duration>) -> Result<(), String> {
-    let timeout = left.map(|d| Timespec { tv_sec: d.as_secs() as _, tv_nsec: d.subsec_nanos() as _ });
-    let mut fds = [PollFd::new(stream.socket(), events)];
-    match poll(&mut fds, timeout.as_ref()) {
-        Ok(0) => Err("timed out".into()),
-        Ok(_) => Ok(()),
-        Err(rustix::io::Errno::INTR) => Ok(()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
 fn left(deadline: Option<Instant>) -> Result<Option<Duration>, String> {
     match deadline {
         None => Ok(None),
         Some(d) => d.checked_duration_since(Instant::now()).map(Some).ok_or_else(|| "timed out".to_string()),
-    }
-}
-
-fn send_blocking(stream: &mut SecureStream, frame: &[u8], timeout: Duration) -> Result<(), String> {
-    let deadline = Some(Instant::now() + timeout);
-    stream.queue(frame).map_err(|e| e.to_string())?;
-    loop {
-        stream.write_some().map_err(|e| e.to_string())?;
-        if !stream.has_output() {
-            return Ok(());
-        }
-        wait(stream, PollFlags::OUT, left(deadline)?)?;
-    }
-}
-
-fn recv_blocking(
-    stream: &mut SecureStream,
-    frame: &mut Vec<u8>,
-    max: usize,
-    timeout: Option<Duration>,
-) -> Result<(), String> {
-    let deadline = timeout.map(|t| Instant::now() + t);
-    frame.clear();
-    loop {
-        if stream.next_frame(frame, max).map_err(|e| e.to_string())? {
-            return Ok(());
-        }
-        wait(stream, PollFlags::IN, left(deadline)?)?;
-        stream.read_some().map_err(|e| e.to_string())?;
     }
 }
 

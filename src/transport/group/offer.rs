@@ -9,7 +9,7 @@
 //! then the lower ranks' word: no rank waits for one that waits for it.
 
 use super::peer::{GroupReport, Peer, RdmaPatience};
-use super::{recv_blocking, send_blocking, RankLinks, MAX_GROUP_FRAME};
+use super::{RankLinks, MAX_GROUP_FRAME};
 use crate::transport::rdma::open::{PendingLink, RdmaMessages, RdmaOpener};
 use crate::transport::rdma::MAX_SLOTS;
 use crate::transport::ring::{Answer, Offer, RdmaRoute, RingTransport};
@@ -56,13 +56,16 @@ pub struct RdmaSetup<'a> {
 fn send_json(peer: &mut Peer, value: &impl Serialize) -> Result<(), String> {
     let bytes = serde_json::to_vec(value).expect("plain data serializes");
     let rank = peer.rank();
-    send_blocking(peer.tcp_stream(), &bytes, OFFER_TIMEOUT).map_err(|e| format!("cannot reach rank {rank}: {e}"))
+    let deadline = Some(std::time::Instant::now() + OFFER_TIMEOUT);
+    peer.tcp_stream().send_waiting(&bytes, deadline).map_err(|e| format!("cannot reach rank {rank}: {e}"))
 }
 
 fn recv_json<T: for<'de> Deserialize<'de>>(peer: &mut Peer, what: &str) -> Result<T, String> {
     let rank = peer.rank();
     let mut bytes = Vec::new();
-    recv_blocking(peer.tcp_stream(), &mut bytes, MAX_OFFER, Some(OFFER_TIMEOUT))
+    let deadline = Some(std::time::Instant::now() + OFFER_TIMEOUT);
+    peer.tcp_stream()
+        .recv_waiting(&mut bytes, MAX_OFFER, deadline, std::time::Duration::ZERO)
         .map_err(|e| format!("rank {rank} did not send its RDMA {what}: {e}"))?;
     serde_json::from_slice(&bytes).map_err(|e| format!("rank {rank} sent a malformed RDMA {what}: {e}"))
 }
