@@ -1,5 +1,5 @@
-//! The operating-system calls that need `unsafe`: mapping a file into memory, reading peak memory, and
-//! reading macOS's kernel values (`sysctlbyname`, so that no `sysctl` process is spawned for them: some are
+//! The operating-system calls that need `unsafe`: mapping a file into memory, reading peak memory, ending
+//! the process at once, and reading macOS's kernel values (`sysctlbyname`, so that no `sysctl` process is spawned for them: some are
 //! read every second). What the kernel hands back is decoded by pure functions, tested on every platform.
 
 use memmap2::Mmap;
@@ -13,6 +13,18 @@ pub fn map_file(file: &File) -> io::Result<Mmap> {
     // of the lost pages fault (SIGBUS); shoal never writes model files it has mapped, and documents that
     // model files must not be modified while a node runs them.
     unsafe { Mmap::map(file) }
+}
+
+/// Ends the process now with `code`, like `_exit(2)`: no exit handlers, no C or C++ static destructors,
+/// no library teardown. For a process whose own state is already saved and stopped: the app, after its
+/// node has stopped, leaves this way because the teardown of the GTK, WebKit and tray (libdbusmenu)
+/// objects it would otherwise run races with those libraries' own threads, a known source of crashes at
+/// exit. Standard error is unbuffered; standard output is flushed first.
+pub fn exit_at_once(code: i32) -> ! {
+    use std::io::Write;
+    let _ = io::stdout().flush();
+    // SAFETY: _exit only ends the process; nothing runs after it in this process.
+    unsafe { libc::_exit(code) }
 }
 
 /// The process's peak resident memory in bytes, where the OS reports it.

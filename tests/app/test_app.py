@@ -196,6 +196,20 @@ def tray_quit(screenshot=None):
     subprocess.run(["xdotool", "key", "Up", "Return"], check=True)
 
 
+def app_workers():
+    """The pids of the app's model workers still running (`shoal-app worker …`)."""
+    running = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if args[0] == APP.encode() and len(args) > 1 and args[1] == b"worker":
+            running.append(int(pid))
+    return running
+
+
 def test_quit_asks_first(processes, work):
     """A model runs on the app's node: the tray's Quit shows the window asking first, naming the model;
     Cancel keeps the app and its model; Quit anyway ends the app and its node."""
@@ -207,6 +221,7 @@ def test_quit_asks_first(processes, work):
     try:
         wait("the model to run on the app's node",
              lambda: any(i["state"] == "ready" for i in api(QUIT_PORT, "/api/instances")), timeout=90)
+        assert app_workers(), "the model runs, yet no `shoal-app worker` process was found"
         dialog = "[data-testid=quit-dialog]"
         message = "[data-testid=quit-message]"
         tray_quit()
@@ -240,7 +255,8 @@ def test_quit_asks_first(processes, work):
                 return True
 
         wait("Quit anyway to end the app and its node", stopped, timeout=20)
-        print("Quit anyway ended the app and its node")
+        wait("the model's worker to end with the app", lambda: not app_workers(), timeout=20)
+        print("Quit anyway ended the app, its node and its model's worker")
     finally:
         session.close()
         stop_trayer(trayer)
@@ -313,7 +329,8 @@ def test_tray(processes, work):
     test_notifications(processes, work, app_log)
     tray_quit(screenshot=os.path.join(OUT, "tray-menu.png"))
     code = app.wait(timeout=20)
-    assert code == 0, f"Quit ended the app with status {code}"
+    assert code == 0, f"Quit ended the app with status {code}; the app's log ends:\n" + "\n".join(
+        read(app_log).splitlines()[-30:])
     try:
         api(TRAY_PORT, "/api/health")
         raise AssertionError("the node still answers after Quit")
