@@ -166,6 +166,13 @@ test('the mesh shows every node and every link between them', async () => {
   assert.ok(shown.every((text) => reasons.some((/** @type {string} */ reason) => text.includes(reason))), shown.join(' | '));
   const devices = await page.$$eval('[data-testid="node-device"]', (rows) => rows.map((r) => (r.textContent ?? '').trim()));
   assert.deepEqual(devices, ['computes on the CPU', 'computes on the CPU', 'computes on the CPU'], 'each node names its device');
+  // Each link's probe times an echo of small frames after its bulk transfers: the list shows what the
+  // node's own link views say.
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid="link-echo"]').length === 3, null, { timeout: 30_000 });
+  const echoes = await page.$$eval('[data-testid="link-echo"]', (rows) => rows.map((r) => (r.textContent ?? '').trim()));
+  const measured = (await api(basePort, '/api/cluster')).links.map((/** @type {any} */ l) => l.echo_rtt_us);
+  assert.ok(measured.every((/** @type {any} */ us) => Number.isInteger(us) && us > 0), `echo round trips ${measured}`);
+  assert.ok(echoes.every((text) => /^echo \d+(\.\d+)? (µs|ms)$/.test(text)), echoes.join(' | '));
   await shot('mesh-3-nodes');
 });
 

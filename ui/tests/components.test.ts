@@ -120,6 +120,8 @@ describe('App', () => {
     await tick();
     expect(screen.getAllByTestId('node-card')).toHaveLength(3);
     expect(screen.getAllByTestId('link')).toHaveLength(3);
+    // The link list gives the echo round trip where an end measured one (two of the three links).
+    expect(screen.getAllByTestId('link-echo').map((e) => e.textContent?.trim())).toEqual(['echo 31 µs', 'echo 44 µs']);
     expect(Number(screen.getByTestId('pool-total').dataset['bytes'])).toBe(snapshot.pool.memory_total);
 
     const gamma = nodeNamed(snapshot, 'gamma');

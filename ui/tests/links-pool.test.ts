@@ -14,6 +14,13 @@ describe('links', () => {
     expect(rebuilt).toEqual(snapshot.links);
   });
 
+  it('takes the echo round trip from the first end’s report, else the second’s', () => {
+    const snapshot = snapshotFixture();
+    const links = mergeLinks(snapshot.nodes.map((n) => n.id), reportsFromSnapshot(snapshot.links));
+    // Link 0: both ends timed an echo (a 31 µs, b 29 µs); link 1: only b did; link 2: neither (older nodes).
+    expect(links.map((l) => l.echo_rtt_us)).toEqual([31, 44, undefined]);
+  });
+
   it('drops links of nodes that are no longer members', () => {
     const snapshot = snapshotFixture();
     const members = snapshot.nodes.slice(0, 2).map((n) => n.id);

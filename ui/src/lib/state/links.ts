@@ -1,7 +1,7 @@
 /**
  * Links between members, rebuilt from each node's own reports the way the node builds them for
- * /api/cluster: one view per pair (a < b), RTT from a's report or else b's, throughput each way from the
- * sender's report. Also a link's health and transport, for colouring edges.
+ * /api/cluster: one view per pair (a < b), RTT and echo round trip from a's report or else b's, throughput
+ * each way from the sender's report. Also a link's health and transport, for colouring edges.
  */
 import type { LinkReport, LinkView, NodeId, NodeStatus } from '../api/types';
 
@@ -42,6 +42,7 @@ export function mergeLinks(members: readonly NodeId[], reports: ReportsByNode): 
         kind: first.kind,
         rtt_p50_us: ab?.rtt_p50_us ?? ba?.rtt_p50_us ?? null,
         rtt_p99_us: ab?.rtt_p99_us ?? ba?.rtt_p99_us ?? null,
+        echo_rtt_us: ab?.echo_rtt_us ?? ba?.echo_rtt_us,
         throughput_a_to_b_bps: ab?.throughput_bps ?? null,
         throughput_b_to_a_bps: ba?.throughput_bps ?? null,
         errors: (ab?.errors ?? 0) + (ba?.errors ?? 0),
