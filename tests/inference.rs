@@ -63,8 +63,9 @@ fn get(c: &TestCluster, i: usize, path: &str) -> Value {
 fn three_nodes_serve_a_split_model_exactly_like_one_process() {
     let _one_at_a_time = common::cluster::exclusive();
     let mut c = TestCluster::new(3);
-    // node1 copies its weights into its device's memory, as a discrete GPU needs; the others map them.
-    let model = launch_with(&mut c, LIMIT, &[], &[&[], &["--copy-weights"]]);
+    // node1 copies its weights into its device's memory, as a discrete GPU needs; node2 computes on the
+    // mapped file (--no-huge-pages); node0 copies what it does not repack into huge pages (the default).
+    let model = launch_with(&mut c, LIMIT, &[], &[&[], &["--copy-weights"], &["--no-huge-pages"]]);
     let instances = get(&c, 1, "/api/instances");
     let stages = instances[0]["stages"].as_array().unwrap();
     assert_eq!(stages.len(), 3, "the memory limits force three stages: {instances:#}");
@@ -72,6 +73,9 @@ fn three_nodes_serve_a_split_model_exactly_like_one_process() {
     let copying: Vec<bool> =
         (0..3).map(|i| c.descendants(i).iter().any(|(_, cmdline)| cmdline.contains("--copy-weights"))).collect();
     assert_eq!(copying, [false, true, false], "only node1's worker copies its weights");
+    let in_place: Vec<bool> =
+        (0..3).map(|i| c.descendants(i).iter().any(|(_, cmdline)| cmdline.contains("--no-huge-pages"))).collect();
+    assert_eq!(in_place, [false, false, true], "only node2's worker keeps its weights in the mapped file");
     let mut nodes: Vec<&str> = stages.iter().map(|s| s["node"].as_str().unwrap()).collect();
     nodes.dedup();
     assert_eq!(nodes.len(), 3, "one stage per node");

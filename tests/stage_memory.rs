@@ -1,6 +1,8 @@
-//! A stage maps only its own tensors, and only those pages of the model file become resident in it.
-//! Weights copied into the repacked layout leave the file's pages. (Its own test binary: the resident-memory
-//! checks read this process's mappings of the model files.)
+//! A stage maps only its own tensors, and only those pages of the model file become resident in it (as a
+//! stage computing on the file in place does: `--no-repack`, and every stage where the kernel offers no
+//! huge pages). Weights copied at load (into the repacked layout, or as they are into huge pages) leave
+//! the file's pages. (Its own test binary: the resident-memory checks read this process's mappings of the
+//! model files.)
 
 mod common;
 
@@ -27,8 +29,9 @@ fn a_middle_stage_maps_and_touches_only_its_layers() {
     assert_eq!(model.layout().stage_bytes(10..20), expected);
     assert_eq!(model.layout().layers[10..20].iter().sum::<u64>(), expected);
 
-    let mut stage =
-        Stage::load(&model, 10..20, StageOptions { context: 256, threads: 2, ..StageOptions::default() }).unwrap();
+    let options =
+        StageOptions { context: 256, threads: 2, weights: WeightPlacement::AsInFile, ..StageOptions::default() };
+    let mut stage = Stage::load(&model, 10..20, options).unwrap();
     assert_eq!(stage.weights().mapped_bytes(), expected);
     for name in stage.weights().tensor_names() {
         let layer = layer_of(name).unwrap_or_else(|| panic!("stage [10,20) mapped {name}"));
@@ -61,7 +64,8 @@ fn prefault_touches_only_the_stage_tensors() {
     let path = dir.path().join("copy.gguf");
     std::fs::copy(common::model_path(), &path).unwrap();
     let model = Model::open(&path).unwrap();
-    let options = StageOptions { context: 256, threads: 1, ..StageOptions::default() };
+    let options =
+        StageOptions { context: 256, threads: 1, weights: WeightPlacement::AsInFile, ..StageOptions::default() };
     let stage = Stage::load(&model, 2..4, options).unwrap();
     let tensors: Vec<_> = stage.weights().tensor_names().iter().map(|n| model.file().tensor(n).unwrap()).collect();
     let start = tensors.iter().map(|t| t.offset).min().unwrap() as usize;
@@ -82,19 +86,20 @@ fn prefault_touches_only_the_stage_tensors() {
     assert!(prefaulted < spanned / 2, "prefault read the bytes between the stage's tensors");
 }
 
-/// A resident stage's repacked matrices (Gemma 3's Q4_K ones: src/ggml/repack.rs) are read once, into
-/// their copy, and leave the process's mapping of the file: it holds fewer of the file's pages than the
-/// same stage on the file's layout, by most of the repacked bytes. The two stages run one after the other,
-/// each with a mapping of its own.
+/// A resident stage's repacked matrices (Gemma 3's Q4_K ones: src/ggml/repack.rs), and where the kernel
+/// offers huge pages all its other weights too, are read once, into their copies, and leave the process's
+/// mapping of the file: it holds fewer of the file's pages than the same stage on the file's layout, by
+/// most of the copied bytes, and the copies together are the stage's weights. The two stages run one
+/// after the other, each with a mapping of its own.
 #[test]
-fn repacked_weights_leave_the_files_pages() {
+fn copied_weights_leave_the_files_pages() {
     if !cfg!(all(target_arch = "x86_64", target_feature = "avx2")) {
         common::cannot_run("Gemma 3's Q4_K matrices are repacked on x86_64 with AVX2 (other CPUs: other types)");
         return;
     }
     let path = common::gemma3_path();
     let mut resident = Vec::new();
-    let mut repacked_bytes = 0;
+    let (mut repacked_bytes, mut copied_bytes, mut weight_bytes) = (0, 0, 0);
     for weights in [WeightPlacement::Automatic, WeightPlacement::AsInFile] {
         let model = Model::open(&path).unwrap();
         let options = StageOptions { context: 256, threads: 2, weights, ..StageOptions::default() };
@@ -103,13 +108,26 @@ fn repacked_weights_leave_the_files_pages() {
         assert!(reports.windows(2).all(|w| w[0] <= w[1]), "progress went back: {reports:?}");
         assert_eq!(reports.last(), Some(&1.0));
         repacked_bytes += stage.repacked_bytes();
+        copied_bytes += stage.copied_bytes();
+        if weights == WeightPlacement::Automatic {
+            weight_bytes = stage.weights().mapped_bytes();
+        }
         resident.push(common::resident_bytes_of(&path));
     }
-    let [repacked, as_in_file] = resident[..] else { unreachable!() };
-    eprintln!("resident: {repacked} repacked, {as_in_file} as in the file; {repacked_bytes} bytes repacked");
+    let [automatic, as_in_file] = resident[..] else { unreachable!() };
+    eprintln!(
+        "resident: {automatic} automatic, {as_in_file} as in the file; {repacked_bytes} bytes repacked, \
+         {copied_bytes} copied into huge pages"
+    );
     assert!(repacked_bytes > 0);
+    if shoal::os::huge_pages_available() {
+        assert_eq!(repacked_bytes + copied_bytes, weight_bytes, "every weight is repacked or copied");
+    } else {
+        assert_eq!(copied_bytes, 0, "no huge pages, no copies as they are");
+    }
+    let moved = repacked_bytes + copied_bytes;
     assert!(
-        repacked + repacked_bytes / 2 <= as_in_file,
-        "the repacked stage holds {repacked} bytes of the file, the other {as_in_file}, {repacked_bytes} repacked"
+        automatic + moved / 2 <= as_in_file,
+        "the automatic stage holds {automatic} bytes of the file, the other {as_in_file}, {moved} copied"
     );
 }

@@ -1,6 +1,6 @@
 //! `shoal devices`: the devices this build of shoal can compute on (the CPU; a GPU where ggml was built
 //! with one), their memory, and which one a stage takes by default; and the `--device` and
-//! `--copy-weights` and `--no-repack` flags of the commands that run a model here.
+//! `--copy-weights`, `--no-repack` and `--no-huge-pages` flags of the commands that run a model here.
 
 use shoal::engine::StageOptions;
 use shoal::ggml::{Device, WeightPlacement};
@@ -23,11 +23,17 @@ pub struct DeviceArgs {
     /// discrete GPU needs; on the CPU, a way to test that path).
     #[arg(long)]
     copy_weights: bool,
-    /// On the CPU, compute on the weights exactly as the file lays them out: no copy into ggml's
-    /// interleaved layout, whose kernels multiply Q4_0, Q4_K, IQ4_NL and MXFP4 (on ARM also Q5_K, Q6_K
-    /// and Q8_0) matrices faster. Loads faster, computes slower.
+    /// On the CPU, compute on the weights exactly as the file lays them out, in place in the mapped file:
+    /// no copy into ggml's interleaved layout, whose kernels multiply Q4_0, Q4_K, IQ4_NL and MXFP4 (on ARM
+    /// also Q5_K, Q6_K and Q8_0) matrices faster, and (on Linux) none into huge pages. Loads faster,
+    /// computes slower.
     #[arg(long, conflicts_with = "copy_weights")]
     no_repack: bool,
+    /// On Linux's CPU, compute on the weights that are not repacked in place in the mapped file, as macOS
+    /// does, rather than on a copy in huge pages (which decodes faster; the copy takes the memory the
+    /// mapped pages would). Loads faster, computes slower.
+    #[arg(long, conflicts_with_all = ["copy_weights", "no_repack"])]
+    no_huge_pages: bool,
 }
 
 impl DeviceArgs {
@@ -36,7 +42,7 @@ impl DeviceArgs {
         if let Some(name) = &self.device {
             Device::named(name).map_err(anyhow::Error::msg)?;
         }
-        let weights = WeightPlacement::chosen(self.copy_weights, self.no_repack);
+        let weights = WeightPlacement::chosen(self.copy_weights, self.no_repack, self.no_huge_pages);
         Ok(StageOptions { device: self.device.clone(), weights, ..options })
     }
 }

@@ -38,7 +38,8 @@ pub struct BenchReport {
     pub stages: usize,
     /// The device of each stage.
     pub devices: Vec<String>,
-    /// `mapped` (computed on the mapped file) or `copied` (into the device's memory).
+    /// Where the first stage's weights are: `mapped` (computed on the mapped file), `copied into huge
+    /// pages` (the CPU on Linux) or `copied` (into the device's memory).
     pub weights: &'static str,
     /// Bytes of weights copied into the CPU's repacked layout at load (ggml's interleaved kernels).
     pub repacked_bytes: u64,
@@ -162,7 +163,7 @@ pub fn run(path: &Path, options: &BenchOptions) -> Result<BenchReport, EngineErr
         threads: options.threads,
         stages: pipeline.stages().len(),
         devices: pipeline.stages().iter().map(|s| s.device().name()).collect(),
-        weights: if pipeline.stages().iter().all(|s| s.weights_mapped()) { "mapped" } else { "copied" },
+        weights: pipeline.stages().first().map_or("mapped", |s| s.weights_kept()),
         repacked_bytes: pipeline.stages().iter().map(|s| s.repacked_bytes()).sum(),
         built_for_cpu: crate::BUILT_FOR_CPU,
         prompt_tokens: options.prompt_tokens,

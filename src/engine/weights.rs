@@ -220,11 +220,31 @@ impl StageWeights {
         }
         let named: Vec<(&str, SetTensorRef)> = weights.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
         let copies = TensorSet::repacked(repacking, &named, progress).map_err(EngineError::OutOfMemory)?;
+        self.move_to(weights, copies)
+    }
+
+    /// Copies every weight still computed on in place in a mapped file into the CPU's memory as it is,
+    /// where the kernel backs it by huge pages, binds the layers and head to the copies and releases
+    /// the mapping's pages; returns the bytes copied. `progress` receives the bytes copied so far.
+    pub fn copy_mapped_to_cpu(&mut self, progress: impl FnMut(u64)) -> Result<u64, EngineError> {
+        let weights = self.mapped_tensors();
+        if weights.is_empty() {
+            return Ok(0);
+        }
+        let named: Vec<(&str, SetTensorRef)> = weights.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+        let copies = TensorSet::copied_to_cpu(&named, progress).map_err(EngineError::OutOfMemory)?;
+        let bytes = copies.data_bytes();
+        self.move_to(&weights, copies)?;
+        Ok(bytes)
+    }
+
+    /// Binds the layers and head to `copies` of `weights` and releases the originals.
+    fn move_to(&mut self, weights: &[(String, SetTensorRef)], copies: TensorSet) -> Result<(), EngineError> {
         // (original, its copy) of each weight.
         let moved = weights
             .iter()
             .map(|(name, original)| {
-                let copy = copies.get(name).ok_or_else(|| EngineError::Internal(format!("{name} was not repacked")));
+                let copy = copies.get(name).ok_or_else(|| EngineError::Internal(format!("{name} was not copied")));
                 Ok((original, copy?))
             })
             .collect::<Result<Vec<_>, EngineError>>()?;

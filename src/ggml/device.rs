@@ -152,9 +152,14 @@ impl Device {
 pub enum WeightPlacement {
     /// In place in the mapped file when the device can compute on host memory, else copied. On the CPU,
     /// the quantized matrices ggml has interleaved kernels for are copied once into that layout
-    /// ([`super::Repacking`]), their pages of the mapping released.
+    /// ([`super::Repacking`]), their pages of the mapping released; where the kernel offers huge pages
+    /// (Linux), the rest are copied once as they are into memory it backs by them, which a decode step
+    /// streams faster than a file's 4 KB pages (`engine::stage`).
     #[default]
     Automatic,
+    /// As [`WeightPlacement::Automatic`], but the weights that are not repacked stay in place in the
+    /// mapped file (no copy into huge pages: `--no-huge-pages`).
+    Mapped,
     /// In place in the mapped file when the device can compute on host memory, exactly as the file lays
     /// it out (no repacked copies on the CPU), else copied.
     AsInFile,
@@ -163,13 +168,20 @@ pub enum WeightPlacement {
 }
 
 impl WeightPlacement {
-    /// The placement the `--copy-weights` and `--no-repack` flags choose (the first wins).
-    pub fn chosen(copy_weights: bool, no_repack: bool) -> WeightPlacement {
-        match (copy_weights, no_repack) {
-            (true, _) => WeightPlacement::Copied,
-            (false, true) => WeightPlacement::AsInFile,
-            (false, false) => WeightPlacement::Automatic,
+    /// The placement the `--copy-weights`, `--no-repack` and `--no-huge-pages` flags choose (the first
+    /// wins).
+    pub fn chosen(copy_weights: bool, no_repack: bool, no_huge_pages: bool) -> WeightPlacement {
+        match (copy_weights, no_repack, no_huge_pages) {
+            (true, _, _) => WeightPlacement::Copied,
+            (false, true, _) => WeightPlacement::AsInFile,
+            (false, false, true) => WeightPlacement::Mapped,
+            (false, false, false) => WeightPlacement::Automatic,
         }
+    }
+
+    /// Whether the CPU's repacked layout is used where ggml has kernels for it.
+    pub fn repacks(self) -> bool {
+        matches!(self, WeightPlacement::Automatic | WeightPlacement::Mapped)
     }
 }
 

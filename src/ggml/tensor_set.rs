@@ -292,6 +292,13 @@ impl TensorSet {
             unsafe { sys::ggml_free(ctx.as_ptr()) };
             return Err(format!("could not allocate {data_bytes} bytes on {place}"));
         };
+        // Weights and caches in host memory are streamed through every step: from huge pages where the
+        // kernel offers them (advised before anything is written, so the first writes fault them in).
+        // SAFETY: plain queries of the buffer just allocated.
+        if unsafe { sys::ggml_backend_buffer_is_host(buffer.as_ptr()) } {
+            let base = unsafe { sys::ggml_backend_buffer_get_base(buffer.as_ptr()) } as *mut u8;
+            crate::os::advise_huge_pages(base, unsafe { sys::ggml_backend_buffer_get_size(buffer.as_ptr()) });
+        }
         Ok(TensorSet {
             inner: Arc::new(SetInner { ctx, buffer, _mapping: None }),
             by_name,
@@ -307,16 +314,32 @@ impl TensorSet {
     pub fn repacked(
         repacking: &Repacking,
         weights: &[(&str, SetTensorRef)],
-        mut progress: impl FnMut(u64),
+        progress: impl FnMut(u64),
     ) -> Result<TensorSet, String> {
         // ggml's copy into the layout would dereference the missing kernel of such a weight.
         if let Some((name, _)) = weights.iter().find(|(_, w)| !repacking.has_kernel_for(w.raw.as_ptr())) {
             return Err(format!("tensor {name} has no repacked kernel on this CPU"));
         }
+        Self::copied_into(repacking.buffer_type(), "the CPU (repacked)", weights, progress)
+    }
+
+    /// Copies `weights` (named, each in a set whose data is in host memory) as they are into one new
+    /// buffer of the CPU's memory, which [`TensorSet::allocate_in`] backs by huge pages where it can.
+    /// `progress` receives the bytes copied so far.
+    pub fn copied_to_cpu(weights: &[(&str, SetTensorRef)], progress: impl FnMut(u64)) -> Result<TensorSet, String> {
+        Self::copied_into(Device::cpu().buffer_type(), "the CPU", weights, progress)
+    }
+
+    fn copied_into(
+        buffer_type: *mut sys::ggml_backend_buffer_type,
+        place: &str,
+        weights: &[(&str, SetTensorRef)],
+        mut progress: impl FnMut(u64),
+    ) -> Result<TensorSet, String> {
         let mut names: Vec<&str> = weights.iter().map(|(name, _)| *name).collect();
         names.sort_unstable();
         if let Some(twice) = names.windows(2).find(|w| w[0] == w[1]) {
-            return Err(format!("tensor {} is named twice among the weights to repack", twice[0]));
+            return Err(format!("tensor {} is named twice among the weights to copy", twice[0]));
         }
         let shapes: Vec<Vec<u64>> = weights
             .iter()
@@ -329,7 +352,7 @@ impl TensorSet {
         let specs: Vec<SetTensor<'_>> =
             weights.iter().zip(&shapes).map(|((name, w), shape)| SetTensor { name, dtype: w.dtype(), shape }).collect();
         // Every byte is written below.
-        let set = Self::allocate_in(&specs, repacking.buffer_type(), "the CPU (repacked)")?;
+        let set = Self::allocate_in(&specs, buffer_type, place)?;
         // SAFETY: the buffer was just allocated for these tensors.
         unsafe {
             sys::ggml_backend_buffer_set_usage(set.inner.buffer.as_ptr(), sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
@@ -338,12 +361,12 @@ impl TensorSet {
         for (name, source) in weights {
             let raw = *set.by_name.get(*name).ok_or_else(|| format!("tensor {name} was not allocated"))?;
             // SAFETY: the source is a live tensor of the same type and shape whose data is host memory
-            // (checked); ggml's repacking copy takes the whole tensor at once, as here.
+            // (checked); a buffer type's copy (a repacking one rearranges) takes the whole tensor at once.
             unsafe {
                 let from = source.raw.as_ptr();
                 let buffer = (*from).buffer;
                 if buffer.is_null() || !sys::ggml_backend_buffer_is_host(buffer) || (*from).data.is_null() {
-                    return Err(format!("tensor {name} is not in host memory, so it cannot be repacked"));
+                    return Err(format!("tensor {name} is not in host memory, so it cannot be copied to {place}"));
                 }
                 let bytes = sys::ggml_nbytes(from);
                 sys::ggml_backend_tensor_set(raw.as_ptr(), (*from).data, 0, bytes);
@@ -472,4 +495,28 @@ fn create_tensor(
     // SAFETY: the name is shorter than GGML_MAX_NAME and NUL-terminated.
     unsafe { sys::ggml_set_name(raw.as_ptr(), cname.as_ptr()) };
     Ok(raw)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// Host buffers are advised to huge pages before anything is written to them: a 64 MB set, once
+    /// cleared, lies mostly in huge pages where the kernel offers them (without the advice, a kernel set
+    /// to `madvise` gives none).
+    #[test]
+    fn host_buffers_are_backed_by_huge_pages_where_the_kernel_offers_them() {
+        if !crate::os::huge_pages_available() {
+            eprintln!("this kernel offers no transparent huge pages: nothing to check");
+            return;
+        }
+        let shape = [4096u64, 4096];
+        let set = TensorSet::allocate(&[SetTensor { name: "w", dtype: DType::F32, shape: &shape }], Device::cpu())
+            .expect("64 MB on the CPU");
+        // SAFETY: a plain query of the set's live buffer.
+        let base = unsafe { sys::ggml_backend_buffer_get_base(set.inner.buffer.as_ptr()) } as *const u8;
+        let size = unsafe { sys::ggml_backend_buffer_get_size(set.inner.buffer.as_ptr()) };
+        let huge = crate::os::huge_page_bytes_in(base, size).expect("the buffer's mappings are in /proc/self/smaps");
+        assert!(huge >= 32 << 20, "only {huge} bytes of a 64 MB weight buffer are in huge pages");
+    }
 }

@@ -62,6 +62,11 @@ pub struct NodeOptions {
     /// and Q8_0) matrices faster. Loads faster, computes slower.
     #[arg(long, conflicts_with = "copy_weights")]
     pub no_repack: bool,
+    /// On Linux's CPU, compute on the weights that are not repacked in place in the mapped file, as macOS
+    /// does, rather than on a copy in huge pages (which decodes faster; the copy takes the memory the
+    /// mapped pages would). Loads faster, computes slower.
+    #[arg(long, conflicts_with_all = ["copy_weights", "no_repack"])]
+    pub no_huge_pages: bool,
     /// Launch this model (a GGUF file) as soon as the node can place it, unless the cluster already
     /// serves a model of that name.
     #[arg(long = "run", value_name = "MODEL.gguf", env = "SHOAL_RUN")]
@@ -122,7 +127,7 @@ impl NodeOptions {
             forget_down_after: std::time::Duration::from_secs(self.forget_down_after),
             device: crate::worker::StageDevice {
                 name: self.device,
-                weights: crate::ggml::WeightPlacement::chosen(self.copy_weights, self.no_repack),
+                weights: crate::ggml::WeightPlacement::chosen(self.copy_weights, self.no_repack, self.no_huge_pages),
             },
         };
         let (agent, instances) = cluster::agent::start(config, self.join, Instances::start).await?;

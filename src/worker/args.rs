@@ -35,9 +35,14 @@ pub struct WorkerArgs {
     /// Copy the weights into the device's memory even where it could use the mapped file.
     #[arg(long)]
     pub copy_weights: bool,
-    /// On the CPU, compute on the weights as the file lays them out (no repacked copies).
+    /// On the CPU, compute on the weights as the file lays them out, in place (no repacked copies, none
+    /// into huge pages).
     #[arg(long, conflicts_with = "copy_weights")]
     pub no_repack: bool,
+    /// On Linux's CPU, compute on the weights that are not repacked in place in the mapped file (no copy
+    /// into huge pages).
+    #[arg(long, conflicts_with_all = ["copy_weights", "no_repack"])]
+    pub no_huge_pages: bool,
     /// This worker's rank in a tensor-parallel group (with --tensor-shares).
     #[arg(long, requires = "tensor_shares")]
     pub tensor_rank: Option<usize>,
@@ -59,7 +64,7 @@ fn parse_range(s: &str) -> Result<Range<usize>, String> {
 fn stage_device(args: &WorkerArgs) -> StageDevice {
     StageDevice {
         name: args.device.clone(),
-        weights: crate::ggml::WeightPlacement::chosen(args.copy_weights, args.no_repack),
+        weights: crate::ggml::WeightPlacement::chosen(args.copy_weights, args.no_repack, args.no_huge_pages),
     }
 }
 
@@ -103,7 +108,9 @@ mod tests {
 
     #[test]
     fn a_stage_device_survives_its_worker_arguments() {
-        for weights in [WeightPlacement::Automatic, WeightPlacement::Copied, WeightPlacement::AsInFile] {
+        for weights in
+            [WeightPlacement::Automatic, WeightPlacement::Copied, WeightPlacement::AsInFile, WeightPlacement::Mapped]
+        {
             for name in [None, Some("Vulkan0".to_string())] {
                 let device = StageDevice { name, weights };
                 let mut line: Vec<String> =

@@ -70,6 +70,7 @@ impl StageDevice {
             WeightPlacement::Automatic => {}
             WeightPlacement::Copied => args.push("--copy-weights".into()),
             WeightPlacement::AsInFile => args.push("--no-repack".into()),
+            WeightPlacement::Mapped => args.push("--no-huge-pages".into()),
         }
         args
     }
