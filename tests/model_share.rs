@@ -309,17 +309,25 @@ fn a_tensor_parallel_rank_fetches_only_its_slice_of_every_layer() {
     // Every rank holds the token embeddings whole (the tied output head's rows are among them).
     let embedding = tensor("token_embd.weight");
     assert!(present(&record, embedding.offset..embedding.offset + embedding.bytes));
+    // The shares follow the nodes' measured weight rates (equal nodes measure close, not equal): what
+    // rank 1 holds is what the plan's shares give it.
+    let shares: Vec<f64> =
+        instance["plan"]["stages"].as_array().unwrap().iter().map(|s| s["share"].as_f64().unwrap()).collect();
+    let slices = shoal::model::slice::plan(&shoal::model::Model::open(&model).unwrap(), &shares).unwrap();
+    let (heads, columns) = (slices[1].query_heads.clone(), slices[1].feed_forward.clone());
+    assert_eq!((heads.end, columns.end), (9, 1536), "rank 1 holds the last heads and columns: {shares:?}");
+    eprintln!("shares {shares:?}: rank 1 holds query heads {heads:?} and feed-forward columns {columns:?}");
     for layer in [0, 17, 29] {
-        // Q: 576 rows, 64 per head; rank 1 holds heads 5-8 (rows 320-575) of 9.
+        // Q: 576 rows, 64 per head; rank 1 holds the rows of its heads.
         let q = tensor(&format!("blk.{layer}.attn_q.weight"));
-        let row = q.bytes / 576;
-        assert!(!present(&record, q.offset..q.offset + 320 * row), "layer {layer}: rank 0's heads of Q");
-        assert!(present(&record, q.offset + 320 * row..q.offset + q.bytes), "layer {layer}: rank 1's heads of Q");
-        // The gate: 1536 rows; rank 1 holds rows 768-1535 (its feed-forward columns).
+        let (row, first) = (q.bytes / 576, heads.start as u64 * 64);
+        assert!(!present(&record, q.offset..q.offset + first * row), "layer {layer}: rank 0's heads of Q");
+        assert!(present(&record, q.offset + first * row..q.offset + q.bytes), "layer {layer}: rank 1's heads of Q");
+        // The gate: 1536 rows; rank 1 holds the rows of its feed-forward columns.
         let gate = tensor(&format!("blk.{layer}.ffn_gate.weight"));
-        let row = gate.bytes / 1536;
-        assert!(!present(&record, gate.offset..gate.offset + 768 * row), "layer {layer}: rank 0's rows of the gate");
-        assert!(present(&record, gate.offset + 768 * row..gate.offset + gate.bytes), "layer {layer}: rank 1's rows");
+        let (row, first) = (gate.bytes / 1536, columns.start as u64);
+        assert!(!present(&record, gate.offset..gate.offset + first * row), "layer {layer}: rank 0's rows of the gate");
+        assert!(present(&record, gate.offset + first * row..gate.offset + gate.bytes), "layer {layer}: rank 1's rows");
         // The down projection is split by columns, a piece of each of its 576 rows 480 bytes apart:
         // fetched whole, in one run, rather than piece by piece.
         let down = tensor(&format!("blk.{layer}.ffn_down.weight"));
@@ -333,8 +341,6 @@ fn a_tensor_parallel_rank_fetches_only_its_slice_of_every_layer() {
     assert!(record.present_bytes() <= fetched && fetched < size - size / 6, "fetched {fetched} of {size}");
     assert!(on_disk < fetched + (1 << 20), "{} takes {on_disk} bytes on disk", path.display());
 
-    let shares: Vec<f64> =
-        instance["plan"]["stages"].as_array().unwrap().iter().map(|s| s["share"].as_f64().unwrap()).collect();
     for case in &common::oracle_greedy()[..2] {
         let body =
             json!({ "model": MODEL, "prompt": case.prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": true });
