@@ -1,6 +1,7 @@
-//! The operating-system calls that need `unsafe`: mapping a file into memory, reading peak memory, ending
-//! the process at once, and reading macOS's kernel values (`sysctlbyname`, so that no `sysctl` process is spawned for them: some are
-//! read every second). What the kernel hands back is decoded by pure functions, tested on every platform.
+//! The operating-system calls that need `unsafe`: mapping a file into memory, asking for huge pages,
+//! reading peak memory, ending the process at once, and reading macOS's kernel values (`sysctlbyname`,
+//! so that no `sysctl` process is spawned for them: some are read every second). What the kernel hands
+//! back is decoded by pure functions, tested on every platform.
 
 use memmap2::Mmap;
 use std::fs::File;
@@ -31,7 +32,7 @@ pub fn exit_at_once(code: i32) -> ! {
 /// transparent huge pages `always` or `madvise` (not `never`). Reading a model's weights from such
 /// pages streams faster than from 4 KB pages, a mapped file's included: fewer TLB misses, and the
 /// CPU's prefetchers, which stop at page boundaries, run further (measured by `shoal bench`, see
-/// `engine::weights`). Never elsewhere (macOS has no such advice).
+/// `engine::stage`). Never elsewhere (macOS has no such advice).
 pub fn huge_pages_available() -> bool {
     #[cfg(target_os = "linux")]
     {
@@ -72,9 +73,10 @@ pub fn advise_huge_pages(start: *mut u8, bytes: usize) {
 
 /// Bytes of the memory mappings overlapping `bytes` bytes at `start` which the kernel backs by
 /// anonymous huge pages (`AnonHugePages` of `/proc/self/smaps`): what shows that
-/// [`advise_huge_pages`] took effect (the advice splits a mapping at the advised range's pages).
-#[cfg(target_os = "linux")]
-pub fn huge_page_bytes_in(start: *const u8, bytes: usize) -> Option<u64> {
+/// [`advise_huge_pages`] took effect (the advice splits a mapping at the advised range's pages). For
+/// tests.
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) fn huge_page_bytes_in(start: *const u8, bytes: usize) -> Option<u64> {
     let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
     let wanted = start as u64..start as u64 + bytes as u64;
     let (mut inside, mut found, mut huge) = (false, false, 0);

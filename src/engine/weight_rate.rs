@@ -8,8 +8,9 @@
 //!
 //! Each row of a product also costs a fixed time (quantizing nothing, but summing and storing its dot
 //! product), so short rows are read more slowly per byte: SmolLM2's 576-weight rows of Q4_1 ran at
-//! 0.7 to 0.85 of the rate of 4096-weight ones in this VM's runs. Each type is timed with rows of both lengths, and a
-//! model's rate is read at its own rows' length (a row's time taken as fixed plus proportional).
+//! 0.7 to 0.85 of the rate of 4096-weight ones in this VM's runs. Each type is timed with rows of both
+//! lengths, and a model's rate is read at its own rows' length (a row's time taken as fixed plus
+//! proportional).
 use crate::ggml::{Backend, DType, Device, GraphBuilder, Repacking, SetTensor, TensorSet};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
