@@ -198,6 +198,18 @@ fn deepseek2_with_the_combined_kv_b_gives_llama_cpp_logits_at_every_position() {
     check_logits_match_llama_cpp(&random_model::deepseek2_legacy());
 }
 
+/// A prompt's first step may attend in the expanded form (keys and values expanded per head from the
+/// latents; `arch::deepseek2`, from 8 tokens on at this model's widths): every prefix of the prompts
+/// prefilled in one step, short ones (the latent form) and long ones (expanded), gives llama.cpp's
+/// logits, which it computes in the latent form.
+#[test]
+fn deepseek2_prompts_prefilled_in_one_step_give_llama_cpp_logits() {
+    let model = random_model::deepseek2();
+    let cases = recorded(&model);
+    let file = Model::open(&model.path()).unwrap();
+    oracle::check_prefill_logits(&file, model.architecture, &cases, 2);
+}
+
 /// Split points right after the dense layer and among the sparse ones.
 #[test]
 fn deepseek2_greedy_tokens_are_llama_cpp_and_equal_split_or_not() {

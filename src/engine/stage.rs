@@ -294,8 +294,20 @@ impl Stage {
             tokens,
             attended: context,
             attended_sliding: self.cache.attended_sliding(context),
+            fresh: false,
         };
-        let mut shapes = vec![GraphShape { tokens: batch, segments: vec![segment(0, batch)], outputs: 1 }];
+        // A whole batch that begins its sequence: an architecture may attend such a segment in a form
+        // of its own (see `SegmentShape::fresh`), whose buffers must fit too.
+        let first = SegmentShape {
+            attended: self.cache.attended(batch),
+            attended_sliding: self.cache.attended_sliding(batch),
+            fresh: true,
+            ..segment(0, batch)
+        };
+        let mut shapes = vec![
+            GraphShape { tokens: batch, segments: vec![segment(0, batch)], outputs: 1 },
+            GraphShape { tokens: batch, segments: vec![first], outputs: 1 },
+        ];
         let sequences = self.cache.sequences().min(batch);
         if sequences > 1 {
             let segments: Vec<_> =
@@ -455,6 +467,7 @@ impl Stage {
             tokens: s.tokens,
             attended: cache.attended(s.start + s.tokens),
             attended_sliding: cache.attended_sliding(s.start + s.tokens),
+            fresh: s.start == 0,
         });
         let outputs = if is_last { self.output_rows.len() } else { tokens };
         let same = self.graph.as_ref().is_some_and(|(shape, _)| {

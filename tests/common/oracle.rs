@@ -98,32 +98,68 @@ pub fn check_logits_recorded_here(
 ) {
     let tokenizer = file.tokenizer().unwrap();
     let mut pipeline = LocalPipeline::load(file, &[], options, WireFormat::F32).unwrap();
-    // Other kernels than the recording machine's (AVX2 without AVX-512) round dot products differently,
-    // and the differences add up over the layers: on one such EPYC a random gpt-oss logit of 30.10 came
-    // out 30.06 (MXFP4 experts), and a Gemma 3 270M logit of -25.73 came out -26.62 (Q4_K). The tight check runs
-    // on the recording kernels only; elsewhere a wrong operation still shows (it moves logits by several
-    // units), a rounding difference does not.
-    let relative = if same_kernels { 1e-3 } else { 5e-2 };
+    let relative = tolerance(same_kernels);
     let mut largest_difference = 0f32;
     for case in cases {
         assert_eq!(tokenizer.encode(&case.prompt).unwrap(), case.prompt_ids, "{name} prompt {:?}", case.prompt);
         let ours = teacher_forced(&mut pipeline, &case.prompt_ids);
         for (pos, (logits, top)) in ours.iter().zip(&case.top).enumerate() {
-            for &(id, value) in top {
-                let got = logits[id as usize];
-                largest_difference = largest_difference.max((got - value).abs());
-                assert!(
-                    (got - value).abs() <= 1e-2 + relative * value.abs(),
-                    "{name} prompt {:?} position {pos}: logit of token {id} is {got}, llama.cpp's {value}",
-                    case.prompt
-                );
-            }
-            if top[0].1 - top[1].1 > 0.05f32.max(2.0 * relative * top[0].1.abs()) {
-                assert_eq!(engine::argmax(logits), top[0].0, "{name} prompt {:?} position {pos}", case.prompt);
-            }
+            let at = format!("{name} prompt {:?} position {pos}", case.prompt);
+            largest_difference = largest_difference.max(check_position(&at, logits, top, relative));
         }
     }
     println!("{name}: largest difference from llama.cpp's logits {largest_difference}");
+}
+
+/// [`check_logits`] for each prefix of at least `shortest` tokens of every prompt prefilled in one step
+/// from an empty cache, as a prompt's first step computes it (where an architecture may attend in
+/// another form than a token at a time: deepseek2's expanded latent attention), against llama.cpp's
+/// logits at the prefix's last position.
+pub fn check_prefill_logits(file: &Model, name: &str, cases: &[Recorded], shortest: usize) {
+    let mut pipeline = LocalPipeline::load(file, &[], &options(), WireFormat::F32).unwrap();
+    let relative = tolerance(same_kernels_suffix().is_some());
+    let mut checked = 0;
+    for case in cases {
+        for end in shortest..=case.prompt_ids.len() {
+            pipeline.truncate(0, 0);
+            let logits = pipeline.forward(0, 0, &case.prompt_ids[..end]).unwrap();
+            let at = format!("{name} prompt {:?} prefilled to {end} tokens", case.prompt);
+            check_position(&at, logits, &case.top[end - 1], relative);
+            checked += 1;
+        }
+    }
+    assert!(checked > 0, "{name}: no prompt has {shortest} tokens");
+}
+
+/// The relative tolerance of a logit. Other kernels than the recording machine's (AVX2 without
+/// AVX-512) round dot products differently, and the differences add up over the layers: on one such
+/// EPYC a random gpt-oss logit of 30.10 came out 30.06 (MXFP4 experts), and a Gemma 3 270M logit of
+/// -25.73 came out -26.62 (Q4_K). The tight check runs on the recording kernels only; elsewhere a wrong
+/// operation still shows (it moves logits by several units), a rounding difference does not.
+fn tolerance(same_kernels: bool) -> f32 {
+    if same_kernels {
+        1e-3
+    } else {
+        5e-2
+    }
+}
+
+/// Checks one position's logits against llama.cpp's ten largest (`top`) and, where its first is clearly
+/// ahead, its argmax; returns the largest difference.
+fn check_position(at: &str, logits: &[f32], top: &[(u32, f32)], relative: f32) -> f32 {
+    let mut largest = 0f32;
+    for &(id, value) in top {
+        let got = logits[id as usize];
+        largest = largest.max((got - value).abs());
+        assert!(
+            (got - value).abs() <= 1e-2 + relative * value.abs(),
+            "{at}: logit of token {id} is {got}, llama.cpp's {value}"
+        );
+    }
+    if top[0].1 - top[1].1 > 0.05f32.max(2.0 * relative * top[0].1.abs()) {
+        assert_eq!(engine::argmax(logits), top[0].0, "{at}");
+    }
+    largest
 }
 
 pub fn greedy(file: &Model, splits: &[usize], prompt: &[u32], n: usize) -> Vec<u32> {

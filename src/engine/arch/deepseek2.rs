@@ -11,9 +11,9 @@
 //! plus shared experts. Next-token-prediction layers are skipped.
 
 use super::ArchSpec;
-use crate::engine::blocks::{self, CachedKeys, StepContext};
+use crate::engine::blocks::{self, CachedKeys, SegmentShape, StepContext};
 use crate::engine::weights::LayerWeights;
-use crate::ggml::{GraphBuilder, RopeParams, Tensor};
+use crate::ggml::{DType, GraphBuilder, RopeParams, Tensor};
 use crate::model::config::Keys;
 use crate::model::layout::{self, ExpectedTensor};
 use crate::model::{CacheRow, ExpertActivation, Gating, LatentAttention, ModelConfig, ModelError, MoeParams};
@@ -268,16 +268,16 @@ fn attention<'g>(
     let [_, q_stride1, q_stride2, _] = q.strides();
     let scale = kq_scale(c, &mla);
 
-    let (q, k, v_rows, value_head) = if mla.absorbed {
+    let rows = step.cache_rows.expect("a deepseek2 stage's graph has its cache rows");
+    let out = if mla.absorbed {
         let q_nope = g.view(q, &[nope, heads, t], &[q_stride1, q_stride2], 0);
         let q_pe = g.view(q, &[rope_dims, heads, t], &[q_stride1, q_stride2], nope as usize * f32_bytes);
         let q_pe = g.rope(q_pe, step.positions, None, &rope);
-        // Fold each head's key expansion into its query: [rank, heads, tokens].
-        let q_nope = g.permute(q_nope, [0, 2, 1, 3]);
-        let absorbed = g.permute(g.mul_mat(g.stored(w.req("attn_k_b.weight")), q_nope), [0, 2, 1, 3]);
-        let q = g.concat(absorbed, q_pe, 0);
         let k = g.concat(g.reshape_3d(kv_cmpr, rank, 1, t), k_pe, 0); // [rank + rope, 1, tokens]
-        (q, k, None, rank as usize)
+        let k_rows = g.view(k, &[rank + rope_dims, t], &[k.strides()[2]], 0);
+        step.cache.store(g, local, k_rows, None, rows);
+        let dims = LatentDims { rank, nope, rope: rope_dims, value: mla.value_head as i64, heads, scale };
+        attend_latents(g, step, w, &Latent { q_nope, q_pe, kv_cmpr, k_pe, dims }, local)
     } else {
         let kv = g.mul_mat(g.stored(w.req("attn_kv_b.weight")), kv_cmpr);
         let value_head = mla.value_head as i64;
@@ -287,25 +287,170 @@ fn attention<'g>(
         let v = g.cont(v);
         let q = g.rope_at_offset(g.rope(q, step.positions, None, &rope), nope as i32);
         let k = g.concat(k_nope, g.repeat(k_pe, [rope_dims, heads, t, 1]), 0); // [key_head, heads, tokens]
+        let k_rows = g.view(k, &[key_head * heads, t], &[k.strides()[2]], 0);
         let v_rows = g.view(v, &[value_head * heads, t], &[v.strides()[2]], 0);
-        (q, k, Some(v_rows), mla.value_head)
-    };
-
-    let [k_width, k_heads, ..] = k.shape();
-    let k_rows = g.view(k, &[k_width * k_heads, t], &[k.strides()[2]], 0);
-    let rows = step.cache_rows.expect("a deepseek2 stage's graph has its cache rows");
-    step.cache.store(g, local, k_rows, v_rows, rows);
-    let keys = CachedKeys { layer: local, key_head: k_width as usize, value_head, sliding: false };
-    let attended = blocks::attend(g, step, q, keys, scale, None);
-    let out = if mla.absorbed {
-        // Expand each head's attended latent into its values: [value_head, heads, tokens].
-        let per_head = g.permute(attended, [0, 2, 1, 3]);
-        let values = g.mul_mat(g.stored(w.req("attn_v_b.weight")), per_head);
-        g.cont(g.permute(values, [0, 2, 1, 3]))
-    } else {
-        attended
+        step.cache.store(g, local, k_rows, Some(v_rows), rows);
+        let keys = CachedKeys { layer: local, key_head: key_head as usize, value_head: mla.value_head, sliding: false };
+        blocks::attend(g, step, q, keys, scale, None)
     };
     let [a, b, ..] = out.shape();
     let merged = g.reshape_2d(out, a * b, t);
     g.mul_mat(g.stored(w.req("attn_output.weight")), merged)
+}
+
+/// The widths of one layer's latent attention, and its logits' scale.
+#[derive(Clone, Copy)]
+struct LatentDims {
+    rank: i64,
+    /// Per head: the query/key part without RoPE, the rotary part and the value width.
+    nope: i64,
+    rope: i64,
+    value: i64,
+    heads: i64,
+    scale: f32,
+}
+
+/// One layer's step in the latent form: queries split into their parts without and with RoPE (roped),
+/// the normalised latent and the roped shared key part of every row.
+struct Latent<'g> {
+    q_nope: Tensor<'g>,  // [nope, heads, tokens]
+    q_pe: Tensor<'g>,    // [rope, heads, tokens]
+    kv_cmpr: Tensor<'g>, // [rank, tokens]
+    k_pe: Tensor<'g>,    // [rope, 1, tokens]
+    dims: LatentDims,
+}
+
+/// Attention of a split-form layer (`attn_k_b`/`attn_v_b`), its rows already cached; [value, heads,
+/// tokens]. Each run of segments attends as llama.cpp computes it, queries folded into the latent's
+/// space over the cached latents, then expanded into values, except a segment that begins its sequence
+/// and is long enough to gain ([`expands`]): its queries attend over its own keys and values, expanded
+/// per head from its latents, as DeepSeek's own prefill does. The two are the same product summed in
+/// another order (the expanded keys are 1/3 as wide per head as a latent row for DeepSeek V3), so a
+/// long prompt's attention costs about a third; the result agrees to rounding, and depends only on the
+/// segment, not on what else the step holds.
+fn attend_latents<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    w: &LayerWeights,
+    latent: &Latent<'g>,
+    layer: usize,
+) -> Tensor<'g> {
+    let (shape, d) = (&step.shape, latent.dims);
+    let runs = shape.attention_runs();
+    let expanded = |run: &std::ops::Range<usize>| {
+        let s = shape.segments[run.start];
+        run.len() == 1 && s.fresh && expands(s.tokens, &d)
+    };
+    let keys = CachedKeys { layer, key_head: (d.rank + d.rope) as usize, value_head: d.rank as usize, sliding: false };
+    if !runs.iter().any(expanded) {
+        let q = absorbed_queries(g, w, latent);
+        return values_of_latents(g, w, blocks::attend(g, step, q, keys, d.scale, None));
+    }
+    let absorbed = runs.iter().any(|r| !expanded(r)).then(|| absorbed_queries(g, w, latent));
+    let row_offsets: Vec<usize> = shape.row_offsets().collect();
+    let (mask_offsets, _) = shape.mask_offsets(false);
+    let parts: Vec<Tensor<'g>> = runs
+        .into_iter()
+        .map(|run| {
+            if expanded(&run) {
+                let at = Placed { row: row_offsets[run.start], mask: mask_offsets[run.start] };
+                expanded_attention(g, step, w, latent, shape.segments[run.start], at)
+            } else {
+                let q = absorbed.expect("queries are folded when a run attends over the cache");
+                values_of_latents(g, w, blocks::attend_segments(g, step, q, keys, d.scale, None, run))
+            }
+        })
+        .collect();
+    blocks::concat_rows(g, &parts)
+}
+
+/// Whether a segment of `tokens` positions that begins its sequence attends faster expanded: its
+/// causal pairs each save `2·rank − nope − value` products per head, against expanding the key
+/// weights once (a transposed, for a quantized file dequantized, copy: about `2·rank·nope` per head).
+/// For DeepSeek V3 from 18 tokens on; never for a decode row.
+fn expands(tokens: usize, d: &LatentDims) -> bool {
+    let saved_per_pair = (2 * d.rank - d.nope - d.value).max(0) as usize;
+    tokens * (tokens + 1) / 2 * saved_per_pair > 2 * (d.rank * d.nope) as usize
+}
+
+/// Queries folded into the latent's space (each head's part without RoPE through `attn_k_b`) beside
+/// their rotary part: [rank + rope, heads, tokens].
+fn absorbed_queries<'g>(g: &'g GraphBuilder, w: &LayerWeights, latent: &Latent<'g>) -> Tensor<'g> {
+    let q_nope = g.permute(latent.q_nope, [0, 2, 1, 3]);
+    let absorbed = g.permute(g.mul_mat(g.stored(w.req("attn_k_b.weight")), q_nope), [0, 2, 1, 3]);
+    g.concat(absorbed, latent.q_pe, 0)
+}
+
+/// Each head's attended latent ([rank, heads, rows]) expanded into its values: [value, heads, rows].
+fn values_of_latents<'g>(g: &'g GraphBuilder, w: &LayerWeights, attended: Tensor<'g>) -> Tensor<'g> {
+    let per_head = g.permute(attended, [0, 2, 1, 3]);
+    let values = g.mul_mat(g.stored(w.req("attn_v_b.weight")), per_head);
+    g.cont(g.permute(values, [0, 2, 1, 3]))
+}
+
+/// Where a segment's rows begin in the step, and its part of the mask in the mask input (elements).
+#[derive(Clone, Copy)]
+struct Placed {
+    row: usize,
+    mask: usize,
+}
+
+/// A segment that begins its sequence, attending over its own positions with keys and values expanded
+/// per head from its latents (`attn_k_b` transposed, `attn_v_b`), through its part of the causal mask:
+/// [value, heads, tokens].
+fn expanded_attention<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    w: &LayerWeights,
+    latent: &Latent<'g>,
+    segment: SegmentShape,
+    at: Placed,
+) -> Tensor<'g> {
+    let (d, t) = (latent.dims, segment.tokens as i64);
+    let rows_of = |x: Tensor<'g>| {
+        let ([a, b, ..], st) = (x.shape(), x.strides());
+        g.view(x, &[a, b, t], &[st[1], st[2]], at.row * st[2])
+    };
+    let q = g.concat(rows_of(latent.q_nope), rows_of(latent.q_pe), 0); // [nope + rope, heads, t]
+    let latent_row = latent.kv_cmpr.strides()[1];
+    let latents = g.view(latent.kv_cmpr, &[d.rank, t], &[latent_row], at.row * latent_row);
+    // attn_k_b is [nope, rank, heads]: transposed per head, its rows expand a latent into keys.
+    let k_b = g.stored(w.req("attn_k_b.weight"));
+    let k_b = if matches!(k_b.dtype(), DType::F32 | DType::F16) { k_b } else { g.cast(k_b, DType::F32) };
+    let k_expand = g.reshape_2d(g.cont(g.permute(k_b, [1, 0, 2, 3])), d.rank, d.nope * d.heads);
+    let k_nope = g.reshape_3d(g.mul_mat(k_expand, latents), d.nope, d.heads, t);
+    let v_expand = g.reshape_2d(g.stored(w.req("attn_v_b.weight")), d.rank, d.value * d.heads);
+    let v = g.reshape_3d(g.mul_mat(v_expand, latents), d.value, d.heads, t);
+    let k = g.concat(k_nope, g.repeat(rows_of(latent.k_pe), [d.rope, d.heads, t, 1]), 0);
+    // As the cache would hold them, and as flash attention takes them.
+    let (k, v) = (g.cast(k, DType::F16), g.cast(v, DType::F16));
+    let mask = step.mask.expect("a deepseek2 stage's graph has its mask");
+    let mask = g.cont(g.view(mask, &[t, t], &[segment.attended * 2], at.mask * 2));
+    let perm = |x: Tensor<'g>| g.permute(x, [0, 2, 1, 3]);
+    let out = g.flash_attention(perm(q), perm(k), perm(v), mask, d.scale); // [value, heads, t, 1]
+    g.reshape_3d(out, d.value, d.heads, t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dims(rank: i64, nope: i64, value: i64) -> LatentDims {
+        LatentDims { rank, nope, rope: 64, value, heads: 128, scale: 1.0 }
+    }
+
+    #[test]
+    fn a_prompt_expands_once_its_causal_pairs_outweigh_expanding_the_key_weights() {
+        // DeepSeek V3 / Kimi K2: a latent of 512, 128 per head without RoPE, values of 128.
+        let v3 = dims(512, 128, 128);
+        assert!(!expands(1, &v3), "a decode row attends in the latent form");
+        assert!(!expands(17, &v3));
+        assert!(expands(18, &v3));
+        // The random test model (tests/common/random_model.rs): from 8 tokens.
+        let random = dims(32, 16, 16);
+        assert!(!expands(7, &random));
+        assert!(expands(8, &random));
+        // Keys and values as wide as the latent gain nothing.
+        assert!(!expands(4096, &dims(64, 64, 64)));
+    }
 }

@@ -130,46 +130,55 @@ pub(in crate::engine) fn attend<'g>(
     kq_scale: f32,
     sinks: Option<Tensor<'g>>,
 ) -> Tensor<'g> {
+    let parts: Vec<Tensor<'g>> = step
+        .shape
+        .attention_runs()
+        .into_iter()
+        .map(|run| attend_segments(g, step, q, keys, kq_scale, sinks, run))
+        .collect();
+    concat_rows(g, &parts)
+}
+
+/// [`attend`] for one run of the step's segments (`run`, indices into its segments, one of
+/// [`super::GraphShape::attention_runs`]): the run's rows of `q` over their sequences' cached
+/// positions; [value_head, heads, the run's tokens].
+pub(in crate::engine) fn attend_segments<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    q: Tensor<'g>,
+    keys: CachedKeys,
+    kq_scale: f32,
+    sinks: Option<Tensor<'g>>,
+    run: Range<usize>,
+) -> Tensor<'g> {
     let shape = &step.shape;
     let mask = if keys.sliding { step.mask_sliding } else { step.mask };
     let mask = mask.expect("the stage's graph has the mask of each of its layers' kinds");
     let (mask_offsets, _) = shape.mask_offsets(keys.sliding);
-    let row_offsets: Vec<usize> = shape.row_offsets().collect();
+    let row_offset = shape.row_offsets().nth(run.start).expect("the run's first segment is in the step");
     let [d, heads, ..] = q.shape();
     let q_strides = q.strides();
-    let parts: Vec<Tensor<'g>> = shape
-        .attention_runs()
-        .into_iter()
-        .map(|run| {
-            let first = shape.segments[run.start];
-            let (t, n) = (first.tokens, run.len());
-            let attended = if keys.sliding { first.attended_sliding } else { first.attended };
-            // [d, heads, tokens, sequences]: each sequence's rows follow the one before's.
-            let row_bytes = q_strides[2];
-            let q = g.view(
-                q,
-                &[d, heads, t as i64, n as i64],
-                &[q_strides[1], row_bytes, t * row_bytes],
-                row_offsets[run.start] * row_bytes,
-            );
-            let mask_bytes = attended * t * 2;
-            let mask = g.view(
-                mask,
-                &[attended as i64, t as i64, 1, n as i64],
-                &[attended * 2, mask_bytes, mask_bytes],
-                mask_offsets[run.start] * 2,
-            );
-            let (k, v) =
-                step.cache.view(g, keys.layer, first.seq..first.seq + n, attended, keys.key_head, keys.value_head);
-            let out = attend_heads(g, step, q, k, v, Scoring { mask, kq_scale, sinks }); // [d_v, heads, t, n]
-            let [d_v, out_heads, ..] = out.shape();
-            if n == 1 {
-                return out;
-            }
-            g.reshape_3d(out, d_v, out_heads, (t * n) as i64)
-        })
-        .collect();
-    concat_rows(g, &parts)
+    let first = shape.segments[run.start];
+    let (t, n) = (first.tokens, run.len());
+    let attended = if keys.sliding { first.attended_sliding } else { first.attended };
+    // [d, heads, tokens, sequences]: each sequence's rows follow the one before's.
+    let row_bytes = q_strides[2];
+    let q =
+        g.view(q, &[d, heads, t as i64, n as i64], &[q_strides[1], row_bytes, t * row_bytes], row_offset * row_bytes);
+    let mask_bytes = attended * t * 2;
+    let mask = g.view(
+        mask,
+        &[attended as i64, t as i64, 1, n as i64],
+        &[attended * 2, mask_bytes, mask_bytes],
+        mask_offsets[run.start] * 2,
+    );
+    let (k, v) = step.cache.view(g, keys.layer, first.seq..first.seq + n, attended, keys.key_head, keys.value_head);
+    let out = attend_heads(g, step, q, k, v, Scoring { mask, kq_scale, sinks }); // [d_v, heads, t, n]
+    let [d_v, out_heads, ..] = out.shape();
+    if n == 1 {
+        return out;
+    }
+    g.reshape_3d(out, d_v, out_heads, (t * n) as i64)
 }
 
 /// How queries score the keys: through `mask`, scaled by `kq_scale`, with the sinks when the layer has
@@ -232,7 +241,7 @@ fn attend_run<'g>(
 
 /// `parts` joined along their last dimension, pairwise so that each value is copied about log₂(parts)
 /// times rather than once per part after it.
-fn concat_rows<'g>(g: &'g GraphBuilder, parts: &[Tensor<'g>]) -> Tensor<'g> {
+pub(in crate::engine) fn concat_rows<'g>(g: &'g GraphBuilder, parts: &[Tensor<'g>]) -> Tensor<'g> {
     match parts {
         [one] => *one,
         _ => {

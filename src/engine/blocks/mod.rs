@@ -7,7 +7,7 @@
 mod attention;
 mod feed_forward;
 
-pub(super) use attention::{attend, CachedKeys};
+pub(super) use attention::{attend, attend_segments, concat_rows, CachedKeys};
 pub use attention::{attention, attention_block, AttentionParams};
 pub use feed_forward::{feed_forward, gated_feed_forward, moe_feed_forward, sparse_or_dense_feed_forward, Activation};
 
@@ -42,6 +42,10 @@ pub(super) struct SegmentShape {
     pub attended: usize,
     /// Ring rows the sliding layers attend (0 without such layers).
     pub attended_sliding: usize,
+    /// The segment begins its sequence (its first row is position 0): its queries attend only to this
+    /// step's own keys, which an architecture may compute in a cheaper form (DeepSeek's latent
+    /// attention, see `arch::deepseek2`).
+    pub fresh: bool,
 }
 
 /// Cache rows from which ggml's CPU flash attention splits a lone query row's cache across threads
@@ -243,7 +247,7 @@ mod tests {
     use super::*;
 
     fn segment(seq: usize, tokens: usize, attended: usize) -> SegmentShape {
-        SegmentShape { seq, tokens, attended, attended_sliding: 0 }
+        SegmentShape { seq, tokens, attended, attended_sliding: 0, fresh: false }
     }
 
     fn runs(segments: Vec<SegmentShape>) -> Vec<Range<usize>> {
