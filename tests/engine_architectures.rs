@@ -1,9 +1,10 @@
 //! The architectures without a small real model here, against llama.cpp: random-weight GGUFs of
-//! qwen3moe, glm4moe, gemma3, Mixtral, deepseek2 (both attention forms) and gpt-oss (written by tests/common/random_model.rs, the same bytes on every run)
-//! must give llama.cpp's logits at every position of a few prompts (tests/fixtures/oracle/random/,
-//! recorded by scripts/record-oracle-random), its greedy tokens on a CPU with the recording machine's
-//! kernels, the same tokens split as unsplit, and stages that map exactly their layers' bytes, experts
-//! included.
+//! qwen3moe, glm4moe, gemma3, Mixtral, deepseek2 (both attention forms) and gpt-oss (written by
+//! tests/common/random_model.rs, the same bytes on every run) must give llama.cpp's logits at every
+//! position of a few prompts (tests/fixtures/oracle/random/, recorded by scripts/record-oracle-random),
+//! fed a token at a time and prefilled in one step, its greedy tokens on a CPU with the recording
+//! machine's kernels, the same tokens split as unsplit, and stages that map exactly their layers' bytes,
+//! experts included.
 
 mod common;
 
@@ -208,6 +209,24 @@ fn deepseek2_prompts_prefilled_in_one_step_give_llama_cpp_logits() {
     let cases = recorded(&model);
     let file = Model::open(&model.path()).unwrap();
     oracle::check_prefill_logits(&file, model.architecture, &cases, 2);
+}
+
+/// The other architectures' prompts prefilled in one step, every prefix (sliding windows crossed within
+/// a step for gemma3 and gpt-oss): llama.cpp's logits at the prefix's last position, as a token at a time.
+#[test]
+fn every_architecture_prefilled_in_one_step_gives_llama_cpp_logits() {
+    for model in [
+        random_model::qwen3moe(),
+        random_model::glm4moe(),
+        random_model::gemma3(),
+        random_model::mixtral(),
+        random_model::deepseek2_legacy(),
+        random_model::gpt_oss(),
+    ] {
+        let cases = recorded(&model);
+        let file = Model::open(&model.path()).unwrap();
+        oracle::check_prefill_logits(&file, &model.name(), &cases, 1);
+    }
 }
 
 /// Split points right after the dense layer and among the sparse ones.

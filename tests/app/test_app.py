@@ -282,7 +282,7 @@ def join_tray_app(processes, work, name, port):
     node(processes, work, name, port, join=f"{code}@127.0.0.1:{TRAY_PORT + 1}")
 
 
-def test_notifications(processes, work, app_log):
+def test_notifications(processes, work, app_log, app_pid):
     """Desktop notifications, seen as D-Bus Notify calls to the notification server (dunst here) by
     dbus-monitor. While the window has focus, a node joining makes none; with the window out of sight,
     a node joining makes exactly one."""
@@ -290,8 +290,11 @@ def test_notifications(processes, work, app_log):
     monitor = processes.start(["dbus-monitor", "interface='org.freedesktop.Notifications',member='Notify'"], log)
     # The bus takes a connection's name when it becomes a monitor: from NameLost on, the calls are seen.
     wait("dbus-monitor to watch the bus", lambda: "member=NameLost" in read(log))
+    # This app's windows only (GTK sets _NET_WM_PID): the window-test app that WebDriver closed just
+    # before may still be on screen (CI once saw two windows named shoal here).
     windows = wait("the app window on screen", lambda: subprocess.run(
-        ["xdotool", "search", "--onlyvisible", "--name", "^shoal$"], capture_output=True, text=True).stdout.split())
+        ["xdotool", "search", "--all", "--onlyvisible", "--pid", str(app_pid), "--name", "^shoal$"],
+        capture_output=True, text=True).stdout.split())
     assert len(windows) == 1, f"one window named shoal, not {windows}"
 
     # With no window manager, the window takes the X input focus from xdotool; the app logs what it saw.
@@ -326,7 +329,7 @@ def test_tray(processes, work):
     app_log = os.path.join(OUT, "tray-app.log")
     app = processes.start([APP], app_log, env=env)
     wait("the app's node", lambda: api(TRAY_PORT, "/api/health")["ok"])
-    test_notifications(processes, work, app_log)
+    test_notifications(processes, work, app_log, app.pid)
     tray_quit(screenshot=os.path.join(OUT, "tray-menu.png"))
     code = app.wait(timeout=20)
     assert code == 0, f"Quit ended the app with status {code}; the app's log ends:\n" + "\n".join(

@@ -117,7 +117,11 @@ pub fn check_logits_recorded_here(
 /// logits at the prefix's last position.
 pub fn check_prefill_logits(file: &Model, name: &str, cases: &[Recorded], shortest: usize) {
     let mut pipeline = LocalPipeline::load(file, &[], &options(), WireFormat::F32).unwrap();
-    let relative = tolerance(same_kernels_suffix().is_some());
+    // Several rows take other kernels than one (tiled products, experts' rows gathered), which round
+    // differently from the recording, made a token at a time, on any machine: the loose tolerance. A
+    // random gpt-oss logit of 27.58 came out 27.52 prefilled in 3 rows; a wrong operation moves them by
+    // units.
+    let relative = tolerance(false);
     let mut checked = 0;
     for case in cases {
         for end in shortest..=case.prompt_ids.len() {
