@@ -296,18 +296,17 @@ impl Stage {
             attended_sliding: self.cache.attended_sliding(context),
             fresh: false,
         };
-        // A whole batch that begins its sequence: an architecture may attend such a segment in a form
-        // of its own (see `SegmentShape::fresh`), whose buffers must fit too.
-        let first = SegmentShape {
-            attended: self.cache.attended(batch),
-            attended_sliding: self.cache.attended_sliding(batch),
-            fresh: true,
-            ..segment(0, batch)
-        };
-        let mut shapes = vec![
-            GraphShape { tokens: batch, segments: vec![segment(0, batch)], outputs: 1 },
-            GraphShape { tokens: batch, segments: vec![first], outputs: 1 },
-        ];
+        let mut shapes = vec![GraphShape { tokens: batch, segments: vec![segment(0, batch)], outputs: 1 }];
+        if self.config().architecture.spec().attends_fresh_segments_apart(self.config()) {
+            // A whole batch that begins its sequence, attended in the architecture's own form.
+            let first = SegmentShape {
+                attended: self.cache.attended(batch),
+                attended_sliding: self.cache.attended_sliding(batch),
+                fresh: true,
+                ..segment(0, batch)
+            };
+            shapes.push(GraphShape { tokens: batch, segments: vec![first], outputs: 1 });
+        }
         let sequences = self.cache.sequences().min(batch);
         if sequences > 1 {
             let segments: Vec<_> =

@@ -11,7 +11,7 @@
 //! plus shared experts. Next-token-prediction layers are skipped.
 
 use super::ArchSpec;
-use crate::engine::blocks::{self, CachedKeys, SegmentShape, StepContext};
+use crate::engine::blocks::{self, AttentionRun, CachedKeys, StepContext};
 use crate::engine::weights::LayerWeights;
 use crate::ggml::{DType, GraphBuilder, RopeParams, Tensor};
 use crate::model::config::Keys;
@@ -137,6 +137,10 @@ impl ArchSpec for Deepseek2 {
 
     fn values_may_differ(&self) -> bool {
         true
+    }
+
+    fn attends_fresh_segments_apart(&self, config: &ModelConfig) -> bool {
+        config.latent_attention.is_some_and(|mla| mla.absorbed)
     }
 
     fn partial_rotary(&self) -> bool {
@@ -336,29 +340,25 @@ fn attend_latents<'g>(
     layer: usize,
 ) -> Tensor<'g> {
     let (shape, d) = (&step.shape, latent.dims);
-    let runs = shape.attention_runs();
-    let expanded = |run: &std::ops::Range<usize>| {
-        let s = shape.segments[run.start];
-        run.len() == 1 && s.fresh && expands(s.tokens, &d)
+    let runs = shape.located_runs(false);
+    let expanded = |run: &AttentionRun| {
+        let s = shape.segments[run.segments.start];
+        run.segments.len() == 1 && s.fresh && expands(s.tokens, &d)
     };
     let keys = CachedKeys { layer, key_head: (d.rank + d.rope) as usize, value_head: d.rank as usize, sliding: false };
     if !runs.iter().any(expanded) {
         let q = absorbed_queries(g, w, latent);
         return values_of_latents(g, w, blocks::attend(g, step, q, keys, d.scale, None));
     }
+    // Folded queries, for the runs that attend over the cache (built only when there are any).
     let absorbed = runs.iter().any(|r| !expanded(r)).then(|| absorbed_queries(g, w, latent));
-    let row_offsets: Vec<usize> = shape.row_offsets().collect();
-    let (mask_offsets, _) = shape.mask_offsets(false);
     let parts: Vec<Tensor<'g>> = runs
-        .into_iter()
-        .map(|run| {
-            if expanded(&run) {
-                let at = Placed { row: row_offsets[run.start], mask: mask_offsets[run.start] };
-                expanded_attention(g, step, w, latent, shape.segments[run.start], at)
-            } else {
-                let q = absorbed.expect("queries are folded when a run attends over the cache");
+        .iter()
+        .map(|run| match absorbed {
+            Some(q) if !expanded(run) => {
                 values_of_latents(g, w, blocks::attend_segments(g, step, q, keys, d.scale, None, run))
             }
+            _ => expanded_attention(g, step, w, latent, run),
         })
         .collect();
     blocks::concat_rows(g, &parts)
@@ -388,13 +388,6 @@ fn values_of_latents<'g>(g: &'g GraphBuilder, w: &LayerWeights, attended: Tensor
     g.cont(g.permute(values, [0, 2, 1, 3]))
 }
 
-/// Where a segment's rows begin in the step, and its part of the mask in the mask input (elements).
-#[derive(Clone, Copy)]
-struct Placed {
-    row: usize,
-    mask: usize,
-}
-
 /// A segment that begins its sequence, attending over its own positions with keys and values expanded
 /// per head from its latents (`attn_k_b` transposed, `attn_v_b`), through its part of the causal mask:
 /// [value, heads, tokens].
@@ -403,17 +396,17 @@ fn expanded_attention<'g>(
     step: &StepContext<'_, 'g>,
     w: &LayerWeights,
     latent: &Latent<'g>,
-    segment: SegmentShape,
-    at: Placed,
+    run: &AttentionRun,
 ) -> Tensor<'g> {
+    let segment = step.shape.segments[run.segments.start];
     let (d, t) = (latent.dims, segment.tokens as i64);
     let rows_of = |x: Tensor<'g>| {
         let ([a, b, ..], st) = (x.shape(), x.strides());
-        g.view(x, &[a, b, t], &[st[1], st[2]], at.row * st[2])
+        g.view(x, &[a, b, t], &[st[1], st[2]], run.row * st[2])
     };
     let q = g.concat(rows_of(latent.q_nope), rows_of(latent.q_pe), 0); // [nope + rope, heads, t]
     let latent_row = latent.kv_cmpr.strides()[1];
-    let latents = g.view(latent.kv_cmpr, &[d.rank, t], &[latent_row], at.row * latent_row);
+    let latents = g.view(latent.kv_cmpr, &[d.rank, t], &[latent_row], run.row * latent_row);
     // attn_k_b is [nope, rank, heads]: transposed per head, its rows expand a latent into keys.
     let k_b = g.stored(w.req("attn_k_b.weight"));
     let k_b = if matches!(k_b.dtype(), DType::F32 | DType::F16) { k_b } else { g.cast(k_b, DType::F32) };
@@ -425,7 +418,7 @@ fn expanded_attention<'g>(
     // As the cache would hold them, and as flash attention takes them.
     let (k, v) = (g.cast(k, DType::F16), g.cast(v, DType::F16));
     let mask = step.mask.expect("a deepseek2 stage's graph has its mask");
-    let mask = g.cont(g.view(mask, &[t, t], &[segment.attended * 2], at.mask * 2));
+    let mask = g.cont(g.view(mask, &[t, t], &[segment.attended * 2], run.mask * 2));
     let perm = |x: Tensor<'g>| g.permute(x, [0, 2, 1, 3]);
     let out = g.flash_attention(perm(q), perm(k), perm(v), mask, d.scale); // [value, heads, t, 1]
     g.reshape_3d(out, d.value, d.heads, t)

@@ -53,6 +53,12 @@ pub trait ArchSpec: Sync {
         Ok(())
     }
 
+    /// Whether a segment that begins its sequence may attend in a form of its own, whose compute buffer
+    /// the stage must reserve as well (`SegmentShape::fresh`; DeepSeek's split latent form).
+    fn attends_fresh_segments_apart(&self, _config: &ModelConfig) -> bool {
+        false
+    }
+
     /// ggml's RoPE mode: 0 rotates adjacent pairs (llama GGUFs are converted for it), 2 rotates halves.
     fn rope_mode(&self) -> i32;
 

@@ -1,7 +1,7 @@
 //! Attention over the stage's KV cache: the projections, RoPE and the cache write of a layer, then each
 //! run of the step's segments attending over its sequences' cached positions in one flash attention.
 
-use super::{linear, norm, StepContext};
+use super::{linear, norm, AttentionRun, StepContext};
 use crate::engine::weights::LayerWeights;
 use crate::ggml::{GraphBuilder, RopeParams, Tensor};
 use crate::model::ModelConfig;
@@ -132,16 +132,16 @@ pub(in crate::engine) fn attend<'g>(
 ) -> Tensor<'g> {
     let parts: Vec<Tensor<'g>> = step
         .shape
-        .attention_runs()
-        .into_iter()
+        .located_runs(keys.sliding)
+        .iter()
         .map(|run| attend_segments(g, step, q, keys, kq_scale, sinks, run))
         .collect();
     concat_rows(g, &parts)
 }
 
-/// [`attend`] for one run of the step's segments (`run`, indices into its segments, one of
-/// [`super::GraphShape::attention_runs`]): the run's rows of `q` over their sequences' cached
-/// positions; [value_head, heads, the run's tokens].
+/// [`attend`] for one run of the step's segments, located for the layer's kind of mask
+/// (`keys.sliding`): the run's rows of `q` over their sequences' cached positions; [value_head, heads,
+/// the run's tokens].
 pub(in crate::engine) fn attend_segments<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
@@ -149,29 +149,21 @@ pub(in crate::engine) fn attend_segments<'g>(
     keys: CachedKeys,
     kq_scale: f32,
     sinks: Option<Tensor<'g>>,
-    run: Range<usize>,
+    run: &AttentionRun,
 ) -> Tensor<'g> {
-    let shape = &step.shape;
     let mask = if keys.sliding { step.mask_sliding } else { step.mask };
     let mask = mask.expect("the stage's graph has the mask of each of its layers' kinds");
-    let (mask_offsets, _) = shape.mask_offsets(keys.sliding);
-    let row_offset = shape.row_offsets().nth(run.start).expect("the run's first segment is in the step");
     let [d, heads, ..] = q.shape();
     let q_strides = q.strides();
-    let first = shape.segments[run.start];
-    let (t, n) = (first.tokens, run.len());
+    let first = step.shape.segments[run.segments.start];
+    let (t, n) = (first.tokens, run.segments.len());
     let attended = if keys.sliding { first.attended_sliding } else { first.attended };
     // [d, heads, tokens, sequences]: each sequence's rows follow the one before's.
     let row_bytes = q_strides[2];
-    let q =
-        g.view(q, &[d, heads, t as i64, n as i64], &[q_strides[1], row_bytes, t * row_bytes], row_offset * row_bytes);
+    let q = g.view(q, &[d, heads, t as i64, n as i64], &[q_strides[1], row_bytes, t * row_bytes], run.row * row_bytes);
     let mask_bytes = attended * t * 2;
-    let mask = g.view(
-        mask,
-        &[attended as i64, t as i64, 1, n as i64],
-        &[attended * 2, mask_bytes, mask_bytes],
-        mask_offsets[run.start] * 2,
-    );
+    let mask =
+        g.view(mask, &[attended as i64, t as i64, 1, n as i64], &[attended * 2, mask_bytes, mask_bytes], run.mask * 2);
     let (k, v) = step.cache.view(g, keys.layer, first.seq..first.seq + n, attended, keys.key_head, keys.value_head);
     let out = attend_heads(g, step, q, k, v, Scoring { mask, kq_scale, sinks }); // [d_v, heads, t, n]
     let [d_v, out_heads, ..] = out.shape();

@@ -48,6 +48,16 @@ pub(super) struct SegmentShape {
     pub fresh: bool,
 }
 
+/// One run of a step's segments that attends as one ([`GraphShape::located_runs`]).
+pub(super) struct AttentionRun {
+    /// Indices into the step's segments.
+    pub segments: Range<usize>,
+    /// The first segment's first row in the step, and the start of its part of the mask input
+    /// (elements).
+    pub row: usize,
+    pub mask: usize,
+}
+
 /// Cache rows from which ggml's CPU flash attention splits a lone query row's cache across threads
 /// (its `use_split_kv_path`); from there on a decode row attends alone (see
 /// [`GraphShape::attention_runs`]).
@@ -99,6 +109,17 @@ impl GraphShape {
             }
         }
         runs
+    }
+
+    /// [`Self::attention_runs`], each with where its first segment begins: its first row in the step
+    /// and its part of the causal mask (or, `sliding`, of the sliding mask) in that mask's input.
+    pub fn located_runs(&self, sliding: bool) -> Vec<AttentionRun> {
+        let rows: Vec<usize> = self.row_offsets().collect();
+        let (masks, _) = self.mask_offsets(sliding);
+        self.attention_runs()
+            .into_iter()
+            .map(|segments| AttentionRun { row: rows[segments.start], mask: masks[segments.start], segments })
+            .collect()
     }
 
     /// Where each segment's part of the causal mask (or, `sliding`, of the sliding mask) begins, in
