@@ -17,7 +17,8 @@
 //!
 //! Checked for SmolLM2 over 2 and 3 ranks, and for random mixture-of-experts models with their experts
 //! split 2:1 (Qwen3-MoE, GLM-4.5 with dense layers, biases and a shared expert, Mixtral, gpt-oss with
-//! sinks, biases and MXFP4 experts). Every rank's memory is its slice: the weights the ranks map add up
+//! sinks, biases and MXFP4 experts, DeepSeek V3 with latent attention, group-limited routing and a
+//! shared expert in both its attention forms). Every rank's memory is its slice: the weights the ranks map add up
 //! to the model's, with the whole tensors (norms, embeddings) once per rank.
 
 mod common;
@@ -199,6 +200,8 @@ fn random_models_split_unevenly_compute_the_whole_model() {
         ("GLM-4.5", random_model::glm4moe()),
         ("Mixtral", random_model::mixtral()),
         ("gpt-oss", random_model::gpt_oss()),
+        ("DeepSeek V3", random_model::deepseek2()),
+        ("DeepSeek V2 (combined kv_b)", random_model::deepseek2_legacy()),
     ] {
         let path = random(model);
         let reference = whole(&path);
@@ -212,7 +215,20 @@ fn a_group_the_model_cannot_divide_is_refused_with_the_reason() {
     let model = Model::open(&common::model_path()).unwrap();
     let error = slice::plan(&model, &[1.0; 10]).unwrap_err();
     assert!(error.contains("9 attention heads"), "{error}");
+}
+
+/// DeepSeek's latent attention caches one latent per position that every query head reads: each rank
+/// holds it whole (and computes it), while its heads' expansions are its own; the combined kv_b form
+/// caches keys and values per head, so each rank its own heads'.
+#[test]
+fn deepseek2_ranks_hold_the_latent_whole_and_their_own_heads() {
     let deepseek = Model::open(&random(random_model::deepseek2())).unwrap();
-    let error = slice::plan(&deepseek, &[1.0; 2]).unwrap_err();
-    assert!(error.contains("latent attention"), "{error}");
+    let slices = slice::plan(&deepseek, &[2.0, 1.0]).unwrap();
+    let heads = deepseek.config().heads;
+    assert_eq!(slices.iter().map(|s| s.query_heads.len()).sum::<usize>(), heads);
+    assert!(slices.iter().all(|s| s.kv_heads == (0..1)), "{slices:?}");
+    let legacy = Model::open(&random(random_model::deepseek2_legacy())).unwrap();
+    for s in slice::plan(&legacy, &[2.0, 1.0]).unwrap() {
+        assert_eq!(s.kv_heads, s.query_heads, "the combined form caches each head's keys and values");
+    }
 }

@@ -15,7 +15,7 @@ use crate::engine::blocks::{self, AttentionRun, CachedKeys, StepContext};
 use crate::engine::weights::LayerWeights;
 use crate::ggml::{DType, GraphBuilder, RopeParams, Tensor};
 use crate::model::config::Keys;
-use crate::model::layout::{self, ExpectedTensor};
+use crate::model::layout::{self, ExpectedTensor, Part};
 use crate::model::{CacheRow, ExpertActivation, Gating, LatentAttention, ModelConfig, ModelError, MoeParams};
 
 pub struct Deepseek2;
@@ -109,11 +109,6 @@ fn experts(keys: &Keys<'_>, config: &ModelConfig) -> Result<MoeParams, ModelErro
 }
 
 impl ArchSpec for Deepseek2 {
-    fn splits_across_ranks(&self) -> Result<(), String> {
-        Err("multi-head latent attention (DeepSeek, Kimi K2) has no tensor-parallel form yet; run it as a pipeline"
-            .into())
-    }
-
     fn hyper_parameters(&self, keys: &Keys<'_>, config: &mut ModelConfig) -> Result<(), ModelError> {
         super::skip_next_token_layers(keys, config)?;
         if keys.arch_optional_float("attention.temperature_scale")?.is_some_and(|s| s != 0.0) {
@@ -169,23 +164,29 @@ impl ArchSpec for Deepseek2 {
         let (e, heads, rope) = (config.embedding, config.heads, config.rope.dimensions as usize);
         let (rank, nope) = (mla.kv_lora_rank, mla.key_head - rope);
         let t = |part: &str, shape: &[usize], required: bool| ExpectedTensor::layer(layer, part, shape, required);
+        // A tensor-parallel rank holds whole heads: their rows of the query projection and of the
+        // per-head expansions, the matching inputs of the output projection. Every rank computes the
+        // shared latent (and the query bottleneck) whole, so the latent cache is held by every rank:
+        // it is one "head" that every query head reads.
         let mut list = vec![t("attn_norm.weight", &[e], true)];
         if mla.q_lora_rank > 0 {
             list.push(t("attn_q_a.weight", &[e, mla.q_lora_rank], true));
             list.push(t("attn_q_a_norm.weight", &[mla.q_lora_rank], true));
-            list.push(t("attn_q_b.weight", &[mla.q_lora_rank, heads * mla.key_head], true));
+            list.push(t("attn_q_b.weight", &[mla.q_lora_rank, heads * mla.key_head], true).split(1, Part::QueryHeads));
         } else {
-            list.push(t("attn_q.weight", &[e, heads * mla.key_head], true));
+            list.push(t("attn_q.weight", &[e, heads * mla.key_head], true).split(1, Part::QueryHeads));
         }
         list.push(t("attn_kv_a_mqa.weight", &[e, rank + rope], true));
         list.push(t("attn_kv_a_norm.weight", &[rank], true));
         if mla.absorbed {
-            list.push(t("attn_k_b.weight", &[nope, rank, heads], true));
-            list.push(t("attn_v_b.weight", &[rank, mla.value_head, heads], true));
+            list.push(t("attn_k_b.weight", &[nope, rank, heads], true).split(2, Part::QueryHeads));
+            list.push(t("attn_v_b.weight", &[rank, mla.value_head, heads], true).split(2, Part::QueryHeads));
         } else {
-            list.push(t("attn_kv_b.weight", &[rank, heads * (nope + mla.value_head)], true));
+            // Keys and values per head, cached per head: a rank caches its own heads'.
+            let kv_b = t("attn_kv_b.weight", &[rank, heads * (nope + mla.value_head)], true);
+            list.push(kv_b.split(1, Part::KvHeads));
         }
-        list.push(t("attn_output.weight", &[heads * mla.value_head, e], true));
+        list.push(t("attn_output.weight", &[heads * mla.value_head, e], true).split(0, Part::QueryHeads));
         list.push(t("ffn_norm.weight", &[e], true));
         if moe.is_sparse(layer) {
             list.extend(layout::expert_tensors(config, layer, moe));
@@ -236,7 +237,7 @@ fn attention<'g>(
 ) -> Tensor<'g> {
     let c = step.config;
     let mla = c.latent_attention.expect("deepseek2 reads its attention parameters when the model opens");
-    let (t, heads, rope_dims) = (step.tokens(), c.heads as i64, c.rope.dimensions as i64);
+    let (t, heads, rope_dims) = (step.tokens(), step.heads() as i64, c.rope.dimensions as i64);
     let (rank, key_head) = (mla.kv_lora_rank as i64, mla.key_head as i64);
     let nope = key_head - rope_dims;
     let f32_bytes = 4usize;
@@ -299,7 +300,8 @@ fn attention<'g>(
     };
     let [a, b, ..] = out.shape();
     let merged = g.reshape_2d(out, a * b, t);
-    g.mul_mat(g.stored(w.req("attn_output.weight")), merged)
+    // A rank's heads give its part of the output projection; the group sums the parts.
+    step.complete(g, g.mul_mat(g.stored(w.req("attn_output.weight")), merged))
 }
 
 /// The widths of one layer's latent attention, and its logits' scale.

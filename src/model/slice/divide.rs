@@ -22,8 +22,9 @@ pub struct Divider {
     /// Values along each part's split columns a cut must fall on (the quantization blocks of the
     /// tensors split by columns), in [`PARTS`] order.
     align: [usize; 6],
-    /// Values in one attention head (a query head's share of the attention output's columns).
-    head_dim: usize,
+    /// Query heads a cut between two ranks must fall on a multiple of: where every tensor split by
+    /// columns of whole heads (the attention output, the query bias) starts a quantization block.
+    heads_unit: usize,
     /// Bytes of the tensors every rank holds whole.
     whole_bytes: u64,
     /// Bytes of all the tensors split along each part, in [`PARTS`] order.
@@ -39,6 +40,7 @@ impl Divider {
         let declared = declared_tensors(model);
         let totals = totals(config, &declared);
         let mut align = [1usize; 6];
+        let mut heads_unit = 1;
         let mut whole_bytes = 0;
         let mut part_bytes = [0u64; 6];
         for (t, info) in &declared {
@@ -55,12 +57,16 @@ impl Divider {
             }
             // Values along a dimension split by columns must start on a quantization block: the
             // columns a part is cut at must be multiples of its tensors' block sizes.
-            if dim == 0 {
+            if dim == 0 && part == Part::QueryHeads {
+                // A head's columns: DeepSeek's latent attention has value heads narrower than its keys.
+                let width = (length / total).max(1) as usize;
+                heads_unit = lcm(heads_unit, lcm(width, info.dtype.block_elements() as usize) / width);
+            } else if dim == 0 {
                 align[p] = lcm(align[p], info.dtype.block_elements() as usize);
             }
             part_bytes[p] += info.bytes;
         }
-        Ok(Divider { totals, align, head_dim: config.head_dim.max(1), whole_bytes, part_bytes })
+        Ok(Divider { totals, align, heads_unit, whole_bytes, part_bytes })
     }
 
     /// Each rank's slice of a group whose ranks hold parts in proportion to `shares` (one per rank).
@@ -78,13 +84,11 @@ impl Divider {
             ));
         }
         // Query heads are cut where the attention output's quantization blocks fall between heads.
-        let heads_align = self.align[index(Part::QueryHeads)];
-        let heads_unit = lcm(self.head_dim, heads_align) / self.head_dim;
+        let heads_unit = self.heads_unit;
         if heads_unit * ranks > heads {
             return Err(format!(
-                "the attention output's quantization blocks ({heads_align} values) do not fall between the heads \
-                 ({} values each) often enough to divide {heads} heads among {ranks} nodes",
-                self.head_dim
+                "the attention output's quantization blocks fall between its heads only every {heads_unit} heads, \
+                 too seldom to divide {heads} heads among {ranks} nodes"
             ));
         }
         // Query heads by share; each rank holds the key/value heads its query heads read, so a group
