@@ -217,6 +217,43 @@ fn a_group_the_model_cannot_divide_is_refused_with_the_reason() {
     assert!(error.contains("9 attention heads"), "{error}");
 }
 
+/// A layer sums the ranks' parts twice, whatever its feed-forward: after attention, and after the
+/// feed-forward, where the routed experts' parts and the shared experts' are summed as one (DeepSeek
+/// V3, GLM-4.5).
+#[test]
+fn every_layer_sums_twice_per_step_shared_experts_included() {
+    for model in [random_model::deepseek2(), random_model::glm4moe()] {
+        let path = random(model);
+        let model = Model::open(&path).unwrap();
+        let layers = model.config().layers as u64;
+        let slices = slice::plan(&model, &[1.0, 1.0]).unwrap();
+        let mut links = channel_group(2, Duration::from_secs(60)).into_iter();
+        let leader_links = links.next().unwrap();
+        let follower_links = links.next().unwrap();
+        let follower = {
+            let (path, slices) = (path.clone(), slices.clone());
+            std::thread::spawn(move || {
+                let model = Model::open(&path).unwrap();
+                let mut stage =
+                    Stage::load_rank(&model, options(), Group::new(slices, Box::new(follower_links)).unwrap()).unwrap();
+                parallel::follow(&mut stage).unwrap();
+            })
+        };
+        let mut stage =
+            Stage::load_rank(&model, options(), Group::new(slices, Box::new(leader_links)).unwrap()).unwrap();
+        let before = stage.group().unwrap().sums_taken();
+        stage.forward(0, 0, StageInput::Tokens(&[1, 2, 3])).unwrap();
+        let after_prompt = stage.group().unwrap().sums_taken();
+        stage.forward(0, 3, StageInput::Tokens(&[4])).unwrap();
+        let after_decode = stage.group().unwrap().sums_taken();
+        stage.group().unwrap().stop();
+        follower.join().unwrap();
+        let label = &model.config().architecture;
+        assert_eq!(after_prompt - before, 2 * layers, "{label:?}: sums of a prompt step");
+        assert_eq!(after_decode - after_prompt, 2 * layers, "{label:?}: sums of a decode step");
+    }
+}
+
 /// DeepSeek's latent attention caches one latent per position that every query head reads: each rank
 /// holds it whole (and computes it), while its heads' expansions are its own; the combined kv_b form
 /// caches keys and values per head, so each rank its own heads'.

@@ -36,13 +36,19 @@ pub fn gated_feed_forward<'g>(
     x: Tensor<'g>,
     activation: Activation,
 ) -> Tensor<'g> {
+    step.complete(g, gated_part(g, w, suffix, x, activation))
+}
+
+/// [`gated_feed_forward`] before the group's sum: a tensor-parallel rank's part (the whole result on a
+/// stage that is not one).
+fn gated_part<'g>(g: &'g GraphBuilder, w: &LayerWeights, suffix: &str, x: Tensor<'g>, act: Activation) -> Tensor<'g> {
     let up = g.mul_mat(g.stored(w.req(&format!("ffn_up{suffix}.weight"))), x);
     let gate = g.mul_mat(g.stored(w.req(&format!("ffn_gate{suffix}.weight"))), x);
-    let h = match activation {
+    let h = match act {
         Activation::Silu => g.swiglu(gate, up),
         Activation::Gelu => g.geglu(gate, up),
     };
-    step.complete(g, g.mul_mat(g.stored(w.req(&format!("ffn_down{suffix}.weight"))), h))
+    g.mul_mat(g.stored(w.req(&format!("ffn_down{suffix}.weight"))), h)
 }
 
 /// The mixture-of-experts feed-forward over `ffn_gate_inp` (the router) and the 3-D expert tensors
@@ -58,6 +64,27 @@ pub fn moe_feed_forward<'g>(
     p: &MoeParams,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
+    match routed(g, step, w, p, x) {
+        Routed::Part(part) => step.complete(g, part),
+        Routed::Whole(out) => out,
+    }
+}
+
+/// The routed experts' output on a stage: a tensor-parallel rank's part of the group's sum when it
+/// holds only some of the experts, else the whole output (every rank that holds them all computes it).
+enum Routed<'g> {
+    Part(Tensor<'g>),
+    Whole(Tensor<'g>),
+}
+
+/// [`moe_feed_forward`] before the group's sum.
+fn routed<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    w: &LayerWeights,
+    p: &MoeParams,
+    x: Tensor<'g>,
+) -> Routed<'g> {
     let [n_embd, tokens, ..] = x.shape();
     let (n_expert, n_used) = (p.experts as i64, p.experts_used as i64);
     let logits = linear(g, w.req("ffn_gate_inp.weight"), w.get("ffn_gate_inp.bias"), x); // [experts, tokens]
@@ -132,9 +159,9 @@ pub fn moe_feed_forward<'g>(
         g.expand(out);
     }
     if held.is_some() {
-        step.complete(g, out)
+        Routed::Part(out)
     } else {
-        out
+        Routed::Whole(out)
     }
 }
 
@@ -151,11 +178,15 @@ pub fn sparse_or_dense_feed_forward<'g>(
     if !moe.is_sparse(layer) {
         return feed_forward(g, step, w, "", x);
     }
-    let routed = moe_feed_forward(g, step, w, moe, x);
-    if moe.shared_experts > 0 {
-        g.add(routed, feed_forward(g, step, w, "_shexp", x))
-    } else {
-        routed
+    if moe.shared_experts == 0 {
+        return moe_feed_forward(g, step, w, moe, x);
+    }
+    let routed = routed(g, step, w, moe, x);
+    let shared = gated_part(g, w, "_shexp", x, Activation::Silu);
+    match routed {
+        // A rank's parts of both are summed over the group at once: one sum per layer, not two.
+        Routed::Part(part) => step.complete(g, g.add(part, shared)),
+        Routed::Whole(out) => g.add(out, step.complete(g, shared)),
     }
 }
 

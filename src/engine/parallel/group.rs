@@ -33,6 +33,8 @@ struct State {
     theirs: Vec<Vec<u8>>,
     /// How long the latest sums took, from sending this rank's part to holding every part.
     sums: RttWindow,
+    /// Sums taken since the group was made.
+    sums_taken: u64,
 }
 
 impl Group {
@@ -56,6 +58,7 @@ impl Group {
             mine: Vec::new(),
             theirs: vec![Vec::new(); ranks],
             sums: RttWindow::default(),
+            sums_taken: 0,
         };
         let inner = Arc::new(Inner { state: Mutex::new(state) });
         let collective: Arc<dyn Collective> = inner.clone();
@@ -93,6 +96,12 @@ impl Group {
     /// slowest rank).
     pub fn sum_p50(&self) -> Option<std::time::Duration> {
         self.inner.state.locked().sums.quantile(0.5)
+    }
+
+    /// How many sums this rank has taken part in: two per layer and step, one after attention and one
+    /// after the feed-forward.
+    pub fn sums_taken(&self) -> u64 {
+        self.inner.state.locked().sums_taken
     }
 
     /// Why the group broke, if it has.
@@ -206,7 +215,7 @@ impl Collective for Inner {
             return;
         }
         let started = std::time::Instant::now();
-        let State { links, broken, mine, theirs, sums } = &mut *state;
+        let State { links, broken, mine, theirs, sums, sums_taken } = &mut *state;
         let Some(links) = links.as_mut() else {
             *broken = Some(NOT_LINKED.into());
             return;
@@ -217,6 +226,7 @@ impl Collective for Inner {
             return;
         }
         sums.record(started.elapsed());
+        *sums_taken += 1;
         // The same order on every rank: rank 0's part, then rank 1's added, and so on.
         let rank = links.rank();
         for (r, frame) in theirs.iter().enumerate() {
