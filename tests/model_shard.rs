@@ -302,6 +302,53 @@ fn the_cli_fetches_a_shard_and_lists_it() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("FIRST-LAST"), "{}", String::from_utf8_lossy(&bad.stderr));
 }
 
+/// `shoal pull --rank 1/2` fetches the second node's slice of a group of two equal nodes: the header,
+/// what every node holds whole and its rows of every split tensor, exactly as a launch would read them;
+/// `shoal models` lists it as that rank's shard. A spec that names no rank of a group is refused.
+#[test]
+fn the_cli_fetches_a_tensor_parallel_nodes_slice() {
+    let hub = start_hub(Faults::default());
+    let dir = tempfile::tempdir().unwrap();
+    let pull = |rank: &str| {
+        common::shoal()
+            .args(["pull", &format!("{REPO}:{FILE}"), "--rank", rank, "--data-dir"])
+            .arg(dir.path())
+            .env("HF_ENDPOINT", &hub.endpoint)
+            .output()
+            .unwrap()
+    };
+    let out = pull("1/2");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "shoal pull failed: {stderr}");
+    assert!(stderr.contains("fetched rank 1 of 2"), "{stderr}");
+    let path = dir.path().join("models").join(REPO.replace('/', "--")).join(FILE);
+    let share = shard::StageShare::Rank { rank: 1, shares: vec![1.0, 1.0] };
+    let ranges = share.ranges(&whole()).unwrap().remove(0);
+    assert_same_bytes(&path, &ranges);
+    // The tensors split by columns (the attention output, the feed-forward's down projection) come
+    // whole, their pieces being a few kilobytes apart; the others' rows and the head's are the rank's.
+    let fetched: u64 = hub.served().iter().map(|s| s.bytes).sum();
+    let size = std::fs::metadata(whole().parts()[0].path()).unwrap().len();
+    let wanted: u64 = ranges.iter().map(|r| r.end - r.start).sum();
+    let header = whole().file().data_offset();
+    assert!(wanted < size, "the slice is the whole file");
+    assert!(fetched <= header + wanted + (1 << 20), "fetched {fetched} bytes for a slice of {wanted} of {size}");
+    let record = shard::read_record(&path).unwrap().unwrap();
+    assert!(record.layers_text().contains("rank 1 of 2"), "{}", record.layers_text());
+    let listing = common::shoal().args(["models", "--data-dir"]).arg(dir.path()).output().unwrap();
+    let table = String::from_utf8_lossy(&listing.stdout);
+    assert!(table.contains("(shard: rank 1 of 2's slice)"), "{table}");
+    for bad in ["2/2", "1", "0/1", "a/b"] {
+        let out = pull(bad);
+        assert_eq!(out.status.code(), Some(1), "{bad}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("RANK/NODES"),
+            "{bad}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// A fetch of layers 0-10 into the file holding 10-20 asks only for what 0-10 adds; then a whole pull
 /// fills the remaining holes, checks the sha256 and leaves a whole file.
 #[test]

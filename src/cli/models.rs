@@ -1,6 +1,6 @@
 //! `shoal models` (the models this machine has, as a table or with `--json` the JSON of
-//! `GET /api/models`), `shoal models add PATH`, and `shoal pull REPO[:FILE] [--layers FIRST-LAST]` with
-//! a progress bar.
+//! `GET /api/models`), `shoal models add PATH`, and `shoal pull REPO[:FILE] [--layers FIRST-LAST |
+//! --rank RANK/NODES]` with a progress bar.
 
 use shoal::model::library::{Library, LibraryModel, ModelSource};
 use shoal::model::pull::{self, Hub, PullRequest, PullState};
@@ -35,8 +35,13 @@ pub struct PullArgs {
     model: String,
     /// Fetch only what a stage running these layers reads (FIRST-LAST, both included, as
     /// `shoal run --layers` writes them): the GGUF header and those tensors, into a sparse file.
-    #[arg(long, value_name = "FIRST-LAST")]
+    #[arg(long, value_name = "FIRST-LAST", conflicts_with = "rank")]
     layers: Option<String>,
+    /// Fetch only what one node of a tensor-parallel group of equal nodes reads (RANK/NODES, 0/2 for the
+    /// first of two): the GGUF header, what every node holds whole and its slice of every layer, into a
+    /// sparse file. A launch that gives this node another share fetches what it lacks.
+    #[arg(long, value_name = "RANK/NODES")]
+    rank: Option<String>,
     /// The branch, tag or commit to download.
     #[arg(long, default_value = "main")]
     revision: String,
@@ -129,7 +134,11 @@ pub fn pull(args: PullArgs) -> anyhow::Result<()> {
         )?
         .progress_chars("=> "),
     );
-    let layers = args.layers.as_deref().map(shard::parse_layers).transpose()?;
+    let share = match (&args.layers, &args.rank) {
+        (Some(layers), _) => Some(shard::StageShare::Layers(shard::parse_layers(layers)?)),
+        (None, Some(rank)) => Some(shard::parse_rank(rank)?),
+        (None, None) => None,
+    };
     let mut state = PullState::Resolving;
     let mut report = |p: &pull::PullProgress| {
         bar.set_length(p.bytes_total);
@@ -144,15 +153,15 @@ pub fn pull(args: PullArgs) -> anyhow::Result<()> {
         }
     };
     let (hub, models_dir) = (Hub::from_env(), library.models_dir());
-    let paths = match layers {
-        Some(layers) => shard::pull_shard(&hub, &models_dir, &request, layers, &mut report).map(|path| vec![path]),
+    let paths = match &share {
+        Some(share) => shard::pull_share(&hub, &models_dir, &request, share, &mut report).map(|path| vec![path]),
         None => pull::pull(&hub, &models_dir, &request, &mut report),
     };
     match paths {
         Ok(paths) => {
             bar.finish();
-            match &args.layers {
-                Some(spec) => eprintln!("fetched layers {spec} into {} (a shard)", paths[0].display()),
+            match &share {
+                Some(share) => eprintln!("fetched {} into {} (a shard)", share.label(), paths[0].display()),
                 None => eprintln!("downloaded {}", paths[0].display()),
             }
             for path in paths {

@@ -59,7 +59,7 @@ pub enum ModelError {
     TensorShape { path: PathBuf, tensor: String, found: Vec<u64>, expected: Vec<u64> },
     #[error("{} has a tensor {tensor} that shoal's {architecture} graph does not use: a variant of the architecture that shoal does not run yet (say which model it is in an issue)", path.display())]
     UnexpectedTensor { path: PathBuf, tensor: String, architecture: &'static str },
-    #[error("{} is a shard holding only layers {layers} of the model: tensor {tensor} ({bytes} bytes at byte {offset}) was never fetched. Fetch the layers this stage runs with `shoal pull REPO:FILE --layers FIRST-LAST`, or the whole file without --layers", path.display())]
+    #[error("{} is a shard holding only layers {layers} of the model: tensor {tensor} ({bytes} bytes at byte {offset}) was never fetched. Fetch the layers this stage runs with `shoal pull REPO:FILE --layers FIRST-LAST` (a tensor-parallel node's slice with `--rank RANK/NODES`), or the whole file without either", path.display())]
     ShardIncomplete { path: PathBuf, layers: String, tensor: String, offset: u64, bytes: u64 },
     #[error("cannot read {}, which records what a shard of a model holds: {reason}. Delete it and the model file beside it, and fetch again", path.display())]
     ShardRecord { path: PathBuf, reason: String },

@@ -65,6 +65,8 @@ const CHECKPOINT: u64 = 256 << 20;
 pub enum ShardError {
     #[error("layers {spec:?}: write FIRST-LAST, both included, such as 10-19")]
     BadLayers { spec: String },
+    #[error("rank {spec:?}: write RANK/NODES, such as 1/2 for the second node of a group of two")]
+    BadRank { spec: String },
     #[error("layers {}-{} are not inside the model's {model_layers} layers (0-{})", layers.start, layers.end.saturating_sub(1), model_layers.saturating_sub(1))]
     LayersOutside { layers: Range<usize>, model_layers: usize },
     #[error("the slice {label} of a tensor-parallel group cannot be planned for this model: {reason}")]
@@ -177,6 +179,19 @@ pub fn parse_layers(spec: &str) -> Result<Range<usize>, ShardError> {
     Ok(first..last.checked_add(1).ok_or_else(bad)?)
 }
 
+/// `RANK/NODES` → rank `RANK` of a tensor-parallel group of `NODES` nodes holding equal shares, as
+/// `shoal run --parallel tensor` gives alike nodes.
+pub fn parse_rank(spec: &str) -> Result<StageShare, ShardError> {
+    let bad = || ShardError::BadRank { spec: spec.to_string() };
+    let (rank, nodes) = spec.trim().split_once('/').ok_or_else(bad)?;
+    let (rank, nodes): (usize, usize) =
+        (rank.trim().parse().map_err(|_| bad())?, nodes.trim().parse().map_err(|_| bad())?);
+    if nodes < 2 || rank >= nodes || nodes > crate::placement::MAX_GROUP {
+        return Err(bad());
+    }
+    Ok(StageShare::Rank { rank, shares: vec![1.0; nodes] })
+}
+
 /// Fetches the shard of `layers` of the hub model `request` names into `models_dir`, where `pull`
 /// puts the whole file: of a split set, each part's share (its header and the stage's tensors it
 /// holds). Returns the path to open (the first part of a set).
@@ -185,6 +200,17 @@ pub fn pull_shard(
     models_dir: &Path,
     request: &PullRequest,
     layers: Range<usize>,
+    progress: &mut dyn FnMut(&PullProgress),
+) -> anyhow::Result<PathBuf> {
+    pull_share(hub, models_dir, request, &StageShare::Layers(layers), progress)
+}
+
+/// [`pull_shard`] of any stage's share: its layers, or a tensor-parallel rank's slice of every layer.
+pub fn pull_share(
+    hub: &Hub,
+    models_dir: &Path,
+    request: &PullRequest,
+    share: &StageShare,
     progress: &mut dyn FnMut(&PullProgress),
 ) -> anyhow::Result<PathBuf> {
     let files = choose_files(request, &hub.files(&request.repo, request.revision())?)?;
@@ -203,7 +229,7 @@ pub fn pull_shard(
         .zip(sources)
         .map(|(reader, (source, destination))| PartFetch { reader, source, destination })
         .collect();
-    fetch_parts(&mut parts, &StageShare::Layers(layers), progress)?;
+    fetch_parts(&mut parts, share, progress)?;
     Ok(parts[0].destination.clone())
 }
 
