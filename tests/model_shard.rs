@@ -322,15 +322,16 @@ fn the_cli_fetches_a_tensor_parallel_nodes_slice() {
     assert!(out.status.success(), "shoal pull failed: {stderr}");
     assert!(stderr.contains("fetched rank 1 of 2"), "{stderr}");
     let path = dir.path().join("models").join(REPO.replace('/', "--")).join(FILE);
+    let model = whole();
     let share = shard::StageShare::Rank { rank: 1, shares: vec![1.0, 1.0] };
-    let ranges = share.ranges(&whole()).unwrap().remove(0);
+    let ranges = share.ranges(&model).unwrap().remove(0);
     assert_same_bytes(&path, &ranges);
     // The tensors split by columns (the attention output, the feed-forward's down projection) come
     // whole, their pieces being a few kilobytes apart; the others' rows and the head's are the rank's.
     let fetched: u64 = hub.served().iter().map(|s| s.bytes).sum();
-    let size = std::fs::metadata(whole().parts()[0].path()).unwrap().len();
+    let size = std::fs::metadata(model.parts()[0].path()).unwrap().len();
     let wanted: u64 = ranges.iter().map(|r| r.end - r.start).sum();
-    let header = whole().file().data_offset();
+    let header = model.file().data_offset();
     assert!(wanted < size, "the slice is the whole file");
     assert!(fetched <= header + wanted + (1 << 20), "fetched {fetched} bytes for a slice of {wanted} of {size}");
     let record = shard::read_record(&path).unwrap().unwrap();
