@@ -18,13 +18,15 @@ pub(super) struct StageParts<'a> {
     pub cache: &'a KvCache,
     /// A tensor-parallel rank's group.
     pub group: Option<&'a Group>,
+    /// Whether the stage computes on the CPU.
+    pub on_cpu: bool,
 }
 
 /// Graph tensors per layer: about 40 for a dense layer, a mixture-of-experts layer adds one view and
 /// one sum per chosen expert (and a dozen for group-limited routing), latent attention about 30; each
 /// sequence of the step adds its attention's views, its attention and a concatenation.
 fn tensors_per_layer(config: &ModelConfig, segments: usize) -> usize {
-    72 + config.moe.map_or(0, |m| 2 * m.experts_used + 52) + config.latent_attention.map_or(0, |_| 32) + 12 * segments
+    72 + config.moe.map_or(0, |m| 2 * m.experts_used + 56) + config.latent_attention.map_or(0, |_| 32) + 12 * segments
 }
 
 pub(super) fn build(parts: &StageParts<'_>, shape: &GraphShape) -> Graph {
@@ -64,7 +66,11 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: &GraphShape) -> T
         // Only some rows' logits are wanted, so the model's last layer drops the other rows early.
         output_rows: (is_last && shape.outputs < shape.tokens)
             .then(|| g.input(input::OUTPUT_ROWS, DType::I32, &[shape.outputs as i64])),
-        parallel: p.group.map(|group| Parallel { slice: group.slice(), collective: group.collective() }),
+        parallel: p.group.map(|group| Parallel {
+            slice: group.slice(),
+            collective: group.collective(),
+            on_cpu: p.on_cpu,
+        }),
     };
     for (i, layer) in p.layers.clone().enumerate() {
         x = spec.layer(g, &step, layer, &p.weights.layers[i], x);

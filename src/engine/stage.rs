@@ -323,6 +323,7 @@ impl Stage {
             weights: &self.weights,
             cache: &self.cache,
             group: self.group.as_ref(),
+            on_cpu: self.device().kind() == DeviceKind::Cpu,
         };
         forward::build(&parts, shape)
     }

@@ -74,14 +74,14 @@ impl GraphBuilder {
         })
     }
 
-    fn keep_experts(&self, held: Range<usize>) -> *mut c_void {
+    pub(super) fn keep_experts(&self, held: Range<usize>) -> *mut c_void {
         let boxed = Box::new(held.start as i32..held.end as i32);
         let userdata = &*boxed as *const Range<i32> as *mut c_void;
         self.keep(Hooked::Experts(boxed));
         userdata
     }
 
-    fn is_contiguous(&self, a: Tensor<'_>) -> bool {
+    pub(super) fn is_contiguous(&self, a: Tensor<'_>) -> bool {
         // SAFETY: the tensor belongs to this graph.
         unsafe { sys::ggml_is_contiguous(a.raw.as_ptr()) }
     }

@@ -11,7 +11,8 @@
 //!   faster, and which weights of a stage's graphs can move there.
 //! - [`Device`]: the devices ggml offers (the CPU; a GPU where the build has one), their memory and kind.
 //! - [`Collective`]: what a graph's all-reduce hands a tensor to, to sum it over a tensor-parallel group
-//!   (custom ops run on the CPU, with the expert remapping of expert parallelism).
+//!   (custom ops run on the CPU, with the expert remapping of expert parallelism and the product of
+//!   only the experts a rank holds).
 //! - [`Backend`]: graph execution on a device through ggml's scheduler, the CPU taking what the device
 //!   cannot run, with a persistent CPU thread pool and the compute buffers.
 //! - [`Vocab`]: llama.cpp's own tokenizer, loaded from a GGUF file without its weights.
@@ -24,6 +25,7 @@ mod backend;
 mod custom_ops;
 mod device;
 mod dtype;
+mod expert_product;
 mod graph;
 mod layout_ops;
 mod log;

@@ -186,16 +186,18 @@ impl ModelNeeds {
     }
 
     /// Bytes a decode step of a tensor-parallel rank holding `slice` (`weights` bytes) multiplies: its
-    /// weights but the token embeddings and its experts, its query heads' attention reads, and as many
-    /// expert bytes as the whole model's step: a rank computes every expert slot of a token, those held
-    /// elsewhere on one of its own experts with a weight of zero (ggml's `mul_mat_id` computes each
-    /// slot), so holding fewer experts saves their memory and reads but not their arithmetic.
+    /// weights but the token embeddings and its experts, its query heads' attention reads, and its
+    /// experts' share of the expert bytes a token reads: on the CPU a rank computes only the slots of
+    /// the experts it holds (with experts chosen evenly, that share). On another device ggml's
+    /// `mul_mat_id` would compute every slot, which this does not model: ranks run on the CPU.
     pub fn rank_reads(&self, slice: &TensorSlice, weights: u64) -> u64 {
         let experts = slice.total(crate::model::layout::Part::Experts).max(1) as u64;
-        let held_experts = self.expert_bytes * slice.experts.len() as u64 / experts;
+        let held = slice.experts.len() as u64;
         let heads = slice.total(crate::model::layout::Part::QueryHeads).max(1) as u64;
         let attention = self.attention_reads.iter().sum::<u64>() * slice.query_heads.len() as u64 / heads;
-        weights.saturating_sub(self.layout.embedding).saturating_sub(held_experts) + self.expert_reads + attention
+        weights.saturating_sub(self.layout.embedding).saturating_sub(self.expert_bytes * held / experts)
+            + self.expert_reads * held / experts
+            + attention
     }
 
     /// What a stage running `layers` needs.

@@ -56,7 +56,7 @@ fn gated_part<'g>(g: &'g GraphBuilder, w: &LayerWeights, suffix: &str, x: Tensor
 /// experts' rows (`mul_mat_id`), and sum their outputs by weight. `exp_probs_b`, when the layer has it,
 /// biases the choice of experts but not their weights (DeepSeek V3, GLM-4.5). A tensor-parallel rank
 /// that holds some of the experts routes alike, runs only the chosen experts it holds (the others'
-/// weights zeroed) and sums with the group.
+/// weights zeroed; on the CPU their products are skipped) and sums with the group.
 pub fn moe_feed_forward<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
@@ -116,8 +116,9 @@ fn routed<'g>(
         weights = g.scale(weights, p.scale);
     }
     let held = step.held_experts();
-    let selected = match &held {
-        Some(held) => {
+    // `ids` name the rank's own experts: a slot held elsewhere names one the token uses anyway.
+    let ids = match &held {
+        Some((held, _)) => {
             weights = g.held_expert_weights(weights, selected, held.clone());
             g.held_expert_ids(selected, held.clone())
         }
@@ -126,11 +127,17 @@ fn routed<'g>(
     g.expand(weights);
 
     let x = g.reshape_3d(x, n_embd, 1, tokens);
-    // Each chosen expert's rows, plus its own bias when the experts have them (gpt-oss).
+    // Each chosen expert's rows, plus its own bias when the experts have them (gpt-oss). On the CPU a
+    // rank computes only the slots of experts it holds (the others' weights are zero); elsewhere
+    // `mul_mat_id` computes every slot.
     let expert = |name: &str, input: Tensor<'g>| {
-        let y = g.mul_mat_id(g.stored(w.req(&format!("{name}.weight"))), input, selected);
+        let matrix = g.stored(w.req(&format!("{name}.weight")));
+        let y = match &held {
+            Some((held, true)) => g.held_experts_product(matrix, input, selected, held.clone()),
+            _ => g.mul_mat_id(matrix, input, ids),
+        };
         match w.get(&format!("{name}.bias")) {
-            Some(bias) => g.add_id(y, g.stored(bias), selected),
+            Some(bias) => g.add_id(y, g.stored(bias), ids),
             None => y,
         }
     };

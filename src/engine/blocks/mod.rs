@@ -169,6 +169,9 @@ pub struct StepContext<'a, 'g> {
 pub(super) struct Parallel<'a> {
     pub slice: &'a TensorSlice,
     pub collective: &'a Arc<dyn Collective>,
+    /// Whether the rank computes on the CPU, where its experts' products can skip the slots of
+    /// experts it does not hold (a custom op; another device would have to hand them to the CPU).
+    pub on_cpu: bool,
 }
 
 impl<'g> StepContext<'_, 'g> {
@@ -205,11 +208,12 @@ impl<'g> StepContext<'_, 'g> {
         }
     }
 
-    /// The routed experts this graph holds, when a tensor-parallel rank holds only some of them.
-    fn held_experts(&self) -> Option<Range<usize>> {
+    /// The routed experts this graph holds, when a tensor-parallel rank holds only some of them, and
+    /// whether it computes on the CPU.
+    fn held_experts(&self) -> Option<(Range<usize>, bool)> {
         self.parallel
-            .map(|p| p.slice.experts.clone())
-            .filter(|held| held.len() < self.config.moe.map_or(0, |m| m.experts))
+            .map(|p| (p.slice.experts.clone(), p.on_cpu))
+            .filter(|(held, _)| held.len() < self.config.moe.map_or(0, |m| m.experts))
     }
 
     /// On the model's last layer only the rows whose logits are wanted are needed further on: drops the
