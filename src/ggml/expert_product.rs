@@ -40,7 +40,11 @@ impl GraphBuilder {
         assert_eq!((b.dtype(), ids.dtype()), (DType::F32, DType::I32), "expert product types");
         // SAFETY: the weights' type is one of ggml's; the traits are a static table.
         let traits = unsafe { &*sys::ggml_get_type_traits_cpu(experts.dtype().raw()) };
-        let converted = if traits.vec_dot_type == sys::GGML_TYPE_F32 && self.is_contiguous(b) {
+        // SAFETY: as above, for the type the dot product takes.
+        let converts = unsafe { (*sys::ggml_get_type_traits_cpu(traits.vec_dot_type)).from_float.is_some() };
+        assert!(traits.vec_dot.is_some() && converts, "no CPU dot product for {:?} experts", experts.dtype());
+        let b = if self.is_contiguous(b) { b } else { self.cont(b) };
+        let converted = if traits.vec_dot_type == sys::GGML_TYPE_F32 {
             b
         } else {
             self.reserve(1);
@@ -88,23 +92,16 @@ impl GraphBuilder {
 
 /// Writes `dst` (the dot product's type) from its source's F32 rows, rows split over the threads.
 unsafe extern "C" fn convert_hook(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int, _userdata: *mut c_void) {
-    // SAFETY: `dst` and its source are live, allocated tensors of the shape `held_experts_product` made.
+    // SAFETY: `dst` and its contiguous F32 source are live, allocated tensors of the shape
+    // `held_experts_product` made, which checked that the type converts from F32.
     let src = (*dst).src[0];
-    let traits = &*sys::ggml_get_type_traits_cpu((*dst).type_);
-    let Some(from_float) = traits.from_float else { return };
+    let Some(from_float) = (*sys::ggml_get_type_traits_cpu((*dst).type_)).from_float else { return };
     let (k, slots, tokens) = ((*dst).ne[0], (*dst).ne[1] as usize, (*dst).ne[2] as usize);
-    let rows = slots * tokens;
-    for row in share(rows, ith, nth) {
+    for row in share(slots * tokens, ith, nth) {
         let (slot, token) = (row % slots, row / slots);
         let from = ((*src).data as *const u8).add(slot * (*src).nb[1] + token * (*src).nb[2]) as *const f32;
         let to = ((*dst).data as *mut u8).add(slot * (*dst).nb[1] + token * (*dst).nb[2]);
-        if (*src).nb[0] == 4 {
-            from_float(from, to as *mut c_void, k);
-        } else {
-            let gathered: Vec<f32> =
-                (0..k as usize).map(|i| *((from as *const u8).add(i * (*src).nb[0]) as *const f32)).collect();
-            from_float(gathered.as_ptr(), to as *mut c_void, k);
-        }
+        from_float(from, to as *mut c_void, k);
     }
 }
 
