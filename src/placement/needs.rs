@@ -67,6 +67,9 @@ pub struct ModelNeeds {
     pub expert_bytes: u64,
     #[serde(default)]
     pub expert_reads: u64,
+    /// Experts each token is routed to (0 for a dense model).
+    #[serde(default)]
+    pub experts_used: usize,
     /// How the model divides among ranks by any shares (none when it cannot be divided: `groups` say
     /// why).
     #[serde(default)]
@@ -144,6 +147,7 @@ impl ModelNeeds {
             weight_mix,
             expert_bytes: experts.0,
             expert_reads: experts.1,
+            experts_used: c.moe.map_or(0, |m| m.experts_used),
             name: model.name(),
             layout: model.layout().clone(),
             kv_per_layer,
@@ -187,16 +191,20 @@ impl ModelNeeds {
 
     /// Bytes a decode step of a tensor-parallel rank holding `slice` (`weights` bytes) multiplies: its
     /// weights but the token embeddings and its experts, its query heads' attention reads, and its
-    /// experts' share of the expert bytes a token reads: on the CPU a rank computes only the slots of
-    /// the experts it holds (with experts chosen evenly, that share). On another device ggml's
-    /// `mul_mat_id` would compute every slot, which this does not model: ranks run on the CPU.
+    /// experts' share of the expert bytes a token reads, as the group's busiest rank computes them. On the CPU a rank computes only the slots of the experts it holds,
+    /// and every layer waits for the rank that holds the most of the token's chosen experts: with 8 of
+    /// 64 experts chosen at random, that rank computes 5.0 slots on average against the 4 of an even
+    /// share (4 ranks: 3.4 against 2). On another device ggml's `mul_mat_id` would compute every slot,
+    /// which this does not model: ranks run on the CPU.
     pub fn rank_reads(&self, slice: &TensorSlice, weights: u64) -> u64 {
-        let experts = slice.total(crate::model::layout::Part::Experts).max(1) as u64;
+        let experts = slice.total(crate::model::layout::Part::Experts).max(1);
         let held = slice.experts.len() as u64;
         let heads = slice.total(crate::model::layout::Part::QueryHeads).max(1) as u64;
         let attention = self.attention_reads.iter().sum::<u64>() * slice.query_heads.len() as u64 / heads;
-        weights.saturating_sub(self.layout.embedding).saturating_sub(self.expert_bytes * held / experts)
-            + self.expert_reads * held / experts
+        let even = self.expert_reads * held / experts as u64;
+        let busiest = busiest_rank_factor(experts, self.experts_used, slice.ranks);
+        weights.saturating_sub(self.layout.embedding).saturating_sub(self.expert_bytes * held / experts as u64)
+            + (even as f64 * busiest) as u64
             + attention
     }
 
@@ -224,6 +232,38 @@ fn attention_reads(c: &crate::model::ModelConfig, row: &CacheRow, context: usize
         (row.key_width + row.value_width) as u64 / c.kv_heads.max(1) as u64
     };
     TypeReads { dtype: "f16".into(), bytes: 2 * heads * positions * per_head, rows: 2 * heads * positions }
+}
+
+/// How many more of a token's `used` experts (chosen at random among `experts`) the rank holding the
+/// most of them holds than an even share, `ranks` holding equal shares (1.0 for one rank or no experts):
+/// the expected largest count over the ranks, over `used / ranks`. Exact: the chance that no rank holds
+/// more than `m` of them counts the ways to choose `used` experts taking at most `m` from each rank.
+fn busiest_rank_factor(experts: usize, used: usize, ranks: usize) -> f64 {
+    if ranks < 2 || used == 0 || used > experts {
+        return 1.0;
+    }
+    let choose = |n: usize, k: usize| -> f64 { (0..k).map(|i| (n - i) as f64 / (i + 1) as f64).product() };
+    let sizes: Vec<usize> = (0..ranks).map(|r| experts / ranks + usize::from(r < experts % ranks)).collect();
+    let all = choose(experts, used);
+    // E[max] = the sum over m of P(max > m).
+    let expected_busiest: f64 = (0..used)
+        .map(|m| {
+            // Ways to choose `d` experts from the ranks so far, at most `m` from each.
+            let mut ways = vec![0.0; used + 1];
+            ways[0] = 1.0;
+            for &size in &sizes {
+                let mut next = vec![0.0; used + 1];
+                for (d, w) in ways.iter().enumerate().filter(|(_, w)| **w > 0.0) {
+                    for c in 0..=m.min(size).min(used - d) {
+                        next[d + c] += w * choose(size, c);
+                    }
+                }
+                ways = next;
+            }
+            1.0 - ways[used] / all
+        })
+        .sum();
+    expected_busiest / (used as f64 / ranks as f64)
 }
 
 /// Bytes of `model`'s routed experts, and of those a token uses.
@@ -278,4 +318,36 @@ fn weight_mix(model: &Model) -> Vec<TypeReads> {
         by_type.into_iter().map(|(name, reads)| TypeReads { dtype: name.to_string(), ..reads }).collect();
     mix.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.dtype.cmp(&b.dtype)));
     mix
+}
+
+#[cfg(test)]
+mod tests {
+    use super::busiest_rank_factor;
+
+    fn choose(n: u64, k: u64) -> f64 {
+        (0..k).map(|i| (n - i) as f64 / (i + 1) as f64).product()
+    }
+
+    /// Two ranks: the busier holds max(X, used - X) of the chosen experts, X hypergeometric, summed
+    /// directly; for 4 and 8 ranks, the values Python's exact integer arithmetic gives for the same
+    /// count (`math.comb` over every way to take at most m from each rank).
+    #[test]
+    fn the_busiest_rank_holds_more_than_an_even_share_of_the_chosen_experts() {
+        for (experts, used) in [(64u64, 8u64), (128, 8), (32, 4), (384, 8)] {
+            let half = experts / 2;
+            let expected: f64 = (0..=used)
+                .map(|x| x.max(used - x) as f64 * choose(half, x) * choose(experts - half, used - x))
+                .sum::<f64>()
+                / choose(experts, used);
+            let factor = busiest_rank_factor(experts as usize, used as usize, 2);
+            assert!((factor - expected / (used as f64 / 2.0)).abs() < 1e-9, "{experts}/{used}: {factor}");
+        }
+        assert!((busiest_rank_factor(64, 8, 2) - 1.255_634_687).abs() < 1e-6);
+        assert!((busiest_rank_factor(64, 8, 4) - 1.715_891_056).abs() < 1e-6);
+        assert!((busiest_rank_factor(384, 8, 8) - 2.574_975_065).abs() < 1e-6);
+        // One rank, a dense model, or every expert chosen: no rank waits for another's experts.
+        assert_eq!(busiest_rank_factor(64, 8, 1), 1.0);
+        assert_eq!(busiest_rank_factor(0, 0, 2), 1.0);
+        assert!((busiest_rank_factor(8, 8, 2) - 1.0).abs() < 1e-9);
+    }
 }
