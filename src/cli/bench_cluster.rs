@@ -40,6 +40,10 @@ struct ClusterReport {
     allreduce_p50_us: Option<u64>,
     /// The decode rate placement predicted for this instance when it was planned.
     expected_decode_tokens_per_second: Option<f64>,
+    /// What that prediction is made of: a token's time computing (the stages' step times, or a group's
+    /// slowest rank's) and on the links, as planned (µs).
+    planned_compute_us: Option<u64>,
+    planned_link_us: u64,
 }
 
 /// One round of `concurrency` requests at once: each one's report, and their tokens over the round's
@@ -133,6 +137,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         parallel: instance.plan.parallel,
         allreduce_p50_us: allreduce_p50(args, &instance.id),
         expected_decode_tokens_per_second: instance.plan.expected_decode_tokens_per_second,
+        planned_compute_us: planned_compute_us(&instance.plan),
+        planned_link_us: instance.plan.ring_us,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -160,14 +166,27 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     }
     if let Some(predicted) = report.expected_decode_tokens_per_second {
         println!(
-            "predicted  {predicted:>8.1} tok/s  decode, as placement planned it ({:.2}x the measured tg{tg})",
-            predicted / report.decode_tokens_per_second
+            "predicted  {predicted:>8.1} tok/s  decode, as placement planned it ({:.2}x the measured tg{tg}; \
+             per token {} µs computing, {} µs on links)",
+            predicted / report.decode_tokens_per_second,
+            report.planned_compute_us.map_or("?".to_string(), |us| us.to_string()),
+            report.planned_link_us
         );
     }
     if let Some(sum) = report.allreduce_p50_us {
         println!("sum p50    {sum:>8} µs per sum across the tensor-parallel group (two per layer)");
     }
     Ok(())
+}
+
+/// A token's planned time computing: the stages' step times one after another, or a tensor-parallel
+/// group's slowest rank's.
+fn planned_compute_us(plan: &shoal::placement::Plan) -> Option<u64> {
+    let steps = plan.stages.iter().map(|s| s.expected_step_us);
+    match plan.parallel {
+        shoal::placement::Parallelism::Pipeline => steps.sum(),
+        shoal::placement::Parallelism::Tensor => steps.max().flatten(),
+    }
 }
 
 /// The median sum time the leader of a tensor-parallel instance reports (its stats come each second:
