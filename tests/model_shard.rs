@@ -482,6 +482,49 @@ fn a_plain_url_of_unknown_size_serves_a_shard_without_the_hub_token() {
     assert!(hub.served().iter().all(|s| s.authorized), "the hub gets its token");
 }
 
+/// `POST /api/models/pull` with `body`, which the node must refuse as a bad `param`.
+fn assert_pull_refused(base: &str, body: serde_json::Value, param: &str) {
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let mut refused = agent.post(&format!("{base}/api/models/pull")).send_json(&body).unwrap();
+    assert_eq!(refused.status().as_u16(), 400, "{body}");
+    let answer: serde_json::Value = refused.body_mut().read_json().unwrap();
+    assert_eq!(answer["error"]["param"], param, "{body}: {answer}");
+}
+
+/// `POST /api/models/pull` with `body`, accepted: the pull's id.
+fn start_pull(base: &str, body: serde_json::Value) -> String {
+    let started: serde_json::Value =
+        ureq::post(&format!("{base}/api/models/pull")).send_json(body).unwrap().into_body().read_json().unwrap();
+    started["id"].as_str().unwrap().to_string()
+}
+
+/// `POST /api/models/pull` with `"rank"` fetches a tensor-parallel node's slice, as `shoal pull --rank`
+/// does (its events carry the rank), and refuses a rank outside the group, or layers and a rank at once.
+#[test]
+fn the_api_fetches_a_ranks_slice() {
+    let hub = start_hub(Faults::default());
+    let dir = tempfile::tempdir().unwrap();
+    let (node, events) = HubNode::start("slicer", &hub, dir.path());
+    let base = node.base.clone();
+    let spec = format!("{REPO}:{FILE}");
+    assert_pull_refused(&base, serde_json::json!({"repo": spec, "rank": "2/2"}), "rank");
+    assert_pull_refused(&base, serde_json::json!({"repo": spec, "rank": "1/2", "layers": "0-9"}), "rank");
+    let id = start_pull(&base, serde_json::json!({"repo": spec, "rank": "1/2"}));
+    let finished = until_pull_ends(events, &id, |event| {
+        assert_eq!((&event["rank"], &event["layers"]), (&serde_json::json!("1/2"), &serde_json::Value::Null), "{event}")
+    });
+    let models: serde_json::Value =
+        ureq::get(&format!("{base}/api/models")).call().unwrap().into_body().read_json().unwrap();
+    drop(node);
+    assert_eq!(finished["error"], serde_json::Value::Null, "{finished}");
+    let path = PathBuf::from(finished["paths"][0].as_str().unwrap());
+    let share = shard::StageShare::Rank { rank: 1, shares: vec![1.0, 1.0] };
+    assert_same_bytes(&path, &share.ranges(&whole()).unwrap().remove(0));
+    let listed = models.as_array().unwrap();
+    assert_eq!(listed[0]["runnable"], false, "{models}");
+    assert!(listed[0]["shard"]["layers"].as_str().unwrap().contains("rank 1 of 2"), "{models}");
+}
+
 /// `POST /api/models/pull` with `"layers"` fetches a shard in the background (refusing bad layers at
 /// once), and `GET /api/models` lists it as a shard, not as a runnable model.
 #[test]
@@ -490,22 +533,9 @@ fn the_api_fetches_a_shard_and_lists_it() {
     let dir = tempfile::tempdir().unwrap();
     let (node, events) = HubNode::start("sharder", &hub, dir.path());
     let base = node.base.clone();
-    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
     let spec = format!("{REPO}:{FILE}");
-    let mut refused = agent
-        .post(&format!("{base}/api/models/pull"))
-        .send_json(serde_json::json!({"repo": spec, "layers": "20-10"}))
-        .unwrap();
-    assert_eq!(refused.status().as_u16(), 400);
-    let body: serde_json::Value = refused.body_mut().read_json().unwrap();
-    assert_eq!(body["error"]["param"], "layers", "{body}");
-    let started: serde_json::Value = ureq::post(&format!("{base}/api/models/pull"))
-        .send_json(serde_json::json!({"repo": spec, "layers": "10-20"}))
-        .unwrap()
-        .into_body()
-        .read_json()
-        .unwrap();
-    let id = started["id"].as_str().unwrap().to_string();
+    assert_pull_refused(&base, serde_json::json!({"repo": spec, "layers": "20-10"}), "layers");
+    let id = start_pull(&base, serde_json::json!({"repo": spec, "layers": "10-20"}));
     let finished = until_pull_ends(events, &id, |event| assert_eq!(event["layers"], "10-20", "{event}"));
     let models: serde_json::Value =
         ureq::get(&format!("{base}/api/models")).call().unwrap().into_body().read_json().unwrap();

@@ -279,6 +279,9 @@ pub enum ClusterEvent {
         repo: String,
         /// The layers asked for (`FIRST-LAST`, both included) when only a stage's shard is fetched.
         layers: Option<String>,
+        /// The rank asked for (`RANK/NODES`) when only a tensor-parallel node's slice is fetched.
+        #[serde(default)]
+        rank: Option<String>,
         progress: crate::model::pull::PullProgress,
         /// The downloaded files, once done.
         paths: Vec<std::path::PathBuf>,

@@ -20,7 +20,7 @@ function progress(state: PullProgress['state'], done = 0, total = 0): PullProgre
 }
 
 function pullEvent(id: string, state: PullProgress['state'], extra: Partial<PullEvent> = {}): PullEvent {
-  return { type: 'model_pull', id, repo: 'org/model:Q4_K_M', layers: null, progress: progress(state), paths: [], error: null, ...extra };
+  return { type: 'model_pull', id, repo: 'org/model:Q4_K_M', layers: null, rank: null, progress: progress(state), paths: [], error: null, ...extra };
 }
 
 describe('fitSummary', () => {
@@ -99,9 +99,16 @@ describe('pulls', () => {
     const whole = applyPull([], pullEvent('w', 'downloading'), 0)[0]!;
     expect(whole.layers).toBeNull();
     expect(pullLabel(whole)).toBe('org/model:Q4_K_M');
-    // An older node does not send the field: its pulls are of whole files.
-    const { layers: _layers, ...old } = pullEvent('o', 'downloading');
-    expect(applyPull([], old as PullEvent, 0)[0]?.layers).toBeNull();
+    // An older node does not send the fields: its pulls are of whole files.
+    const { layers: _layers, rank: _rank, ...old } = pullEvent('o', 'downloading');
+    const older = applyPull([], old as PullEvent, 0)[0]!;
+    expect([older.layers, older.rank, pullLabel(older)]).toEqual([null, null, 'org/model:Q4_K_M']);
+  });
+
+  it('keeps the rank of a tensor-parallel node’s slice, and names the pull with it', () => {
+    const slice = applyPull([], pullEvent('r', 'downloading', { rank: '1/2' }), 0)[0]!;
+    expect(slice.rank).toBe('1/2');
+    expect(pullLabel(slice)).toBe('org/model:Q4_K_M · rank 1 of 2');
   });
 
   it('measures progress when the size is known', () => {

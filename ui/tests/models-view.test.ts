@@ -45,6 +45,7 @@ function pull(id: string, progress: Partial<PullView['progress']>, extra: Partia
     id,
     repo: 'HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_K_M',
     layers: null,
+    rank: null,
     progress: { file: 'smollm2-135m-instruct-q4_k_m.gguf', bytes_done: 0, bytes_total: 0, rate_bytes_per_second: 0, eta_seconds: null, state: 'resolving', ...progress },
     paths: [],
     error: null,
@@ -158,7 +159,7 @@ describe('the library', () => {
     const { count, view, model } = mount({ 'GET /api/models/fit': ok(libraryFixture()) });
     await screen.findAllByTestId('library-model');
     expect(count('GET /api/models/fit')).toBe(1);
-    const event = { type: 'model_pull' as const, id: 'p1', repo: 'org/m', layers: null, paths: ['/m.gguf'], error: null };
+    const event = { type: 'model_pull' as const, id: 'p1', repo: 'org/m', layers: null, rank: null, paths: ['/m.gguf'], error: null };
     const running = applyEvent(model, { ...event, progress: pull('p1', { state: 'downloading' }).progress }, 1);
     await view.rerender({ model: running, readOnly: false });
     await new Promise((resolve) => setTimeout(resolve, 400));
@@ -206,7 +207,7 @@ describe('the download form', () => {
     expect(calls.find((c) => c.key === 'POST /api/models/pull')?.body).toEqual({ repo: 'HuggingFaceTB/SmolLM2-135M-Instruct-GGUF:Q4_K_M' });
     expect((screen.getByTestId('pull-repo') as HTMLInputElement).value).toBe('');
     const progress = pull('p9', { state: 'downloading', bytes_done: 12_000_000, bytes_total: 98_362_432 }).progress;
-    await view.rerender({ model: applyEvent(model, { type: 'model_pull', id: 'p9', repo: 'x/y', layers: null, progress, paths: [], error: null }, 1), readOnly: false });
+    await view.rerender({ model: applyEvent(model, { type: 'model_pull', id: 'p9', repo: 'x/y', layers: null, rank: null, progress, paths: [], error: null }, 1), readOnly: false });
     const rows = screen.getAllByTestId('pull-row');
     expect(rows).toHaveLength(1);
     expect(rows[0]!.dataset['state']).toBe('downloading');
@@ -249,6 +250,16 @@ describe('PullRow', () => {
 
     render(PullRow, { pull: pull('s', { state: 'done' }, { ...shard, paths: ['/data/models/org--m/SmolLM2-135M-Instruct.Q4_1.gguf'] }) });
     expect(screen.getByTestId('pull-row').textContent).toMatch(/Downloaded SmolLM2-135M-Instruct\.Q4_1\.gguf \(layers 10-19\): it is in the library/);
+  });
+
+  it('shows the rank of a tensor-parallel node’s slice next to what was asked for', () => {
+    const slice = { repo: 'org/m:SmolLM2-135M-Instruct.Q4_1.gguf', rank: '1/2' };
+    const view = render(PullRow, { pull: pull('r', { state: 'downloading' }, slice) });
+    expect(screen.getByTestId('pull-layers').textContent?.trim()).toBe('· rank 1 of 2');
+    expect(screen.getByTestId('pull-row').dataset['layers']).toBeUndefined();
+    view.unmount();
+    render(PullRow, { pull: pull('r', { state: 'done' }, { ...slice, paths: ['/data/models/org--m/SmolLM2-135M-Instruct.Q4_1.gguf'] }) });
+    expect(screen.getByTestId('pull-row').textContent).toMatch(/Downloaded SmolLM2-135M-Instruct\.Q4_1\.gguf \(rank 1 of 2\): it is in the library/);
   });
 
   it('shows no layers for a whole file', () => {

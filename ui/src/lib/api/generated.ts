@@ -791,13 +791,18 @@ rate_bytes_per_second: number, eta_seconds: number | null, state: PullState, };
 export type HubPullRequest = { repo: string, file?: string | null, revision?: string | null, };
 
 /**
- * A pull: the hub request, and the layers when only a stage's shard is wanted.
+ * A pull: the hub request, and the layers or the rank when only a share of the model is wanted.
  */
 export type PullRequest = { 
 /**
  * `FIRST-LAST` (both included), as `shoal pull --layers` takes it.
  */
-layers?: string | null, repo: string, file?: string | null, revision?: string | null, };
+layers?: string | null, 
+/**
+ * `RANK/NODES`, as `shoal pull --rank` takes it: what that node of a tensor-parallel group of equal
+ * nodes reads.
+ */
+rank?: string | null, repo: string, file?: string | null, revision?: string | null, };
 
 export type PullStarted = { id: string, };
 
@@ -896,7 +901,11 @@ export type ClusterEvent = { "type": "node_joined", node: NodeId, name: string, 
 /**
  * The layers asked for (`FIRST-LAST`, both included) when only a stage's shard is fetched.
  */
-layers: string | null, progress: PullProgress, 
+layers: string | null, 
+/**
+ * The rank asked for (`RANK/NODES`) when only a tensor-parallel node's slice is fetched.
+ */
+rank: string | null, progress: PullProgress, 
 /**
  * The downloaded files, once done.
  */

@@ -1,7 +1,7 @@
 /**
  * Model downloads as the dashboard follows them: the latest `model_pull` event of each pull this node
  * runs (newest first, finished ones dropped past a few), what a row calls it (with the layers of a
- * stage's shard), and the check of what the user typed as a Hugging Face repository before anything
+ * stage's shard or the rank of a tensor-parallel node's slice), and the check of what the user typed as a Hugging Face repository before anything
  * is sent.
  */
 import type { ClusterEvent, PullProgress } from '../api/types';
@@ -29,6 +29,7 @@ export function applyPull(pulls: PullView[], event: PullEvent, now: number): Pul
     repo: event.repo,
     // An older node does not say: it pulls whole files.
     layers: event.layers ?? null,
+    rank: event.rank ?? null,
     progress: event.progress,
     paths: event.paths,
     error: event.error,
@@ -39,9 +40,19 @@ export function applyPull(pulls: PullView[], event: PullEvent, now: number): Pul
   return all.filter((p) => !isFinished(p) || ++finished <= MAX_FINISHED_PULLS);
 }
 
-/** What a pull row calls a pull: "ORG/NAME:FILE", with " · layers 10-19" for a stage's shard. */
-export function pullLabel(pull: Pick<PullView, 'repo' | 'layers'>): string {
-  return pull.layers === null ? pull.repo : `${pull.repo} · layers ${pull.layers}`;
+/** The share of the model a pull fetches: "layers 10-19" (a stage's shard), "rank 1 of 2" (a
+ * tensor-parallel node's slice), or null for the whole model. */
+export function pullShare(pull: Pick<PullView, 'layers' | 'rank'>): string | null {
+  if (pull.layers !== null && pull.layers !== undefined) return `layers ${pull.layers}`;
+  if (pull.rank === null || pull.rank === undefined) return null;
+  const [rank, nodes] = pull.rank.split('/');
+  return `rank ${rank} of ${nodes}`;
+}
+
+/** What a pull row calls a pull: "ORG/NAME:FILE", with " · layers 10-19" or " · rank 1 of 2" for a share. */
+export function pullLabel(pull: Pick<PullView, 'repo' | 'layers' | 'rank'>): string {
+  const share = pullShare(pull);
+  return share === null ? pull.repo : `${pull.repo} · ${share}`;
 }
 
 /** How far a pull is, 0..1, or null while its size is unknown. */
