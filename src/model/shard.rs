@@ -186,7 +186,7 @@ pub fn parse_rank(spec: &str) -> Result<StageShare, ShardError> {
     let (rank, nodes) = spec.trim().split_once('/').ok_or_else(bad)?;
     let (rank, nodes): (usize, usize) =
         (rank.trim().parse().map_err(|_| bad())?, nodes.trim().parse().map_err(|_| bad())?);
-    if nodes < 2 || rank >= nodes || nodes > crate::placement::MAX_GROUP {
+    if nodes < 2 || rank >= nodes || nodes > super::slice::MAX_GROUP {
         return Err(bad());
     }
     Ok(StageShare::Rank { rank, shares: vec![1.0; nodes] })

@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::ops::Range;
 
+/// Most ranks a tensor-parallel group is planned with (decided where a group is divided).
+pub use crate::model::slice::MAX_GROUP;
+
 /// Memory a stage needs, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 pub struct StageBytes {
@@ -79,9 +82,6 @@ pub struct ModelNeeds {
 /// The depth a predicted decode rate is for: the mean of 128 tokens decoded from an empty context
 /// (llama-bench's tg128, what `shoal bench` reports as decode). Deeper, attention reads more.
 pub const DECODE_DEPTH: usize = 64;
-
-/// Most ranks a tensor-parallel group is planned with (a Thunderbolt mesh links at most 8 Macs).
-pub const MAX_GROUP: usize = 8;
 
 /// A tensor-parallel group of `ranks` equal shares of a model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -17,6 +17,9 @@ use super::gguf::TensorInfo;
 use super::layout::{Part, Split};
 use std::ops::Range;
 
+/// Most ranks a tensor-parallel group is planned with (a Thunderbolt mesh links at most 8 Macs).
+pub const MAX_GROUP: usize = 8;
+
 /// Every part a group divides.
 pub const PARTS: [Part; 6] =
     [Part::QueryHeads, Part::KvHeads, Part::FeedForward, Part::SharedFeedForward, Part::Experts, Part::Vocabulary];
