@@ -68,8 +68,8 @@ pub(super) fn check_pull(
     Ok((request, share, body.repo.trim().to_string()))
 }
 
-/// Starts downloading `{"repo", "file"?, "revision"?, "layers"? | "rank"?}` into this node's models directory.
-/// `repo` may name the file or quantization itself, as `shoal pull` does: `ORG/NAME:Q4_K_M`.
+/// Starts downloading `{"repo", "file"?, "revision"?, "layers"? | "rank"?}` into this node's models
+/// directory. `repo` may name the file or quantization itself, as `shoal pull` does: `ORG/NAME:Q4_K_M`.
 pub async fn pull(
     State(state): State<ApiState>,
     body: Result<Json<PullBody>, JsonRejection>,

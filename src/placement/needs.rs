@@ -191,11 +191,12 @@ impl ModelNeeds {
 
     /// Bytes a decode step of a tensor-parallel rank holding `slice` (`weights` bytes) multiplies: its
     /// weights but the token embeddings and its experts, its query heads' attention reads, and its
-    /// experts' share of the expert bytes a token reads, as the group's busiest rank computes them. On the CPU a rank computes only the slots of the experts it holds,
-    /// and every layer waits for the rank that holds the most of the token's chosen experts: with 8 of
-    /// 64 experts chosen at random, that rank computes 5.0 slots on average against the 4 of an even
-    /// share (4 ranks: 3.4 against 2). On another device ggml's `mul_mat_id` would compute every slot,
-    /// which this does not model: ranks run on the CPU.
+    /// experts' share of the expert bytes a token reads, as the group's busiest rank computes them.
+    /// On the CPU a rank computes only the slots of the experts it holds, and every layer waits for
+    /// the rank that holds the most of the token's chosen experts: with 8 of 64 experts chosen at
+    /// random, that rank computes 5.0 slots on average against the 4 of an even share (4 ranks: 3.4
+    /// against 2). Unequal shares are reckoned as equal ones. On another device ggml's `mul_mat_id`
+    /// would compute every slot, which this does not model: ranks run on the CPU.
     pub fn rank_reads(&self, slice: &TensorSlice, weights: u64) -> u64 {
         let experts = slice.total(crate::model::layout::Part::Experts).max(1);
         let held = slice.experts.len() as u64;
