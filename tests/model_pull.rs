@@ -136,22 +136,11 @@ fn the_api_pulls_in_the_background_with_progress_events() {
     let (node, events) = HubNode::start("puller", &hub, dir.path());
     let base = node.base.clone();
     // Bad input is refused at once, with the reason and the parameter.
-    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
     for bad in ["not-a-repo", "test-org/name:"] {
-        let mut refused =
-            agent.post(&format!("{base}/api/models/pull")).send_json(serde_json::json!({"repo": bad})).unwrap();
-        assert_eq!(refused.status().as_u16(), 400, "{bad}");
-        let body: serde_json::Value = refused.body_mut().read_json().unwrap();
-        assert_eq!(body["error"]["param"], "repo", "{body}");
+        node.assert_pull_refused(serde_json::json!({"repo": bad}), "repo");
     }
     // The file is named in `repo`, as `shoal pull` and the dashboard write it.
-    let started: serde_json::Value = ureq::post(&format!("{base}/api/models/pull"))
-        .send_json(serde_json::json!({"repo": format!("{REPO}:{FILE}")}))
-        .unwrap()
-        .into_body()
-        .read_json()
-        .unwrap();
-    let id = started["id"].as_str().unwrap().to_string();
+    let id = node.start_pull(serde_json::json!({"repo": format!("{REPO}:{FILE}")}));
     let mut states = Vec::new();
     let finished = until_pull_ends(events, &id, |event| {
         states.push(event["progress"]["state"].as_str().unwrap().to_string());

@@ -482,22 +482,6 @@ fn a_plain_url_of_unknown_size_serves_a_shard_without_the_hub_token() {
     assert!(hub.served().iter().all(|s| s.authorized), "the hub gets its token");
 }
 
-/// `POST /api/models/pull` with `body`, which the node must refuse as a bad `param`.
-fn assert_pull_refused(base: &str, body: serde_json::Value, param: &str) {
-    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-    let mut refused = agent.post(&format!("{base}/api/models/pull")).send_json(&body).unwrap();
-    assert_eq!(refused.status().as_u16(), 400, "{body}");
-    let answer: serde_json::Value = refused.body_mut().read_json().unwrap();
-    assert_eq!(answer["error"]["param"], param, "{body}: {answer}");
-}
-
-/// `POST /api/models/pull` with `body`, accepted: the pull's id.
-fn start_pull(base: &str, body: serde_json::Value) -> String {
-    let started: serde_json::Value =
-        ureq::post(&format!("{base}/api/models/pull")).send_json(body).unwrap().into_body().read_json().unwrap();
-    started["id"].as_str().unwrap().to_string()
-}
-
 /// `POST /api/models/pull` with `"rank"` fetches a tensor-parallel node's slice, as `shoal pull --rank`
 /// does (its events carry the rank), and refuses a rank outside the group, or layers and a rank at once.
 #[test]
@@ -507,9 +491,9 @@ fn the_api_fetches_a_ranks_slice() {
     let (node, events) = HubNode::start("slicer", &hub, dir.path());
     let base = node.base.clone();
     let spec = format!("{REPO}:{FILE}");
-    assert_pull_refused(&base, serde_json::json!({"repo": spec, "rank": "2/2"}), "rank");
-    assert_pull_refused(&base, serde_json::json!({"repo": spec, "rank": "1/2", "layers": "0-9"}), "rank");
-    let id = start_pull(&base, serde_json::json!({"repo": spec, "rank": "1/2"}));
+    node.assert_pull_refused(serde_json::json!({"repo": spec, "rank": "2/2"}), "rank");
+    node.assert_pull_refused(serde_json::json!({"repo": spec, "rank": "1/2", "layers": "0-9"}), "rank");
+    let id = node.start_pull(serde_json::json!({"repo": spec, "rank": "1/2"}));
     let finished = until_pull_ends(events, &id, |event| {
         assert_eq!((&event["rank"], &event["layers"]), (&serde_json::json!("1/2"), &serde_json::Value::Null), "{event}")
     });
@@ -534,8 +518,8 @@ fn the_api_fetches_a_shard_and_lists_it() {
     let (node, events) = HubNode::start("sharder", &hub, dir.path());
     let base = node.base.clone();
     let spec = format!("{REPO}:{FILE}");
-    assert_pull_refused(&base, serde_json::json!({"repo": spec, "layers": "20-10"}), "layers");
-    let id = start_pull(&base, serde_json::json!({"repo": spec, "layers": "10-20"}));
+    node.assert_pull_refused(serde_json::json!({"repo": spec, "layers": "20-10"}), "layers");
+    let id = node.start_pull(serde_json::json!({"repo": spec, "layers": "10-20"}));
     let finished = until_pull_ends(events, &id, |event| assert_eq!(event["layers"], "10-20", "{event}"));
     let models: serde_json::Value =
         ureq::get(&format!("{base}/api/models")).call().unwrap().into_body().read_json().unwrap();

@@ -20,11 +20,23 @@ use std::os::raw::c_int;
 /// Rows of an expert's matrix computed together for every token that chose the expert.
 const ROW_BLOCK: usize = 16;
 
+/// Whether the CPU has a dot product for weights of `dtype` (and converts activations to the type it
+/// takes): what [`GraphBuilder::held_experts_product`] needs. Every quantization a model uses has one;
+/// a file with experts of another type (an integer type, say) does not.
+pub fn has_cpu_dot_product(dtype: DType) -> bool {
+    // SAFETY: the type is one of ggml's (a DType is checked at construction); the traits are a static
+    // table, and the dot product's type is one of ggml's too.
+    unsafe {
+        let traits = &*sys::ggml_get_type_traits_cpu(dtype.raw());
+        traits.vec_dot.is_some() && (*sys::ggml_get_type_traits_cpu(traits.vec_dot_type)).from_float.is_some()
+    }
+}
+
 impl GraphBuilder {
     /// For expert parallelism on the CPU: `experts` ([k, n, held.len()], the rank's experts) times `b`
     /// (F32 [k, 1 or used, tokens]) for each slot of `ids` (I32 [used, tokens], global expert ids)
     /// whose expert is in `held`; zeros for the others. Result: F32 [n, used, tokens], as
-    /// [`GraphBuilder::mul_mat_id`] gives.
+    /// [`GraphBuilder::mul_mat_id`] gives. The experts' type must have [`has_cpu_dot_product`].
     pub fn held_experts_product<'g>(
         &'g self,
         experts: Tensor<'g>,
@@ -38,11 +50,9 @@ impl GraphBuilder {
         assert_eq!(held.len() as i64, count, "the rank holds {} experts, the matrix has {count}", held.len());
         assert!(bk == k && id_tokens == tokens && (b_slots == 1 || b_slots == used), "expert product shapes");
         assert_eq!((b.dtype(), ids.dtype()), (DType::F32, DType::I32), "expert product types");
+        assert!(has_cpu_dot_product(experts.dtype()), "no CPU dot product for {:?} experts", experts.dtype());
         // SAFETY: the weights' type is one of ggml's; the traits are a static table.
         let traits = unsafe { &*sys::ggml_get_type_traits_cpu(experts.dtype().raw()) };
-        // SAFETY: as above, for the type the dot product takes.
-        let converts = unsafe { (*sys::ggml_get_type_traits_cpu(traits.vec_dot_type)).from_float.is_some() };
-        assert!(traits.vec_dot.is_some() && converts, "no CPU dot product for {:?} experts", experts.dtype());
         let b = if self.is_contiguous(b) { b } else { self.cont(b) };
         let converted = if traits.vec_dot_type == sys::GGML_TYPE_F32 {
             b
@@ -200,6 +210,18 @@ mod tests {
         let mut got = Vec::new();
         backend.read_output(&graph, &mut got);
         got
+    }
+
+    /// The types models quantize experts to have a dot product; integer types do not (a file with such
+    /// experts is computed by `mul_mat_id`, whose refusal the stage reports).
+    #[test]
+    fn only_types_with_a_cpu_dot_product_take_the_held_product() {
+        for dtype in [DType::F32, DType::F16, DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q4_K] {
+            assert!(super::has_cpu_dot_product(dtype), "{dtype:?}");
+        }
+        for dtype in [DType::I32, DType::I64] {
+            assert!(!super::has_cpu_dot_product(dtype), "{dtype:?}");
+        }
     }
 
     /// Every slot whose expert the rank holds gets exactly what `mul_mat_id` computes for it (the same

@@ -38,6 +38,7 @@ pub use backend::Backend;
 pub use custom_ops::Collective;
 pub use device::{Device, DeviceKind, WeightPlacement};
 pub use dtype::DType;
+pub use expert_product::has_cpu_dot_product;
 pub use graph::{Element, Graph, GraphBuilder, GraphOutput, RopeParams, Tensor};
 pub use repack::Repacking;
 pub use tensor_set::{GatheredTensor, MappedTensor, SetTensor, SetTensorRef, TensorSet};

@@ -254,6 +254,26 @@ impl HubNode {
         };
         (HubNode { child, base }, events)
     }
+
+    /// `POST /api/models/pull` with `body`, which the node must refuse as a bad `param`.
+    pub fn assert_pull_refused(&self, body: serde_json::Value, param: &str) {
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let mut refused = agent.post(&format!("{}/api/models/pull", self.base)).send_json(&body).unwrap();
+        assert_eq!(refused.status().as_u16(), 400, "{body}");
+        let answer: serde_json::Value = refused.body_mut().read_json().unwrap();
+        assert_eq!(answer["error"]["param"], param, "{body}: {answer}");
+    }
+
+    /// `POST /api/models/pull` with `body`, accepted: the pull's id.
+    pub fn start_pull(&self, body: serde_json::Value) -> String {
+        let started: serde_json::Value = ureq::post(&format!("{}/api/models/pull", self.base))
+            .send_json(body)
+            .unwrap()
+            .into_body()
+            .read_json()
+            .unwrap();
+        started["id"].as_str().unwrap().to_string()
+    }
 }
 
 impl Drop for HubNode {

@@ -3,7 +3,7 @@
 
 use super::{linear, StepContext};
 use crate::engine::weights::LayerWeights;
-use crate::ggml::{GraphBuilder, Tensor};
+use crate::ggml::{has_cpu_dot_product, GraphBuilder, Tensor};
 use crate::model::{ExpertActivation, ExpertGroups, Gating, MoeParams};
 
 /// The dense SwiGLU feed-forward `down(silu(gate·x) ⊙ up·x)` over the tensors `ffn_{gate,up,down}` +
@@ -128,12 +128,15 @@ fn routed<'g>(
 
     let x = g.reshape_3d(x, n_embd, 1, tokens);
     // Each chosen expert's rows, plus its own bias when the experts have them (gpt-oss). On the CPU a
-    // rank computes only the slots of experts it holds (the others' weights are zero); elsewhere
-    // `mul_mat_id` computes every slot.
+    // rank computes only the slots of experts it holds (the others' weights are zero); elsewhere, or
+    // for weights the CPU has no dot product for, `mul_mat_id` computes every slot (and the stage
+    // reports what the device cannot compute).
     let expert = |name: &str, input: Tensor<'g>| {
         let matrix = g.stored(w.req(&format!("{name}.weight")));
         let y = match &held {
-            Some((held, true)) => g.held_experts_product(matrix, input, selected, held.clone()),
+            Some((held, true)) if has_cpu_dot_product(matrix.dtype()) => {
+                g.held_experts_product(matrix, input, selected, held.clone())
+            }
             _ => g.mul_mat_id(matrix, input, ids),
         };
         match w.get(&format!("{name}.bias")) {
