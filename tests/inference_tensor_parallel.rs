@@ -89,6 +89,11 @@ fn two_and_three_nodes_hold_slices_of_every_layer_and_answer_as_the_group_in_one
     for (nodes, ranks) in [("node1,node2", 2), ("node0,node1,node2", 3)] {
         let info = launch(&c, nodes);
         assert_eq!(info["plan"]["parallel"], "tensor");
+        // Launched as soon as the cluster formed: planned from the links' probes (tens of µs per round
+        // trip on veth), not from the millisecond assumed for a link not yet probed, which would put
+        // 2 sums × 30 layers × 500 µs on the links.
+        let link_us = info["plan"]["ring_us"].as_u64().unwrap();
+        assert!(link_us < 30_000, "{nodes}: {link_us} µs per token on links, as if not yet probed");
         let stages = info["stages"].as_array().unwrap();
         assert_eq!(stages.len(), ranks);
         let shares: Vec<f64> =

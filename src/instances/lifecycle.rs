@@ -132,7 +132,7 @@ pub async fn preview(instances: &Arc<Instances>, request: &LaunchRequest) -> Res
     check_context(&model, request)?;
     check_batch(request)?;
     remember_in_library(instances, &request.model).await;
-    super::telemetry_wait::await_telemetry(instances).await;
+    super::measurement_wait::await_measurements(instances).await;
     let needs = needs_for(&model, request);
     let (offers, links) = cluster_offers(&instances.agent, &needs.weight_mix, request.threads);
     if let Some(names) = &request.nodes {

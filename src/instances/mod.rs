@@ -13,12 +13,12 @@ mod ending;
 mod fit;
 mod generate;
 mod lifecycle;
+mod measurement_wait;
 mod messages;
 mod recovery;
 mod service;
 mod share;
 mod takeover;
-mod telemetry_wait;
 mod threads;
 mod validate;
 
@@ -27,10 +27,10 @@ pub use ending::{relaunch, stop};
 pub use fit::{Fit, PoolOffers};
 pub use generate::{generate, generate_when_ready, lost_and_recovering, GenerateError};
 pub use lifecycle::{check_name_free, launch, on_peer_down, preview, preview_fetches, LaunchError};
+pub use measurement_wait::await_measurements;
 pub use messages::on_message;
 pub use service::Instances;
 pub use share::ShareNeed;
-pub use telemetry_wait::await_telemetry;
 
 use crate::node::NodeId;
 use crate::worker::supervisor::WorkerHandle;

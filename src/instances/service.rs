@@ -24,7 +24,7 @@ pub struct Instances {
     /// The rates sampled last (every second).
     latest_rates: Mutex<ClusterRates>,
     /// Nodes a launch waited for to report their telemetry.
-    telemetry_waits: Mutex<super::telemetry_wait::TelemetryWaits>,
+    measurement_waits: Mutex<super::measurement_wait::MeasurementWaits>,
 }
 
 impl Instances {
@@ -36,7 +36,7 @@ impl Instances {
             finished: Mutex::default(),
             counters: Mutex::default(),
             latest_rates: Mutex::default(),
-            telemetry_waits: Mutex::default(),
+            measurement_waits: Mutex::default(),
         });
         let weak: Weak<Instances> = Arc::downgrade(&instances);
         instances.agent.attach(weak.clone());
@@ -49,8 +49,8 @@ impl Instances {
     }
 
     /// The nodes launches waited for to report their telemetry.
-    pub(super) fn telemetry_waits(&self) -> MutexGuard<'_, super::telemetry_wait::TelemetryWaits> {
-        self.telemetry_waits.locked()
+    pub(super) fn measurement_waits(&self) -> MutexGuard<'_, super::measurement_wait::MeasurementWaits> {
+        self.measurement_waits.locked()
     }
 
     /// Records a request finished through this node's API (its rates go to the event stream).

@@ -9,14 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How long to wait, at least, for the cluster's running instances to reach this node (placement also
-/// waits for the nodes' first telemetry: it needs their memory).
+/// waits for the nodes' first telemetry and their links' first probes: it plans from them).
 const SETTLE: Duration = Duration::from_secs(3);
 
 /// Launches `model` on the cluster in the background once this node can place it.
 pub fn spawn(instances: Arc<Instances>, model: PathBuf) {
     tokio::spawn(async move {
         let started = tokio::time::Instant::now();
-        instances::await_telemetry(&instances).await;
+        instances::await_measurements(&instances).await;
         // Members send their running instances on connecting: give them a moment to arrive.
         tokio::time::sleep_until(started + SETTLE).await;
         let name = model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();

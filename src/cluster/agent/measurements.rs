@@ -55,12 +55,29 @@ impl Shared {
     }
 }
 
-/// Measures this node's outgoing throughput to `peer` after `delay` (at join).
+/// How long the first measurement of a link waits for its two ends to finish timing themselves.
+const START_TIMING_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Measures this node's outgoing throughput to `peer` at join: `delay` after both ends have reported
+/// their telemetry. A node times its memory and its products when it starts, on every core, and only
+/// then reports; a probe beside that timing slows both (a round trip of milliseconds where the link
+/// has tens of microseconds, products timed slower than they run), and placement would plan a launch
+/// from those figures. An end that stays silent is waited for at most [`START_TIMING_PATIENCE`].
 pub(in crate::cluster) fn spawn_measurement(shared: Agent, peer: NodeId, delay: Duration) {
     tokio::spawn(async move {
+        let started = Instant::now();
+        while !both_ends_timed(&shared, peer) && started.elapsed() < START_TIMING_PATIENCE {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         tokio::time::sleep(delay).await;
         measure_to(&shared, peer).await;
     });
+}
+
+/// Whether this node and `peer` have both reported telemetry (so neither is timing itself now).
+fn both_ends_timed(shared: &Agent, peer: NodeId) -> bool {
+    let state = shared.state.locked();
+    state.telemetry.is_some() && state.peers.get(&peer).is_some_and(|p| p.telemetry.is_some())
 }
 
 /// Measures and records this node's outgoing throughput to `peer` and the round trip of small frames,
