@@ -69,7 +69,8 @@ fn a_decode_step_reads_its_weights_and_its_attentions_cache_rows() {
     // heads' share of the attention (SmolLM2 halves as 5 and 4 heads).
     let (slice, bytes) = &n.groups[0].slices[0];
     assert_eq!(slice.query_heads.len(), 5);
-    assert_eq!(n.rank_reads(slice, *bytes), bytes - n.layout.embedding + 30 * per_layer * 5 / 9);
+    assert_eq!(n.rank_dense_reads(slice, *bytes), bytes - n.layout.embedding + 30 * per_layer * 5 / 9);
+    assert_eq!(n.expert_slot_reads(), 0, "a dense model chooses no experts");
 }
 
 #[test]

@@ -179,14 +179,11 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A token's planned time computing: the stages' step times one after another, or a tensor-parallel
-/// group's slowest rank's.
+/// A token's planned time computing: the predicted step less its time on links (the stages' step times
+/// one after another, or what a tensor-parallel group's layers wait for: its busiest rank's).
 fn planned_compute_us(plan: &shoal::placement::Plan) -> Option<u64> {
-    let steps = plan.stages.iter().map(|s| s.expected_step_us);
-    match plan.parallel {
-        shoal::placement::Parallelism::Pipeline => steps.sum(),
-        shoal::placement::Parallelism::Tensor => steps.max().flatten(),
-    }
+    let step_us = 1e6 / plan.expected_decode_tokens_per_second?;
+    Some((step_us.round() as u64).saturating_sub(plan.ring_us))
 }
 
 /// The median sum time the leader of a tensor-parallel instance reports (its stats come each second:

@@ -189,24 +189,24 @@ impl ModelNeeds {
         per_layer[layers].iter().sum::<u64>() + l.rope_factors + if last { l.output_norm + head } else { 0 }
     }
 
-    /// Bytes a decode step of a tensor-parallel rank holding `slice` (`weights` bytes) multiplies: its
-    /// weights but the token embeddings and its experts, its query heads' attention reads, and its
-    /// experts' share of the expert bytes a token reads, as the group's busiest rank computes them.
-    /// On the CPU a rank computes only the slots of the experts it holds, and every layer waits for
-    /// the rank that holds the most of the token's chosen experts: with 8 of 64 experts chosen at
-    /// random, that rank computes 5.0 slots on average against the 4 of an even share (4 ranks: 3.4
-    /// against 2). Unequal shares are reckoned as equal ones. On another device ggml's `mul_mat_id`
-    /// would compute every slot, which this does not model: ranks run on the CPU.
-    pub fn rank_reads(&self, slice: &TensorSlice, weights: u64) -> u64 {
-        let experts = slice.total(crate::model::layout::Part::Experts).max(1);
+    /// Bytes a decode step of a tensor-parallel rank holding `slice` (`weights` bytes) multiplies besides
+    /// the routed experts a token chooses: its weights but the token embeddings and its experts, and its
+    /// query heads' attention reads. The chosen experts it holds add [`ModelNeeds::expert_slot_reads`]
+    /// each: on the CPU a rank computes only the slots of the experts it holds (see
+    /// [`expected_slowest`] for what the group waits for). On another device ggml's `mul_mat_id` would
+    /// compute every slot, which this does not model: ranks run on the CPU.
+    pub fn rank_dense_reads(&self, slice: &TensorSlice, weights: u64) -> u64 {
+        let experts = slice.total(crate::model::layout::Part::Experts).max(1) as u64;
         let held = slice.experts.len() as u64;
         let heads = slice.total(crate::model::layout::Part::QueryHeads).max(1) as u64;
         let attention = self.attention_reads.iter().sum::<u64>() * slice.query_heads.len() as u64 / heads;
-        let even = self.expert_reads * held / experts as u64;
-        let busiest = busiest_rank_factor(experts, self.experts_used, slice.ranks);
-        weights.saturating_sub(self.layout.embedding).saturating_sub(self.expert_bytes * held / experts as u64)
-            + (even as f64 * busiest) as u64
-            + attention
+        weights.saturating_sub(self.layout.embedding).saturating_sub(self.expert_bytes * held / experts) + attention
+    }
+
+    /// Bytes one of a token's chosen experts adds to a decode step: its rows in every layer with
+    /// experts (0 for a dense model).
+    pub fn expert_slot_reads(&self) -> u64 {
+        self.expert_reads / self.experts_used.max(1) as u64
     }
 
     /// What a stage running `layers` needs.
@@ -235,37 +235,60 @@ fn attention_reads(c: &crate::model::ModelConfig, row: &CacheRow, context: usize
     TypeReads { dtype: "f16".into(), bytes: 2 * heads * positions * per_head, rows: 2 * heads * positions }
 }
 
-/// How many more of a token's `used` experts (chosen at random among `experts`) the rank holding the
-/// most of them holds than an even share, `ranks` holding equal shares (1.0 for one rank or no experts):
-/// the expected largest count over the ranks, over `used / ranks`. Exact: the chance that no rank holds
-/// more than `m` of them counts the ways to choose `used` experts taking at most `m` from each rank.
-fn busiest_rank_factor(experts: usize, used: usize, ranks: usize) -> f64 {
-    if ranks < 2 || used == 0 || used > experts {
-        return 1.0;
-    }
-    let choose = |n: usize, k: usize| -> f64 { (0..k).map(|i| (n - i) as f64 / (i + 1) as f64).product() };
-    let sizes: Vec<usize> = (0..ranks).map(|r| experts / ranks + usize::from(r < experts % ranks)).collect();
-    let all = choose(experts, used);
-    // E[max] = the sum over m of P(max > m).
-    let expected_busiest: f64 = (0..used)
-        .map(|m| {
-            // Ways to choose `d` experts from the ranks so far, at most `m` from each.
-            let mut ways = vec![0.0; used + 1];
-            ways[0] = 1.0;
-            for &size in &sizes {
-                let mut next = vec![0.0; used + 1];
-                for (d, w) in ways.iter().enumerate().filter(|(_, w)| **w > 0.0) {
-                    for c in 0..=m.min(size).min(used - d) {
-                        next[d + c] += w * choose(size, c);
-                    }
-                }
-                ways = next;
-            }
-            1.0 - ways[used] / all
-        })
-        .sum();
-    expected_busiest / (used as f64 / ranks as f64)
+/// The expected step of a tensor-parallel group whose rank `r` takes `cost(r, x)` to compute a step in
+/// which it holds `x` of a token's `used` chosen experts, rank `r` holding `held[r]` of the experts:
+/// the expected largest cost over the ranks, as every layer's sum waits for the busiest rank. The
+/// experts are chosen at random, none twice. Exact: every way the chosen experts can fall on the
+/// ranks, weighted by the number of ways to choose them. With 8 of 64 experts chosen and two equal
+/// ranks the busier holds 5.0 of them on average, not 4 (with 4 ranks 3.4, not 2); with unequal ranks
+/// the larger is mostly the busier. `None` when a cost is unknown; a dense model (nothing chosen)
+/// costs its slowest rank.
+pub fn expected_slowest(held: &[usize], used: usize, cost: &dyn Fn(usize, usize) -> Option<f64>) -> Option<f64> {
+    let total: usize = held.iter().sum();
+    let used = if used > total || used > MAX_ENUMERATED_CHOICES { 0 } else { used };
+    // cost[r][x] for every count a rank can hold.
+    let table: Vec<Vec<f64>> = held
+        .iter()
+        .enumerate()
+        .map(|(r, &h)| (0..=h.min(used)).map(|x| cost(r, x)).collect())
+        .collect::<Option<_>>()?;
+    let mut falls = Falls { held, table: &table, sum: 0.0 };
+    falls.walk(0, used, 1.0, 0.0);
+    Some(falls.sum / ways(total, used))
 }
+
+/// The ways a token's chosen experts fall on a group's ranks, and the sum of their weighted largest costs.
+struct Falls<'a> {
+    held: &'a [usize],
+    table: &'a [Vec<f64>],
+    sum: f64,
+}
+
+impl Falls<'_> {
+    /// Adds every way ranks `r..` can hold `left` of the chosen experts, `weight` ways for the ranks before
+    /// whose largest cost is `largest`.
+    fn walk(&mut self, r: usize, left: usize, weight: f64, largest: f64) {
+        let Some(&held) = self.held.get(r) else {
+            if left == 0 {
+                self.sum += weight * largest;
+            }
+            return;
+        };
+        let rest: usize = self.held[r + 1..].iter().sum();
+        for x in left.saturating_sub(rest)..=left.min(held) {
+            self.walk(r + 1, left - x, weight * ways(held, x), largest.max(self.table[r][x]));
+        }
+    }
+}
+
+/// Ways to choose `k` of `n`.
+fn ways(n: usize, k: usize) -> f64 {
+    (0..k).map(|i| (n - i) as f64 / (i + 1) as f64).product()
+}
+
+/// Most experts a token may choose for [`expected_slowest`] to count every way they fall (models choose
+/// 2 to 10); past it the chosen experts are left out of the group's step.
+const MAX_ENUMERATED_CHOICES: usize = 32;
 
 /// Bytes of `model`'s routed experts, and of those a token uses.
 fn expert_bytes(model: &Model) -> (u64, u64) {
@@ -323,10 +346,15 @@ fn weight_mix(model: &Model) -> Vec<TypeReads> {
 
 #[cfg(test)]
 mod tests {
-    use super::busiest_rank_factor;
+    use super::expected_slowest;
 
     fn choose(n: u64, k: u64) -> f64 {
         (0..k).map(|i| (n - i) as f64 / (i + 1) as f64).product()
+    }
+
+    /// The expected largest number of a token's chosen experts one of `held.len()` ranks holds.
+    fn busiest(held: &[usize], used: usize) -> f64 {
+        expected_slowest(held, used, &|_, x| Some(x as f64)).unwrap()
     }
 
     /// Two ranks: the busier holds max(X, used - X) of the chosen experts, X hypergeometric, summed
@@ -340,15 +368,29 @@ mod tests {
                 .map(|x| x.max(used - x) as f64 * choose(half, x) * choose(experts - half, used - x))
                 .sum::<f64>()
                 / choose(experts, used);
-            let factor = busiest_rank_factor(experts as usize, used as usize, 2);
-            assert!((factor - expected / (used as f64 / 2.0)).abs() < 1e-9, "{experts}/{used}: {factor}");
+            let got = busiest(&[half as usize; 2], used as usize);
+            assert!((got - expected).abs() < 1e-9, "{experts}/{used}: {got} against {expected}");
         }
-        assert!((busiest_rank_factor(64, 8, 2) - 1.255_634_687).abs() < 1e-6);
-        assert!((busiest_rank_factor(64, 8, 4) - 1.715_891_056).abs() < 1e-6);
-        assert!((busiest_rank_factor(384, 8, 8) - 2.574_975_065).abs() < 1e-6);
-        // One rank, a dense model, or every expert chosen: no rank waits for another's experts.
-        assert_eq!(busiest_rank_factor(64, 8, 1), 1.0);
-        assert_eq!(busiest_rank_factor(0, 0, 2), 1.0);
-        assert!((busiest_rank_factor(8, 8, 2) - 1.0).abs() < 1e-9);
+        assert!((busiest(&[32; 2], 8) / 4.0 - 1.255_634_687).abs() < 1e-6);
+        assert!((busiest(&[16; 4], 8) / 2.0 - 1.715_891_056).abs() < 1e-6);
+        assert!((busiest(&[48; 8], 8) / 1.0 - 2.574_975_065).abs() < 1e-6);
+        // One rank, or every expert chosen: no rank waits for another's experts.
+        assert_eq!(busiest(&[64], 8), 8.0);
+        assert!((busiest(&[4, 4], 8) - 4.0).abs() < 1e-9);
+    }
+
+    /// Ranks of unequal shares, counted by hand: of 6 experts, ranks holding 4 and 2, a token choosing 2.
+    /// Both from the first (6 ways): it holds 2; one from each (8 ways): 1 each; both from the second
+    /// (1 way): 2. The busier holds (6·2 + 8·1 + 1·2) / 15 on average. With costs, each way counts its
+    /// slower rank: the first computing 10 + 3 per expert, the second 4 + 9 per expert.
+    #[test]
+    fn unequal_ranks_are_counted_by_the_way_the_chosen_experts_fall() {
+        assert!((busiest(&[4, 2], 2) - 22.0 / 15.0).abs() < 1e-9);
+        let cost = |r: usize, x: usize| Some(if r == 0 { 10.0 + 3.0 * x as f64 } else { 4.0 + 9.0 * x as f64 });
+        let by_hand = (6.0 * f64::max(16.0, 4.0) + 8.0 * f64::max(13.0, 13.0) + 1.0 * f64::max(10.0, 22.0)) / 15.0;
+        assert!((expected_slowest(&[4, 2], 2, &cost).unwrap() - by_hand).abs() < 1e-9);
+        // A dense model costs its slowest rank; an unknown cost leaves the step unknown.
+        assert_eq!(expected_slowest(&[0, 0], 0, &|r, _| Some(r as f64 + 1.0)), Some(2.0));
+        assert_eq!(expected_slowest(&[4, 2], 2, &|r, _| (r == 0).then_some(1.0)), None);
     }
 }

@@ -11,7 +11,7 @@
 //! Among the groups that fit, the fastest is chosen (the largest offers first, so equal predictions
 //! keep the most capable nodes).
 
-use super::{link_table_hop, subsets, GroupNeeds, ModelNeeds, NodeOffer, Parallelism, Plan, StagePlan};
+use super::{link_table_hop, needs, subsets, GroupNeeds, ModelNeeds, NodeOffer, Parallelism, Plan, StagePlan};
 use crate::model::TensorSlice;
 use crate::node::NodeId;
 use std::collections::HashMap;
@@ -147,17 +147,28 @@ fn plan_of(
     members: &[&NodeOffer],
     table: &HashMap<(NodeId, NodeId), (u64, u64)>,
 ) -> Plan {
+    // Each rank's reads besides the chosen experts, which every layer's sum waits for the busiest
+    // rank to compute (see `expected_slowest`).
+    let dense: Vec<u64> = slices
+        .iter()
+        .map(|(slice, weights)| needs.rank_dense_reads(slice, needs.rank(slice, *weights).weights))
+        .collect();
+    let held: Vec<usize> = slices.iter().map(|(slice, _)| slice.experts.len()).collect();
+    let (slot, used, experts) = (needs.expert_slot_reads(), needs.experts_used, held.iter().sum::<usize>().max(1));
     let stages: Vec<StagePlan> = members
         .iter()
         .zip(slices)
         .zip(shares)
-        .map(|((node, (slice, weights)), share)| {
+        .enumerate()
+        .map(|(r, ((node, (slice, weights)), share))| {
             let bytes = needs.rank(slice, *weights);
+            // Its own work on average: its share of the chosen experts.
+            let own = dense[r] + slot * (used * held[r]) as u64 / experts as u64;
             StagePlan {
                 node: node.id,
                 node_name: node.name.clone(),
                 layers: 0..needs.layers(),
-                expected_step_us: node.step_us(needs.rank_reads(slice, bytes.weights)),
+                expected_step_us: node.step_us(own),
                 bytes,
                 offer: node.bytes,
                 slice: Some(slice.clone()),
@@ -166,7 +177,8 @@ fn plan_of(
         })
         .collect();
     let link_us = link_us(needs, members, &stages, table);
-    let slowest: Option<u64> = stages.iter().map(|s| s.expected_step_us).try_fold(0, |m, s| s.map(|s| m.max(s)));
+    let cost = |r: usize, chosen: usize| members[r].step_us(dense[r] + chosen as u64 * slot).map(|us| us as f64);
+    let slowest = needs::expected_slowest(&held, used, &cost).map(|us| us.round() as u64);
     Plan {
         model: needs.name.clone(),
         context: needs.context,
