@@ -239,13 +239,20 @@ fn attention_reads(c: &crate::model::ModelConfig, row: &CacheRow, context: usize
 /// which it holds `x` of a token's `used` chosen experts, rank `r` holding `held[r]` of the experts:
 /// the expected largest cost over the ranks, as every layer's sum waits for the busiest rank. The
 /// experts are chosen at random, none twice. Exact: every way the chosen experts can fall on the
-/// ranks, weighted by the number of ways to choose them. With 8 of 64 experts chosen and two equal
-/// ranks the busier holds 5.0 of them on average, not 4 (with 4 ranks 3.4, not 2); with unequal ranks
-/// the larger is mostly the busier. `None` when a cost is unknown; a dense model (nothing chosen)
-/// costs its slowest rank.
+/// ranks, weighted by the number of ways to choose them (at most [`MAX_FALLS`] ways of counting them;
+/// past that, from a file asking for unusually many experts, each rank at its even share, which
+/// underestimates the wait). With 8 of 64 experts chosen and two equal ranks the busier holds 5.0 of
+/// them on average, not 4 (with 4 ranks 3.4, not 2); with unequal ranks the larger is mostly the
+/// busier. `None` when a cost is unknown; a dense model (nothing chosen) costs its slowest rank.
 pub fn expected_slowest(held: &[usize], used: usize, cost: &dyn Fn(usize, usize) -> Option<f64>) -> Option<f64> {
     let total: usize = held.iter().sum();
-    let used = if used > total || used > MAX_ENUMERATED_CHOICES { 0 } else { used };
+    let used = used.min(total);
+    // How many counts (x_0, ..., x_r) summing to `used` there are to walk, at most.
+    let falls = ways(used + held.len().max(1) - 1, held.len().max(1) - 1);
+    if falls > MAX_FALLS as f64 {
+        let even = |r: usize| (used * held[r]).div_ceil(total.max(1));
+        return (0..held.len()).map(|r| cost(r, even(r))).try_fold(0f64, |m, c| Some(m.max(c?)));
+    }
     // cost[r][x] for every count a rank can hold.
     let table: Vec<Vec<f64>> = held
         .iter()
@@ -286,9 +293,10 @@ fn ways(n: usize, k: usize) -> f64 {
     (0..k).map(|i| (n - i) as f64 / (i + 1) as f64).product()
 }
 
-/// Most experts a token may choose for [`expected_slowest`] to count every way they fall (models choose
-/// 2 to 10); past it the chosen experts are left out of the group's step.
-const MAX_ENUMERATED_CHOICES: usize = 32;
+/// Most ways of counting how a token's chosen experts fall on the ranks that [`expected_slowest`] walks:
+/// 8 of them over 8 ranks (DeepSeek V3, Kimi K2, Qwen3-MoE, GLM) are 6,435, 10 over 8 are 19,448.
+/// Placement asks for every group it weighs, so a file asking for many more must not cost seconds.
+const MAX_FALLS: usize = 50_000;
 
 /// Bytes of `model`'s routed experts, and of those a token uses.
 fn expert_bytes(model: &Model) -> (u64, u64) {
@@ -389,6 +397,9 @@ mod tests {
         let cost = |r: usize, x: usize| Some(if r == 0 { 10.0 + 3.0 * x as f64 } else { 4.0 + 9.0 * x as f64 });
         let by_hand = (6.0 * f64::max(16.0, 4.0) + 8.0 * f64::max(13.0, 13.0) + 1.0 * f64::max(10.0, 22.0)) / 15.0;
         assert!((expected_slowest(&[4, 2], 2, &cost).unwrap() - by_hand).abs() < 1e-9);
+        // Too many ways to count (40 chosen over 8 ranks): each rank at its even share, rounded up.
+        assert_eq!(busiest(&[16; 8], 40), 5.0);
+        assert!((busiest(&[15, 1], 8) - 7.5).abs() < 1e-9, "8 of 16: the larger rank holds 8 or 7, as often");
         // A dense model costs its slowest rank; an unknown cost leaves the step unknown.
         assert_eq!(expected_slowest(&[0, 0], 0, &|r, _| Some(r as f64 + 1.0)), Some(2.0));
         assert_eq!(expected_slowest(&[4, 2], 2, &|r, _| (r == 0).then_some(1.0)), None);
