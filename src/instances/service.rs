@@ -23,7 +23,7 @@ pub struct Instances {
     counters: Mutex<CounterWindow>,
     /// The rates sampled last (every second).
     latest_rates: Mutex<ClusterRates>,
-    /// Nodes a launch waited for to report their telemetry.
+    /// What launches waited for (nodes' telemetry, links' first probes), and since when.
     measurement_waits: Mutex<super::measurement_wait::MeasurementWaits>,
 }
 
@@ -48,7 +48,7 @@ impl Instances {
         self.registry.locked()
     }
 
-    /// The nodes launches waited for to report their telemetry.
+    /// What launches waited for (nodes' telemetry, links' first probes), and since when.
     pub(super) fn measurement_waits(&self) -> MutexGuard<'_, super::measurement_wait::MeasurementWaits> {
         self.measurement_waits.locked()
     }

@@ -149,10 +149,9 @@ fn plan_of(
 ) -> Plan {
     // Each rank's reads besides the chosen experts, which every layer's sum waits for the busiest
     // rank to compute (see `expected_slowest`).
-    let dense: Vec<u64> = slices
-        .iter()
-        .map(|(slice, weights)| needs.rank_dense_reads(slice, needs.rank(slice, *weights).weights))
-        .collect();
+    let bytes: Vec<_> = slices.iter().map(|(slice, weights)| needs.rank(slice, *weights)).collect();
+    let dense: Vec<u64> =
+        slices.iter().zip(&bytes).map(|((slice, _), bytes)| needs.rank_dense_reads(slice, bytes.weights)).collect();
     let held: Vec<usize> = slices.iter().map(|(slice, _)| slice.experts.len()).collect();
     let (slot, used, experts) = (needs.expert_slot_reads(), needs.experts_used, held.iter().sum::<usize>().max(1));
     let stages: Vec<StagePlan> = members
@@ -160,8 +159,7 @@ fn plan_of(
         .zip(slices)
         .zip(shares)
         .enumerate()
-        .map(|(r, ((node, (slice, weights)), share))| {
-            let bytes = needs.rank(slice, *weights);
+        .map(|(r, ((node, (slice, _)), share))| {
             // Its own work on average: its share of the chosen experts.
             let own = dense[r] + slot * (used * held[r]) as u64 / experts as u64;
             StagePlan {
@@ -169,7 +167,7 @@ fn plan_of(
                 node_name: node.name.clone(),
                 layers: 0..needs.layers(),
                 expected_step_us: node.step_us(own),
-                bytes,
+                bytes: bytes[r],
                 offer: node.bytes,
                 slice: Some(slice.clone()),
                 share: Some(*share),
