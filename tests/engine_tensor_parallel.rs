@@ -25,7 +25,7 @@ mod common;
 
 use common::random_model::{self, RandomModel};
 use shoal::engine::parallel::{self, local::channel_group, Group};
-use shoal::engine::{argmax, Stage, StageInput, StageOptions};
+use shoal::engine::{argmax, LocalPipeline, Stage, StageInput, StageOptions};
 use shoal::model::{slice, Model};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -43,11 +43,19 @@ type Run = Vec<(Vec<u32>, Vec<Vec<f32>>)>;
 /// Each prompt (a sequence each), then `tokens[p]` fed one by one, or the greedy choice where `tokens`
 /// is empty.
 fn run(stage: &mut Stage, forced: Option<&Run>) -> Run {
+    run_with(&mut |seq, start, tokens| stage.forward(seq, start, StageInput::Tokens(tokens)).unwrap().to_vec(), forced)
+}
+
+/// A step of sequence `seq` from position `start` (the arguments), returning its last token's logits.
+type Forward<'a> = dyn FnMut(usize, usize, &[u32]) -> Vec<f32> + 'a;
+
+/// [`run`] through `forward`.
+fn run_with(forward: &mut Forward<'_>, forced: Option<&Run>) -> Run {
     PROMPTS
         .iter()
         .enumerate()
         .map(|(seq, prompt)| {
-            let mut logits = vec![stage.forward(seq, 0, StageInput::Tokens(prompt)).unwrap().to_vec()];
+            let mut logits = vec![forward(seq, 0, prompt)];
             let mut tokens = Vec::new();
             for i in 0..DECODE {
                 let next = match forced {
@@ -56,8 +64,7 @@ fn run(stage: &mut Stage, forced: Option<&Run>) -> Run {
                 };
                 tokens.push(next);
                 if i + 1 < DECODE {
-                    let step = stage.forward(seq, prompt.len() + i, StageInput::Tokens(&[next])).unwrap();
-                    logits.push(step.to_vec());
+                    logits.push(forward(seq, prompt.len() + i, &[next]));
                 }
             }
             (tokens, logits)
@@ -85,7 +92,7 @@ fn grouped(path: &Path, shares: &[f64], reference: &Run) -> (Run, Vec<u64>) {
             std::thread::spawn(move || {
                 let model = Model::open(&path).unwrap();
                 let group = Group::new(slices, Box::new(l)).unwrap();
-                let mut stage = Stage::load_rank(&model, options(), group).unwrap();
+                let mut stage = Stage::load_rank(&model, 0..model.config().layers, options(), group).unwrap();
                 let bytes = stage.memory().weights;
                 parallel::follow(&mut stage).unwrap();
                 bytes
@@ -93,7 +100,7 @@ fn grouped(path: &Path, shares: &[f64], reference: &Run) -> (Run, Vec<u64>) {
         })
         .collect();
     let group = Group::new(slices, Box::new(leader_links)).unwrap();
-    let mut stage = Stage::load_rank(&model, options(), group).unwrap();
+    let mut stage = Stage::load_rank(&model, 0..model.config().layers, options(), group).unwrap();
     let forced = run(&mut stage, Some(reference));
     stage.group().unwrap().stop();
     let mut bytes = vec![stage.memory().weights];
@@ -210,6 +217,45 @@ fn random_models_split_unevenly_compute_the_whole_model() {
     }
 }
 
+/// Tensor-parallel groups chained as pipeline stages (a model too large for one group, or links fast
+/// within groups and slow between them): each group's ranks hold slices of its layers only, a later
+/// group starts from the hidden states the previous stage sends its leader (which passes them on to its
+/// ranks), and the last group's ranks each compute rows of the logits. SmolLM2 (its head tied to the
+/// embeddings, so the last group maps rows of a tensor the first holds whole), and random models with
+/// groups meeting at the dense/mixture-of-experts boundary (GLM-4.5, DeepSeek V3) and sliding-window
+/// layers with sinks (gpt-oss).
+#[test]
+fn groups_chained_as_pipeline_stages_compute_the_whole_model() {
+    let cases = [
+        ("SmolLM2", common::model_path(), vec![(0..12, vec![1.0, 1.0]), (12..20, vec![1.0]), (20..30, vec![2.0, 1.0])]),
+        ("GLM-4.5", random(random_model::glm4moe()), vec![(0..2, vec![1.0, 1.0]), (2..5, vec![1.0, 2.0])]),
+        ("DeepSeek V3", random(random_model::deepseek2()), vec![(0..1, vec![1.0]), (1..4, vec![1.0, 1.0])]),
+        ("gpt-oss", random(random_model::gpt_oss()), vec![(0..2, vec![2.0, 1.0]), (2..4, vec![1.0, 1.0, 1.0])]),
+    ];
+    for (label, path, chain) in cases {
+        let reference = whole(&path);
+        let model = Model::open(&path).unwrap();
+        assert_eq!(chain.last().unwrap().0.end, model.config().layers, "{label}: the chain covers the model");
+        let mut pipeline = LocalPipeline::load_chain(&model, &chain, &options()).unwrap();
+        // Each group's leader maps its slice of its own layers only: the embeddings on the first group,
+        // the head on the last.
+        for (stage, (layers, shares)) in pipeline.stages().iter().zip(&chain) {
+            if shares.len() > 1 {
+                let leader = &slice::plan(&model, shares).unwrap()[0];
+                let expected = slice::rank_bytes_in(&model, leader, layers.clone()).unwrap();
+                assert_eq!(stage.memory().weights, expected, "{label}: the leader of {layers:?}");
+                assert!(expected < slice::rank_bytes(&model, leader).unwrap(), "{label}: {layers:?} is not the model");
+            }
+        }
+        let label = format!("{label} over {chain:?}");
+        let forced = run_with(
+            &mut |seq, start, tokens| pipeline.forward(seq, start, tokens).unwrap().to_vec(),
+            Some(&reference),
+        );
+        assert_same(&label, &path, &reference, &forced);
+    }
+}
+
 #[test]
 fn a_group_the_model_cannot_divide_is_refused_with_the_reason() {
     let model = Model::open(&common::model_path()).unwrap();
@@ -234,13 +280,13 @@ fn every_layer_sums_twice_per_step_shared_experts_included() {
             let (path, slices) = (path.clone(), slices.clone());
             std::thread::spawn(move || {
                 let model = Model::open(&path).unwrap();
-                let mut stage =
-                    Stage::load_rank(&model, options(), Group::new(slices, Box::new(follower_links)).unwrap()).unwrap();
+                let group = Group::new(slices, Box::new(follower_links)).unwrap();
+                let mut stage = Stage::load_rank(&model, 0..layers as usize, options(), group).unwrap();
                 parallel::follow(&mut stage).unwrap();
             })
         };
-        let mut stage =
-            Stage::load_rank(&model, options(), Group::new(slices, Box::new(leader_links)).unwrap()).unwrap();
+        let group = Group::new(slices, Box::new(leader_links)).unwrap();
+        let mut stage = Stage::load_rank(&model, 0..layers as usize, options(), group).unwrap();
         let before = stage.group().unwrap().sums_taken();
         stage.forward(0, 0, StageInput::Tokens(&[1, 2, 3])).unwrap();
         let after_prompt = stage.group().unwrap().sums_taken();

@@ -1,7 +1,8 @@
 //! Worker processes wired into a ring by hand, as the agent does (`Connect` on stdin), with RDMA asked
 //! for on one link: RDMA cannot start on this machine (no devices, or a build without the feature), so
 //! the stage reports the fallback to TCP with the reason, and the two-stage ring still generates
-//! exactly what one process does. The same for the links of a tensor-parallel group (`ConnectGroup`).
+//! exactly what one process does. The same for the links of a tensor-parallel group (`ConnectGroup`),
+//! and for a group chained with a whole stage in a ring.
 
 mod common;
 
@@ -167,4 +168,49 @@ fn a_group_whose_links_cannot_start_rdma_falls_back_to_tcp_and_generates_as_one_
     ranks[0].wait("ready", |e| matches!(e, WorkerEvent::Ready).then_some(()));
     ranks[1].wait("ready", |e| matches!(e, WorkerEvent::Ready).then_some(()));
     assert_eq!(generate(front.expect("the leader has a front port")), expected);
+}
+
+/// A tensor-parallel group is one stage of a ring whose other stage is a whole stage: first, the
+/// group's leader takes the requests, sends each step to its ranks as a lone group does and passes the
+/// hidden states on, and the whole stage samples; then the whole stage takes the requests and the
+/// group, from the hidden states it receives, gathers its ranks' logits and samples. Each generates
+/// what the same chain generates in one process.
+#[test]
+fn a_group_chained_with_a_stage_in_a_ring_generates_as_one_process() {
+    let halves = [(0..15, "0-14"), (15..30, "15-29")];
+    for group_stage in [0, 1] {
+        let stage = 1 - group_stage;
+        let mut chain = vec![(halves[0].0.clone(), vec![1.0]), (halves[1].0.clone(), vec![1.0])];
+        chain[group_stage].1 = vec![0.5, 0.5];
+        let expected = common::chain_process("The capital of France is", 24, &chain);
+
+        let group = |rank: usize| {
+            let (rank, at) = (rank.to_string(), group_stage.to_string());
+            let args =
+                ["--tensor-rank", &rank, "--tensor-shares", "0.5,0.5", "--group-stage", &at, "--group-stages", "2"];
+            Worker::start_with(halves[group_stage].1, rank.parse().unwrap(), 3, &args)
+        };
+        let mut ranks = [group(0), group(1)];
+        let mut whole = Worker::start(halves[stage].1, stage, 2);
+        let (leader_data, leader_front) = ranks[0].listening();
+        let (whole_data, whole_front) = whole.listening();
+        let peers: Vec<SocketAddr> =
+            [leader_data, ranks[1].listening().0].iter().map(|&p| SocketAddr::from(([127, 0, 0, 1], p))).collect();
+        for rank in &mut ranks {
+            rank.command(&WorkerCommand::ConnectGroup { peers: peers.clone(), rdma: vec![None, None] });
+        }
+        // The leader's data port is the group's until its ranks have linked: the ring connects after.
+        ranks[1].wait("the follower linked", |e| matches!(e, WorkerEvent::Ready).then_some(()));
+        let at = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+        whole.command(&WorkerCommand::Connect { next: at(leader_data), rdma: None });
+        ranks[0].command(&WorkerCommand::Connect { next: at(whole_data), rdma: None });
+        ranks[0].wait("ready", |e| matches!(e, WorkerEvent::Ready).then_some(()));
+        whole.wait("ready", |e| matches!(e, WorkerEvent::Ready).then_some(()));
+        let front = if group_stage == 0 { leader_front } else { whole_front };
+        assert_eq!(
+            generate(front.expect("the first stage takes requests")),
+            expected,
+            "the group at stage {group_stage}"
+        );
+    }
 }

@@ -1,7 +1,8 @@
 //! Several stages in one process, chained exactly as stages on different machines are: each boundary's
 //! hidden states are encoded to bytes and decoded again, so `--split` exercises the wire format. Or one
 //! tensor-parallel group whose ranks are threads of this process, linked by channels
-//! ([`LocalPipeline::load_group`]): the group's own arithmetic, without a network.
+//! ([`LocalPipeline::load_group`]): the group's own arithmetic, without a network; or groups chained as
+//! stages ([`LocalPipeline::load_chain`]).
 
 use super::hidden::{HiddenStates, WireFormat};
 use super::stage::{Segment, Stage, StageInput, StageOptions};
@@ -27,13 +28,13 @@ pub struct LocalPipeline {
     wire: Vec<u8>,
     hidden: HiddenStates,
     boundary_bytes: u64,
-    /// A tensor-parallel group's other ranks, on threads (the leader is the one stage).
+    /// The other ranks of tensor-parallel groups, on threads (each group's leader is one of the stages).
     followers: Vec<std::thread::JoinHandle<Result<(), String>>>,
 }
 
 impl Drop for LocalPipeline {
     fn drop(&mut self) {
-        if let Some(group) = self.stages.first().and_then(Stage::group) {
+        for group in self.stages.iter().filter_map(Stage::group) {
             group.stop();
         }
         for follower in self.followers.drain(..) {
@@ -72,18 +73,52 @@ impl LocalPipeline {
     /// on a thread of its own (with `options.threads` compute threads), linked by channels; steps go to
     /// the leader.
     pub fn load_group(model: &Model, shares: &[f64], options: &StageOptions) -> Result<LocalPipeline, EngineError> {
+        Self::load_chain(model, &[(0..model.config().layers, shares.to_vec())], options)
+    }
+
+    /// The model as a chain of stages, each a layer range (covering the model in order) and the shares
+    /// of its ranks: one share is a whole stage, several a tensor-parallel group over that range whose
+    /// leader is the chain's stage and whose other ranks run on threads of their own, linked by
+    /// channels. Hidden states pass from one stage (a group's leader) to the next as between stages.
+    pub fn load_chain(
+        model: &Model,
+        chain: &[(Range<usize>, Vec<f64>)],
+        options: &StageOptions,
+    ) -> Result<LocalPipeline, EngineError> {
+        let mut stages = Vec::new();
+        let mut followers = Vec::new();
+        for (layers, shares) in chain {
+            let stage = match shares.len() {
+                1 => Stage::load(model, layers.clone(), options.clone())?,
+                _ => Self::load_ranks(model, layers, shares, options, &mut followers)?,
+            };
+            stages.push(stage);
+        }
+        let mut pipeline = Self::from_stages(stages, WireFormat::F32)?;
+        pipeline.followers = followers;
+        Ok(pipeline)
+    }
+
+    /// A group's ranks over `layers`: the others on threads (pushed to `followers`), the leader returned.
+    fn load_ranks(
+        model: &Model,
+        layers: &Range<usize>,
+        shares: &[f64],
+        options: &StageOptions,
+        followers: &mut Vec<std::thread::JoinHandle<Result<(), String>>>,
+    ) -> Result<Stage, EngineError> {
         let ranks = shares.len();
         let slices = crate::model::slice::plan(model, shares).map_err(EngineError::BadInput)?;
         let mut links = super::parallel::local::channel_group(ranks, std::time::Duration::from_secs(600)).into_iter();
         let leader = links.next().expect("a group has a leader");
-        let mut followers = Vec::new();
         for link in links {
             let (path, slices, options) = (model.path().to_path_buf(), slices.clone(), options.clone());
+            let layers = layers.clone();
             let (loaded_tx, loaded_rx) = std::sync::mpsc::channel();
             followers.push(std::thread::spawn(move || {
                 let loaded = Model::open(&path).map_err(EngineError::from).and_then(|model| {
                     let group = super::parallel::Group::new(slices, Box::new(link)).map_err(EngineError::BadInput)?;
-                    Stage::load_rank(&model, options, group)
+                    Stage::load_rank(&model, layers, options, group)
                 });
                 match loaded {
                     Ok(mut stage) => {
@@ -102,10 +137,7 @@ impl LocalPipeline {
                 .map_err(EngineError::BadInput)?;
         }
         let group = super::parallel::Group::new(slices, Box::new(leader)).map_err(EngineError::BadInput)?;
-        let stage = Stage::load_rank(model, options.clone(), group)?;
-        let mut pipeline = Self::of(vec![stage], WireFormat::F32);
-        pipeline.followers = followers;
-        Ok(pipeline)
+        Stage::load_rank(model, layers.clone(), options.clone(), group)
     }
 
     /// Chains stages loaded elsewhere (each from its own file, say): they must cover the model's layers

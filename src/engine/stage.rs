@@ -139,11 +139,17 @@ impl Stage {
         Self::load_in(model, layers, options, None, &mut |_| {})
     }
 
-    /// Loads one rank of a tensor-parallel group: its slice of every layer (see [`Group`]), with a KV
-    /// cache of its own heads. The leader takes steps as any whole stage does, the others run
+    /// Loads one rank of a tensor-parallel group: its slice of each of `layers` (see [`Group`]; the
+    /// whole model, or one group's range of groups chained as pipeline stages), with a KV cache of its
+    /// own heads. The leader takes steps as any stage of those layers does, the others run
     /// [`super::parallel::follow`].
-    pub fn load_rank(model: &Model, options: StageOptions, group: Group) -> Result<Stage, EngineError> {
-        Self::load_in(model, 0..model.config().layers, options, Some(group), &mut |_| {})
+    pub fn load_rank(
+        model: &Model,
+        layers: Range<usize>,
+        options: StageOptions,
+        group: Group,
+    ) -> Result<Stage, EngineError> {
+        Self::load_in(model, layers, options, Some(group), &mut |_| {})
     }
 
     /// Loads a stage (`layers`), or a rank of `group`, and reads all its weights into memory now, so
@@ -185,7 +191,7 @@ impl Stage {
         };
         let device = options.device()?;
         let weights = match &group {
-            Some(group) => StageWeights::map_slice(model, device, options.weights, group.slice())?,
+            Some(group) => StageWeights::map_slice(model, layers.clone(), device, options.weights, group.slice())?,
             None => StageWeights::map(model, layers.clone(), device, options.weights)?,
         };
         // A rank caches the keys and values of its own heads.
@@ -523,7 +529,9 @@ impl Stage {
         }
         computed?;
         backend.read_output(graph, &mut self.output);
-        if let Some(group) = &self.group {
+        // The last layers' ranks each hold rows of the logits; before them every rank holds the same
+        // hidden states.
+        if let Some(group) = self.group.as_ref().filter(|_| is_last) {
             group.gather_logits(&mut self.output, shape.outputs, &mut self.gathered)?;
         }
         for s in segments {

@@ -3,7 +3,7 @@
 
 use super::EngineError;
 use crate::ggml::{Device, GatheredTensor, MappedTensor, Repacking, SetTensorRef, TensorSet, WeightPlacement};
-use crate::model::layout::{self, ExpectedTensor, OUTPUT, OUTPUT_NORM, ROPE_FREQS, TOKEN_EMBEDDING};
+use crate::model::layout::{self, OUTPUT, OUTPUT_NORM, ROPE_FREQS, TOKEN_EMBEDDING};
 use crate::model::{Model, ModelError, SliceSource, TensorSlice};
 use std::ops::Range;
 
@@ -71,25 +71,25 @@ impl StageWeights {
         Self::bind(model, layers, sets, names, None)
     }
 
-    /// Maps a tensor-parallel rank's share of the whole model: each tensor whole or its `slice` as the
-    /// architecture declares its split. A share that is one aligned run of the file is mapped in place
-    /// (rows of whole heads, of the feed-forward, whole experts, output rows); one in pieces (columns:
-    /// the output projection's and the down projection's inputs) is copied once into a buffer of its
-    /// own. The token embeddings are whole on every rank; when the output head is tied to them, the
-    /// rank's rows of them are mapped again as its head.
+    /// Maps a tensor-parallel rank's share of `layers` (the whole model, or one group's range when
+    /// groups are chained as pipeline stages): each tensor whole or its `slice` as the architecture
+    /// declares its split. A share that is one aligned run of the file is mapped in place (rows of
+    /// whole heads, of the feed-forward, whole experts, output rows); one in pieces (columns: the output
+    /// projection's and the down projection's inputs) is copied once into a buffer of its own. The
+    /// token embeddings are whole on every rank of the first layers; when the output head is tied to
+    /// them, a rank of the last layers maps its rows of them as its head.
     pub fn map_slice(
         model: &Model,
+        layers: Range<usize>,
         device: Device,
         placement: WeightPlacement,
         slice: &TensorSlice,
     ) -> Result<StageWeights, EngineError> {
         let config = model.config();
-        let layers = 0..config.layers;
         let corrupt = |path: &std::path::Path, reason: String| {
             EngineError::Model(ModelError::Corrupt { path: path.into(), reason })
         };
-        let mut declared: Vec<ExpectedTensor> = layers.clone().flat_map(|l| layout::layer_tensors(config, l)).collect();
-        declared.extend(layout::global_tensors(config));
+        let declared = layout::stage_tensors(config, layers.clone());
         let in_place = placement != WeightPlacement::Copied && device.maps_host_memory();
         let tied = model.layout().tied_output;
         // (name, part index, info, its share) of every tensor the rank binds.

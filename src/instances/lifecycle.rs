@@ -303,7 +303,7 @@ pub(super) async fn launch_as(
             threads: request.threads.unwrap_or(0),
             file: file.clone(),
             parts: parts.clone(),
-            tensor: tensor.then(|| supervisor::TensorRank { rank: i, shares: shares.clone() }),
+            tensor: tensor.then(|| supervisor::TensorRank::alone(i, shares.clone())),
         };
         if stage.node == me {
             start_local(instances, spec, me);

@@ -55,7 +55,10 @@ pub fn stage_spec(spec: &StageSpec) -> Result<(), String> {
     }
     if let Some(tensor) = &spec.tensor {
         let shares_ok = tensor.shares.iter().all(|s| s.is_finite() && *s > 0.0 && *s <= 1e6);
-        if tensor.rank != spec.stage || tensor.shares.len() != spec.stages || !shares_ok {
+        // Launches run one group over the whole model: groups chained as pipeline stages run in the
+        // engine and the workers, not yet from a launch.
+        let one_group = tensor.ring_stage == 0 && tensor.ring_stages == 1;
+        if tensor.rank != spec.stage || tensor.shares.len() != spec.stages || !shares_ok || !one_group {
             return Err(format!(
                 "rank {} of a tensor-parallel group of {} stages with shares {:?}",
                 tensor.rank, spec.stages, tensor.shares
@@ -242,7 +245,7 @@ mod tests {
     fn stage_specs_from_members_are_checked() {
         use crate::worker::supervisor::TensorRank;
         assert_eq!(stage_spec(&spec()), Ok(()));
-        let rank = StageSpec { tensor: Some(TensorRank { rank: 0, shares: vec![1.0, 2.0] }), ..spec() };
+        let rank = StageSpec { tensor: Some(TensorRank::alone(0, vec![1.0, 2.0])), ..spec() };
         assert_eq!(stage_spec(&rank), Ok(()));
         let bad = [
             StageSpec { instance: "../x".into(), ..spec() },
@@ -254,10 +257,15 @@ mod tests {
             StageSpec { file: None, ..spec() },
             // A tensor-parallel rank that is not the stage, shares that do not count the ranks, a share
             // that is not a positive number.
-            StageSpec { tensor: Some(TensorRank { rank: 1, shares: vec![1.0, 1.0] }), ..spec() },
-            StageSpec { tensor: Some(TensorRank { rank: 0, shares: vec![1.0] }), ..spec() },
-            StageSpec { tensor: Some(TensorRank { rank: 0, shares: vec![1.0, f64::NAN] }), ..spec() },
-            StageSpec { tensor: Some(TensorRank { rank: 0, shares: vec![1.0, 0.0] }), ..spec() },
+            StageSpec { tensor: Some(TensorRank::alone(1, vec![1.0, 1.0])), ..spec() },
+            StageSpec { tensor: Some(TensorRank::alone(0, vec![1.0])), ..spec() },
+            StageSpec { tensor: Some(TensorRank::alone(0, vec![1.0, f64::NAN])), ..spec() },
+            StageSpec { tensor: Some(TensorRank::alone(0, vec![1.0, 0.0])), ..spec() },
+            // A group placed in a ring of chained groups, which no launch makes yet.
+            StageSpec {
+                tensor: Some(TensorRank { ring_stage: 1, ring_stages: 2, ..TensorRank::alone(0, vec![1.0, 1.0]) }),
+                ..spec()
+            },
             StageSpec {
                 file: Some(OfferedFile {
                     name: "../../x/evil.gguf".into(),

@@ -131,6 +131,20 @@ pub fn global_tensors(config: &ModelConfig) -> Vec<ExpectedTensor> {
     config.architecture.spec().global_tensors(config)
 }
 
+/// The tensors a stage of `layers` binds, as declared: its layers', and of the tensors outside the
+/// layers the token embedding on the first layers, the final norm and the output head on the last, the
+/// others (RoPE factors) on every stage.
+pub fn stage_tensors(config: &ModelConfig, layers: Range<usize>) -> Vec<ExpectedTensor> {
+    let (first, last) = (layers.start == 0, layers.end == config.layers);
+    let mut list: Vec<ExpectedTensor> = layers.flat_map(|l| layer_tensors(config, l)).collect();
+    list.extend(global_tensors(config).into_iter().filter(|t| match t.name.as_str() {
+        TOKEN_EMBEDDING => first,
+        OUTPUT | OUTPUT_NORM => last,
+        _ => true,
+    }));
+    list
+}
+
 /// The usual tensors outside the layers: the token embedding, the final norm, the output head (absent
 /// when tied to the embedding) and Llama 3's RoPE factors.
 pub fn standard_globals(config: &ModelConfig) -> Vec<ExpectedTensor> {

@@ -49,6 +49,12 @@ pub struct WorkerArgs {
     /// Every rank's share of the model, in rank order (`1,1`).
     #[arg(long, value_delimiter = ',', requires = "tensor_rank")]
     pub tensor_shares: Vec<f64>,
+    /// Where the rank's group runs in the ring when groups are chained as pipeline stages (its layers
+    /// are then --layers): its stage, of --group-stages.
+    #[arg(long, default_value_t = 0, requires = "tensor_rank")]
+    pub group_stage: usize,
+    #[arg(long, default_value_t = 1, requires = "tensor_rank")]
+    pub group_stages: usize,
 }
 
 fn parse_range(s: &str) -> Result<Range<usize>, String> {
@@ -89,7 +95,12 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
         threads: args.threads,
         listen: args.listen,
         device,
-        tensor: args.tensor_rank.map(|rank| TensorRank { rank, shares: args.tensor_shares }),
+        tensor: args.tensor_rank.map(|rank| TensorRank {
+            rank,
+            shares: args.tensor_shares,
+            ring_stage: args.group_stage,
+            ring_stages: args.group_stages.max(1),
+        }),
     };
     process::run(config, secret, front_token)
 }

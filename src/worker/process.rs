@@ -44,8 +44,24 @@ pub struct WorkerConfig {
     pub threads: usize,
     pub listen: IpAddr,
     pub device: StageDevice,
-    /// A rank of a tensor-parallel group: it loads its slice of every layer, and the stages are the ranks.
+    /// A rank of a tensor-parallel group: it loads its slice of each of `layers`; its group is the
+    /// stage the rank's `ring_stage` says (`stage` and `stages` then number the instance's workers).
     pub tensor: Option<TensorRank>,
+}
+
+impl WorkerConfig {
+    /// Whether this worker runs its stage in the ring: any but a group's followers.
+    pub fn leads(&self) -> bool {
+        self.tensor.as_ref().is_none_or(|t| t.rank == 0)
+    }
+
+    /// The worker's stage in the ring, and the ring's stages: a group's rank's are its group's.
+    pub fn ring_place(&self) -> (usize, usize) {
+        match &self.tensor {
+            Some(t) => (t.ring_stage, t.ring_stages),
+            None => (self.stage, self.stages),
+        }
+    }
 }
 
 /// The device a node's stages compute on (`shoal node --device`), and where their weights live on it
@@ -110,9 +126,8 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
         }
         None => None,
     };
-    let layers = if group.is_some() { 0..model.config().layers } else { config.layers.clone() };
     let mut last = 0.0;
-    let stage = Stage::load_resident(&model, layers, options, group, |p| {
+    let stage = Stage::load_resident(&model, config.layers.clone(), options, group, |p| {
         if p - last >= 0.05 || p >= 1.0 {
             last = p;
             emit(&WorkerEvent::Loading { progress: p });
@@ -120,9 +135,9 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
     })?;
     // The stage that samples constrains structured output with the model's vocabulary (in a
     // tensor-parallel group, the leader).
-    let samples = stage.is_last() && config.stage == 0 || stage.is_last() && config.tensor.is_none();
+    let samples = stage.is_last() && config.leads();
     let grammars = if samples { Some(engine::Grammars::new(model.tokenizer()?)) } else { None };
-    let head = if config.stage == 0 {
+    let head = if config.ring_place().0 == 0 && config.leads() {
         let tokenizer = model.tokenizer()?;
         let template = model.chat_template(&tokenizer)?;
         Some(Head::new(tokenizer, template, config.sequences))
@@ -187,8 +202,8 @@ async fn serve(
     let mut sink: Option<Box<dyn FrameSink>> = None;
     let mut source: Option<Box<dyn FrameSource>> = None;
     if let Some(tensor) = &config.tensor {
-        // A rank of a tensor-parallel group: connect to the other ranks, then the leader serves requests
-        // as a one-stage instance does and the others follow it.
+        // A rank of a tensor-parallel group: connect to the other ranks, then the leader runs as the
+        // stage its group is (the only one, or one of groups chained in a ring) and the others follow it.
         let (peers, routes) =
             group_rx.await.map_err(|_| anyhow::anyhow!("the agent never said where the other ranks are"))?;
         let links = connect_group(tensor.rank, &peers, routes, &data, &secret).await?;
@@ -196,14 +211,18 @@ async fn serve(
         if tensor.rank > 0 {
             return follow(stage, stats).await;
         }
-    } else if config.stages > 1 {
+    }
+    // A group's stage is its leader's: the previous stage reaches it on its data port, as the ranks
+    // did. Until the ranks have linked the port is theirs (a ring connection would be read as a rank's
+    // greeting), so the agent connects the previous stage to a group only once the group's other ranks
+    // are ready, which they are once linked.
+    let stages = config.ring_place().1;
+    if stages > 1 {
         let (inbound, outbound) = tokio::join!(accept_previous(&data, &secret), connect_next(next_rx, &secret));
         source = Some(inbound?);
         sink = Some(outbound?);
     }
     let (recycle_tx, recycle_rx) = std::sync::mpsc::channel::<Vec<u8>>();
-    // A tensor-parallel group is one stage to the requests: its leader samples.
-    let stages = if config.tensor.is_some() { 1 } else { config.stages };
     let compute = Compute::new(stage, stages, head, sink, Some(recycle_tx), stats.clone(), grammars);
     let compute_thread = match (is_head, source) {
         (true, source) => {

@@ -40,18 +40,38 @@ pub struct StageSpec {
 }
 
 /// Which rank of a tensor-parallel group a worker is, and every rank's share of the model, in rank order
-/// (each rank plans the same slices from them: [`crate::model::slice::plan`]).
+/// (each rank plans the same slices from them: [`crate::model::slice::plan`]); and, when groups are
+/// chained as pipeline stages, which stage of the ring its group is (the group's leader is that stage:
+/// it takes hidden states from the previous stage and passes its own on).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TensorRank {
     pub rank: usize,
     pub shares: Vec<f64>,
+    #[serde(default)]
+    pub ring_stage: usize,
+    #[serde(default = "one")]
+    pub ring_stages: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl TensorRank {
+    /// Rank `rank` of the one group that runs the whole model.
+    pub fn alone(rank: usize, shares: Vec<f64>) -> TensorRank {
+        TensorRank { rank, shares, ring_stage: 0, ring_stages: 1 }
+    }
+
     /// The worker arguments that say it.
     pub fn args(&self) -> Vec<String> {
         let shares: Vec<String> = self.shares.iter().map(|s| s.to_string()).collect();
-        vec!["--tensor-rank".into(), self.rank.to_string(), "--tensor-shares".into(), shares.join(",")]
+        let mut args = vec!["--tensor-rank".into(), self.rank.to_string(), "--tensor-shares".into(), shares.join(",")];
+        if self.ring_stages > 1 {
+            args.extend(["--group-stage".into(), self.ring_stage.to_string()]);
+            args.extend(["--group-stages".into(), self.ring_stages.to_string()]);
+        }
+        args
     }
 }
 

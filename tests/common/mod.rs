@@ -134,16 +134,39 @@ pub fn group_process(prompt: &str, max_tokens: usize, shares: &[f64]) -> String 
     one_process(&model_path(), shares, prompt, max_tokens)
 }
 
+/// What stages and tensor-parallel groups chained in a ring generate greedily for `prompt`: each a layer
+/// range and its ranks' shares (one share: a whole stage), all threads of one process.
+pub fn chain_process(prompt: &str, max_tokens: usize, chain: &[(std::ops::Range<usize>, Vec<f64>)]) -> String {
+    let model = shoal::model::Model::open(&model_path()).unwrap();
+    let options = shoal::engine::StageOptions { context: 512, threads: 1, ..Default::default() };
+    generate_with(
+        &model,
+        shoal::engine::LocalPipeline::load_chain(&model, chain, &options).unwrap(),
+        prompt,
+        max_tokens,
+    )
+}
+
 fn one_process(path: &std::path::Path, shares: &[f64], prompt: &str, max_tokens: usize) -> String {
-    use shoal::engine::{self, GenerateRequest, LocalPipeline, SamplingParams, StageOptions, WireFormat};
+    use shoal::engine::{LocalPipeline, StageOptions, WireFormat};
     let model = shoal::model::Model::open(path).unwrap();
-    let tokenizer = model.tokenizer().unwrap();
     let options = StageOptions { context: 512, threads: 1, ..StageOptions::default() };
-    let mut pipeline = if shares.len() > 1 {
+    let pipeline = if shares.len() > 1 {
         LocalPipeline::load_group(&model, shares, &options).unwrap()
     } else {
         LocalPipeline::load(&model, &[], &options, WireFormat::F32).unwrap()
     };
+    generate_with(&model, pipeline, prompt, max_tokens)
+}
+
+fn generate_with(
+    model: &shoal::model::Model,
+    mut pipeline: shoal::engine::LocalPipeline,
+    prompt: &str,
+    max_tokens: usize,
+) -> String {
+    use shoal::engine::{self, GenerateRequest, SamplingParams};
+    let tokenizer = model.tokenizer().unwrap();
     let request = GenerateRequest {
         prompt: tokenizer.encode(prompt).unwrap(),
         max_tokens,

@@ -1,7 +1,7 @@
 //! A rank's end of a tensor-parallel group: the sums inside its graphs, the leader's step broadcast
 //! and logits gather, and the followers' loop.
 
-use super::wire::{self, FromLeader};
+use super::wire::{self, FromLeader, StepInput};
 use super::GroupLinks;
 use crate::engine::{EngineError, Segment, Stage, StageInput};
 use crate::ggml::Collective;
@@ -114,17 +114,15 @@ impl Group {
         EngineError::GroupLost(reason)
     }
 
-    /// The leader, before computing a step: sends it to every other rank.
+    /// The leader, before computing a step: sends it (its token ids, or the hidden states the previous
+    /// stage sent a group of later layers) to every other rank.
     pub(crate) fn broadcast_step(&self, segments: &[Segment], input: &StageInput<'_>) -> Result<(), EngineError> {
-        let StageInput::Tokens(tokens) = input else {
-            return Err(EngineError::BadInput("a tensor-parallel group starts from token ids".into()));
-        };
         let mut state = self.inner.state.locked();
         if let Some(reason) = &state.broken {
             return Err(EngineError::GroupLost(reason.clone()));
         }
         let mut frame = std::mem::take(&mut state.mine);
-        wire::encode_step(segments, tokens, &mut frame);
+        wire::encode_step(segments, input, &mut frame);
         let sent = match state.links.as_mut() {
             Some(links) => (1..self.slices.len()).try_for_each(|r| links.send(r, &frame)),
             None => Err(NOT_LINKED.to_string()),
@@ -275,13 +273,21 @@ pub fn follow_reporting(stage: &mut Stage, mut on_step: impl FnMut(&Stage, Follo
         received.map_err(|e| format!("the group's leader is gone ({e})"))?;
         match wire::decode_from_leader(&frame).map_err(|e| format!("the leader sent a malformed frame: {e}"))? {
             FromLeader::Stop => return Ok(()),
-            FromLeader::Step { segments, tokens } => {
-                if let Some(bad) = tokens.iter().find(|&&t| t >= vocabulary) {
-                    return Err(format!("the leader sent token {bad}, outside the vocabulary"));
-                }
+            FromLeader::Step { segments, input } => {
                 let started = std::time::Instant::now();
-                stage.forward_batch(&segments, StageInput::Tokens(&tokens)).map_err(|e| e.to_string())?;
-                let step = FollowedStep { tokens: tokens.len(), rows: segments.len(), took: started.elapsed() };
+                let tokens = segments.iter().map(|s| s.tokens).sum();
+                let input = match &input {
+                    StepInput::Tokens(ids) => {
+                        if let Some(bad) = ids.iter().find(|&&t| t >= vocabulary) {
+                            return Err(format!("the leader sent token {bad}, outside the vocabulary"));
+                        }
+                        StageInput::Tokens(ids)
+                    }
+                    // The stage checks that the values are the segments' rows of its width.
+                    StepInput::Hidden(values) => StageInput::Hidden { values, tokens },
+                };
+                stage.forward_batch(&segments, input).map_err(|e| e.to_string())?;
+                let step = FollowedStep { tokens, rows: segments.len(), took: started.elapsed() };
                 on_step(stage, step);
             }
         }

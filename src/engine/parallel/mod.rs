@@ -1,11 +1,13 @@
 //! Tensor parallelism: a group of ranks, one process per node, each holding a slice of every layer
 //! (whole heads, columns of the feed-forward, whole experts, rows of the output head: see
-//! [`crate::model::slice`]), run every step together. Rank 0 (the leader) takes the requests: before
-//! each step it sends the step (its sequences, positions and tokens) to the others; every rank computes
-//! its part of each layer, and the group sums the parts twice per layer (after attention and after the
-//! feed-forward) inside the graph ([`crate::ggml::Collective`]); at the end each rank has its rows of the
-//! logits, which the others send to the leader, which samples. Every rank adds the parts in rank order,
-//! so all of them hold the same hidden states, bit for bit.
+//! [`crate::model::slice`]), run every step together. Rank 0 (the leader) takes the steps: before
+//! each it sends the step (its sequences, positions, and tokens or, in a group of later layers when
+//! groups are chained as pipeline stages, the previous stage's hidden states) to the others; every
+//! rank computes its part of each layer, and the group sums the parts twice per layer (after attention
+//! and after the feed-forward) inside the graph ([`crate::ggml::Collective`]). At the end of the model
+//! each rank has its rows of the logits, which the others send to the leader, which samples; a group
+//! of earlier layers ends with the same hidden states on every rank, which its leader passes on. Every
+//! rank adds the parts in rank order, so all of them hold the same hidden states, bit for bit.
 //!
 //! [`Group`] is a rank's end of this; it moves bytes through [`GroupLinks`]: TCP between nodes
 //! ([`crate::transport::group`]), or channels between threads of one process ([`local`], for tests).

@@ -5,16 +5,19 @@
 //! Every frame starts with its kind. Little-endian throughout.
 //! - `STEP` (leader to each rank): `u32` segment count, per segment `seq`, `start`, `tokens` (`u32`
 //!   each) and `logits` (`u8`); `u32` token count and the token ids (`u32`).
+//! - `HIDDEN_STEP` (leader to each rank, in a group that runs layers after the first): the segments as
+//!   in `STEP`; `u32` value count and the hidden states the previous stage sent (`f32`).
 //! - `PARTIAL` (every rank to every rank): a rank's part of a layer's output, `f32` values.
 //! - `LOGITS` (each rank to the leader): its rows of the logits, `f32` values.
 //! - `STOP` (leader to each rank): the group ends.
 
-use crate::engine::Segment;
+use crate::engine::{Segment, StageInput};
 
 pub const STEP: u8 = 1;
 pub const PARTIAL: u8 = 2;
 pub const LOGITS: u8 = 3;
 pub const STOP: u8 = 4;
+pub const HIDDEN_STEP: u8 = 5;
 
 /// The most segments or tokens a step frame may hold (a step never exceeds its batch; this only bounds
 /// what a malformed frame can make a rank allocate).
@@ -43,9 +46,20 @@ pub fn values(frame: &[u8], kind: u8, count: usize) -> Result<impl Iterator<Item
     }
 }
 
-pub fn encode_step(segments: &[Segment], tokens: &[u32], out: &mut Vec<u8>) {
+/// A step's input as the leader sends it on.
+#[derive(Debug, PartialEq)]
+pub enum StepInput {
+    Tokens(Vec<u32>),
+    /// The previous stage's hidden states, a row per token.
+    Hidden(Vec<f32>),
+}
+
+pub fn encode_step(segments: &[Segment], input: &StageInput<'_>, out: &mut Vec<u8>) {
     out.clear();
-    out.push(STEP);
+    out.push(match input {
+        StageInput::Tokens(_) => STEP,
+        StageInput::Hidden { .. } => HIDDEN_STEP,
+    });
     out.extend_from_slice(&(segments.len() as u32).to_le_bytes());
     for s in segments {
         for n in [s.seq, s.start, s.tokens] {
@@ -53,16 +67,27 @@ pub fn encode_step(segments: &[Segment], tokens: &[u32], out: &mut Vec<u8>) {
         }
         out.push(s.logits as u8);
     }
-    out.extend_from_slice(&(tokens.len() as u32).to_le_bytes());
-    for t in tokens {
-        out.extend_from_slice(&t.to_le_bytes());
+    match input {
+        StageInput::Tokens(tokens) => {
+            out.extend_from_slice(&(tokens.len() as u32).to_le_bytes());
+            for t in *tokens {
+                out.extend_from_slice(&t.to_le_bytes());
+            }
+        }
+        StageInput::Hidden { values, .. } => {
+            out.reserve(4 + 4 * values.len());
+            out.extend_from_slice(&(values.len() as u32).to_le_bytes());
+            for v in *values {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
     }
 }
 
 /// What a frame from the leader says.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub enum FromLeader {
-    Step { segments: Vec<Segment>, tokens: Vec<u32> },
+    Step { segments: Vec<Segment>, input: StepInput },
     Stop,
 }
 
@@ -70,7 +95,7 @@ pub fn decode_from_leader(frame: &[u8]) -> Result<FromLeader, String> {
     let mut r = Reader(frame);
     match r.u8()? {
         STOP if frame.len() == 1 => Ok(FromLeader::Stop),
-        STEP => {
+        kind @ (STEP | HIDDEN_STEP) => {
             let n = r.count()?;
             let mut segments = Vec::with_capacity(n);
             for _ in 0..n {
@@ -82,12 +107,22 @@ pub fn decode_from_leader(frame: &[u8]) -> Result<FromLeader, String> {
                 };
                 segments.push(Segment { seq, start, tokens, logits });
             }
-            let n = r.count()?;
-            let tokens = (0..n).map(|_| r.u32()).collect::<Result<Vec<_>, _>>()?;
+            let input = if kind == STEP {
+                let n = r.count()?;
+                StepInput::Tokens((0..n).map(|_| r.u32()).collect::<Result<Vec<_>, _>>()?)
+            } else {
+                // As many values as the frame holds after the count, no more: the count cannot make a
+                // rank allocate beyond the frame's own size.
+                let n = r.u32()? as usize;
+                if r.0.len() < 4 * n {
+                    return Err(format!("a step claims {n} hidden values but {} bytes follow", r.0.len()));
+                }
+                StepInput::Hidden((0..n).map(|_| r.u32().map(f32::from_bits)).collect::<Result<Vec<_>, _>>()?)
+            };
             if !r.0.is_empty() {
                 return Err(format!("{} bytes after a step", r.0.len()));
             }
-            Ok(FromLeader::Step { segments, tokens })
+            Ok(FromLeader::Step { segments, input })
         }
         other => Err(format!("the leader sent a frame of kind {other} where a step or the end was due")),
     }
@@ -134,8 +169,13 @@ mod tests {
         ];
         let tokens: Vec<u32> = (0..8).collect();
         let mut frame = Vec::new();
-        encode_step(&segments, &tokens, &mut frame);
-        assert_eq!(decode_from_leader(&frame).unwrap(), FromLeader::Step { segments, tokens });
+        encode_step(&segments, &StageInput::Tokens(&tokens), &mut frame);
+        let input = StepInput::Tokens(tokens);
+        assert_eq!(decode_from_leader(&frame).unwrap(), FromLeader::Step { segments: segments.clone(), input });
+        let hidden: Vec<f32> = (0..16).map(|i| i as f32 * -0.25).collect();
+        encode_step(&segments, &StageInput::Hidden { values: &hidden, tokens: 8 }, &mut frame);
+        let input = StepInput::Hidden(hidden);
+        assert_eq!(decode_from_leader(&frame).unwrap(), FromLeader::Step { segments, input });
         assert_eq!(decode_from_leader(&[STOP]).unwrap(), FromLeader::Stop);
         encode_values(PARTIAL, &[1.5, -2.0], &mut frame);
         assert_eq!(values(&frame, PARTIAL, 2).unwrap().collect::<Vec<_>>(), vec![1.5, -2.0]);
@@ -144,7 +184,15 @@ mod tests {
     #[test]
     fn malformed_frames_are_refused() {
         let mut frame = Vec::new();
-        encode_step(&[Segment { seq: 0, start: 0, tokens: 2, logits: true }], &[5, 6], &mut frame);
+        let segment = [Segment { seq: 0, start: 0, tokens: 2, logits: true }];
+        encode_step(&segment, &StageInput::Hidden { values: &[1.0, 2.0, 3.0, 4.0], tokens: 2 }, &mut frame);
+        for cut in 0..frame.len() {
+            assert!(decode_from_leader(&frame[..cut]).is_err(), "hidden states cut at {cut}");
+        }
+        let mut claims_more = frame.clone();
+        claims_more[18..22].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode_from_leader(&claims_more).is_err(), "more hidden values claimed than sent");
+        encode_step(&segment, &StageInput::Tokens(&[5, 6]), &mut frame);
         for cut in 0..frame.len() {
             assert!(decode_from_leader(&frame[..cut]).is_err(), "cut at {cut}");
         }

@@ -167,8 +167,14 @@ pub fn plan(model: &Model, shares: &[f64]) -> Result<Vec<TensorSlice>, String> {
 /// embeddings whole, and its share of the output head: of the embeddings' rows, when tied to them),
 /// read tensor by tensor from the file.
 pub fn rank_bytes(model: &Model, slice: &TensorSlice) -> Result<u64, String> {
+    rank_bytes_in(model, slice, 0..model.config().layers)
+}
+
+/// [`rank_bytes`] of a rank of a group over `layers` only (groups chained as pipeline stages): the
+/// embeddings only on the first layers' ranks, the output head only on the last layers'.
+pub fn rank_bytes_in(model: &Model, slice: &TensorSlice, layers: Range<usize>) -> Result<u64, String> {
     let mut total = 0;
-    for (t, info) in declared_tensors(model) {
+    for (t, info) in declared_tensors_in(model, layers) {
         total += slice.source(info, t.split)?.bytes();
     }
     Ok(total)
@@ -210,11 +216,14 @@ fn totals(config: &ModelConfig, declared: &[(ExpectedTensor, &TensorInfo)]) -> [
 /// Every tensor of the model whole, as declared, with its file entry (the output head: the token
 /// embedding's, read as the head, when tied).
 fn declared_tensors(model: &Model) -> Vec<(ExpectedTensor, &TensorInfo)> {
-    let config = model.config();
-    let mut list: Vec<ExpectedTensor> = (0..config.layers).flat_map(|l| layout::layer_tensors(config, l)).collect();
-    list.extend(layout::global_tensors(config));
+    declared_tensors_in(model, 0..model.config().layers)
+}
+
+/// [`declared_tensors`] of a stage of `layers` ([`layout::stage_tensors`]).
+fn declared_tensors_in(model: &Model, layers: Range<usize>) -> Vec<(ExpectedTensor, &TensorInfo)> {
     let tied = model.layout().tied_output;
-    list.into_iter()
+    layout::stage_tensors(model.config(), layers)
+        .into_iter()
         .filter_map(|t| {
             let name = if tied && t.name == layout::OUTPUT { layout::TOKEN_EMBEDDING } else { t.name.as_str() };
             let info = model.tensor(name)?;
