@@ -238,13 +238,29 @@ fn groups_chained_as_pipeline_stages_compute_the_whole_model() {
         assert_eq!(chain.last().unwrap().0.end, model.config().layers, "{label}: the chain covers the model");
         let mut pipeline = LocalPipeline::load_chain(&model, &chain, &options()).unwrap();
         // Each group's leader maps its slice of its own layers only: the embeddings on the first group,
-        // the head on the last.
+        // the head on the last. Placement's divider counts the same bytes without reading the tensors,
+        // and a node fetching the rank's share fetches as many.
+        let divider = slice::Divider::of(&model).unwrap();
         for (stage, (layers, shares)) in pipeline.stages().iter().zip(&chain) {
             if shares.len() > 1 {
                 let leader = &slice::plan(&model, shares).unwrap()[0];
                 let expected = slice::rank_bytes_in(&model, leader, layers.clone()).unwrap();
                 assert_eq!(stage.memory().weights, expected, "{label}: the leader of {layers:?}");
                 assert!(expected < slice::rank_bytes(&model, leader).unwrap(), "{label}: {layers:?} is not the model");
+                assert_eq!(
+                    divider.bytes_in(leader, layers.clone()),
+                    expected,
+                    "{label}: placement's bytes of {layers:?}"
+                );
+                let ranges = slice::rank_ranges_in(&model, leader, layers.clone()).unwrap();
+                let fetched: u64 = ranges.iter().flatten().map(|r| r.end - r.start).sum();
+                assert_eq!(fetched, expected, "{label}: the bytes a share fetch of {layers:?} reads");
+            }
+            // Over every layer, the divider counts by layer what it counts for the whole model.
+            for s in slice::plan(&model, shares).unwrap() {
+                let layers_total = model.config().layers;
+                let whole = divider.bytes_in(&s, 0..layers_total);
+                assert_eq!(whole, divider.bytes(&s), "{label}: the whole model's ranges");
             }
         }
         let label = format!("{label} over {chain:?}");

@@ -131,16 +131,35 @@ pub fn global_tensors(config: &ModelConfig) -> Vec<ExpectedTensor> {
     config.architecture.spec().global_tensors(config)
 }
 
-/// The tensors a stage of `layers` binds, as declared: its layers', and of the tensors outside the
-/// layers the token embedding on the first layers, the final norm and the output head on the last, the
-/// others (RoPE factors) on every stage.
+/// Which stages hold a tensor outside the layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GlobalPlace {
+    /// The stage of the first layers (the token embedding).
+    First,
+    /// The stage of the last layers (the final norm and the output head).
+    Last,
+    /// Every stage (RoPE factors).
+    Every,
+}
+
+/// Where the global tensor `name` is held.
+pub fn global_place(name: &str) -> GlobalPlace {
+    match name {
+        TOKEN_EMBEDDING => GlobalPlace::First,
+        OUTPUT | OUTPUT_NORM => GlobalPlace::Last,
+        _ => GlobalPlace::Every,
+    }
+}
+
+/// The tensors a stage of `layers` binds, as declared: its layers', and those outside the layers its
+/// place calls for ([`global_place`]).
 pub fn stage_tensors(config: &ModelConfig, layers: Range<usize>) -> Vec<ExpectedTensor> {
     let (first, last) = (layers.start == 0, layers.end == config.layers);
     let mut list: Vec<ExpectedTensor> = layers.flat_map(|l| layer_tensors(config, l)).collect();
-    list.extend(global_tensors(config).into_iter().filter(|t| match t.name.as_str() {
-        TOKEN_EMBEDDING => first,
-        OUTPUT | OUTPUT_NORM => last,
-        _ => true,
+    list.extend(global_tensors(config).into_iter().filter(|t| match global_place(&t.name) {
+        GlobalPlace::First => first,
+        GlobalPlace::Last => last,
+        GlobalPlace::Every => true,
     }));
     list
 }

@@ -29,6 +29,43 @@ pub struct Divider {
     whole_bytes: u64,
     /// Bytes of all the tensors split along each part, in [`PARTS`] order.
     part_bytes: [u64; 6],
+    /// The same bytes by where they are held, for a group over some of the layers (groups chained as
+    /// pipeline stages): each layer's, and those outside the layers ([`layout::GlobalPlace`]).
+    #[serde(default)]
+    by_layer: Vec<Held>,
+    #[serde(default)]
+    first: Held,
+    #[serde(default)]
+    last: Held,
+    #[serde(default)]
+    every: Held,
+}
+
+/// Bytes of some tensors: those every rank holds whole, and those split along each part.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct Held {
+    whole: u64,
+    parts: [u64; 6],
+}
+
+impl Held {
+    fn add(&mut self, split: Split, bytes: u64) {
+        match split {
+            Split::Whole => self.whole += bytes,
+            Split::Along { part, .. } => self.parts[index(part)] += bytes,
+        }
+    }
+
+    /// A rank's bytes of these tensors: the whole ones, and its units' share of each part (exact:
+    /// every tensor is cut on whole quantization blocks).
+    fn of(&self, slice: &TensorSlice, totals: &[usize; 6]) -> u64 {
+        let shares: u128 = PARTS
+            .iter()
+            .enumerate()
+            .map(|(p, part)| self.parts[p] as u128 * slice.range(*part).len() as u128 / totals[p].max(1) as u128)
+            .sum();
+        self.whole + shares as u64
+    }
 }
 
 impl Divider {
@@ -43,7 +80,18 @@ impl Divider {
         let mut heads_unit = 1;
         let mut whole_bytes = 0;
         let mut part_bytes = [0u64; 6];
+        let (mut by_layer, mut first, mut last, mut every) =
+            (vec![Held::default(); config.layers], Held::default(), Held::default(), Held::default());
         for (t, info) in &declared {
+            let held = match layer_of(&t.name) {
+                Some(l) if l < config.layers => &mut by_layer[l],
+                _ => match layout::global_place(&t.name) {
+                    layout::GlobalPlace::First => &mut first,
+                    layout::GlobalPlace::Last => &mut last,
+                    layout::GlobalPlace::Every => &mut every,
+                },
+            };
+            held.add(t.split, info.bytes);
             let Split::Along { dim, part } = t.split else {
                 whole_bytes += info.bytes;
                 continue;
@@ -66,7 +114,7 @@ impl Divider {
             }
             part_bytes[p] += info.bytes;
         }
-        Ok(Divider { totals, align, heads_unit, whole_bytes, part_bytes })
+        Ok(Divider { totals, align, heads_unit, whole_bytes, part_bytes, by_layer, first, last, every })
     }
 
     /// Each rank's slice of a group whose ranks hold parts in proportion to `shares` (one per rank).
@@ -146,6 +194,22 @@ impl Divider {
         self.whole_bytes + shares as u64
     }
 
+    /// Exact bytes a rank holding `slice` maps of a group over `layers` only (groups chained as
+    /// pipeline stages): those layers' tensors, the token embeddings on the first layers' ranks, the
+    /// head on the last layers' ([`rank_bytes_in`] reads the same from the file).
+    pub fn bytes_in(&self, slice: &TensorSlice, layers: Range<usize>) -> u64 {
+        let held = |h: &Held| h.of(slice, &self.totals);
+        let mut total: u64 = self.by_layer.get(layers.clone()).unwrap_or_default().iter().map(held).sum();
+        total += held(&self.every);
+        if layers.start == 0 {
+            total += held(&self.first);
+        }
+        if layers.end == self.by_layer.len() {
+            total += held(&self.last);
+        }
+        total
+    }
+
     /// Bytes every rank holds whole, whatever its share (norms, routers, the token embeddings).
     pub fn whole_bytes(&self) -> u64 {
         self.whole_bytes
@@ -183,13 +247,27 @@ pub fn rank_bytes_in(model: &Model, slice: &TensorSlice, layers: Range<usize>) -
 /// The byte ranges of each file of `model` (its one file, or each part of a split set, in order) that a
 /// rank holding `slice` reads: what a node fetches for that rank, and checks is present before mapping.
 pub fn rank_ranges(model: &Model, slice: &TensorSlice) -> Result<Vec<Vec<Range<u64>>>, String> {
+    rank_ranges_in(model, slice, 0..model.config().layers)
+}
+
+/// [`rank_ranges`] of a rank of a group over `layers` only.
+pub fn rank_ranges_in(
+    model: &Model,
+    slice: &TensorSlice,
+    layers: Range<usize>,
+) -> Result<Vec<Vec<Range<u64>>>, String> {
     let mut by_part = vec![Vec::new(); model.parts().len()];
-    for (t, info) in declared_tensors(model) {
+    for (t, info) in declared_tensors_in(model, layers) {
         let part = model.parts().iter().position(|p| p.tensor(&info.name).is_some()).unwrap_or(0);
         let source = slice.source(info, t.split)?;
         by_part[part].extend(source.pieces.iter().map(|&(offset, bytes)| offset..offset + bytes));
     }
     Ok(by_part)
+}
+
+/// The layer a tensor named `blk.N.…` belongs to.
+fn layer_of(name: &str) -> Option<usize> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
 }
 
 fn index(part: Part) -> usize {
@@ -281,6 +359,14 @@ mod tests {
         // Every rank gets at least one step, whatever its share.
         assert_eq!(proportional(4, &[100.0, 1.0, 1.0], 1), vec![0..2, 2..3, 3..4]);
         assert_eq!(proportional(64, &[1.0, 0.0001], 1), vec![0..63, 63..64]);
+    }
+
+    #[test]
+    fn tensors_name_their_layer() {
+        assert_eq!(layer_of("blk.12.ffn_down_exps.weight"), Some(12));
+        assert_eq!(layer_of("blk.0.attn_q.weight"), Some(0));
+        assert_eq!(layer_of("token_embd.weight"), None);
+        assert_eq!(layer_of("blk.x.attn_q.weight"), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@
 
 mod divide;
 
-pub use divide::{plan, rank_bytes, rank_bytes_in, rank_ranges, Divider};
+pub use divide::{plan, rank_bytes, rank_bytes_in, rank_ranges, rank_ranges_in, Divider};
 
 use super::gguf::TensorInfo;
 use super::layout::{Part, Split};
