@@ -99,6 +99,25 @@ fn emit(event: &WorkerEvent) {
     let _ = out.flush();
 }
 
+/// Whether the worker's layers fit its place in the ring: the first stage starts at the model's first
+/// layer and no other does, the last ends at its last layer and no other does (a lone stage or group
+/// holds every layer). A stage that breaks this would take or pass on the wrong kind of rows.
+fn check_ring_place(config: &WorkerConfig, model_layers: usize) -> anyhow::Result<()> {
+    let (stage, stages) = config.ring_place();
+    let layers = &config.layers;
+    let first = (stage == 0) == (layers.start == 0);
+    let last = (stage + 1 == stages) == (layers.end == model_layers);
+    if stage >= stages || !first || !last {
+        anyhow::bail!(
+            "stage {stage} of {stages} cannot run layers {}-{} of a model of {model_layers} layers: the first \
+             stage starts at layer 0 and the last ends at the last layer",
+            layers.start,
+            layers.end.saturating_sub(1)
+        );
+    }
+    Ok(())
+}
+
 /// Runs the worker; reports a failure as its last event and returns it.
 pub fn run(config: WorkerConfig, secret: [u8; 32], front_token: String) -> anyhow::Result<()> {
     let result = run_inner(config, secret, front_token);
@@ -111,6 +130,7 @@ pub fn run(config: WorkerConfig, secret: [u8; 32], front_token: String) -> anyho
 fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> anyhow::Result<()> {
     emit(&WorkerEvent::Loading { progress: 0.0 });
     let model = Model::open(&config.model)?;
+    check_ring_place(&config, model.config().layers)?;
     let options = StageOptions {
         context: config.context,
         sequences: config.sequences,
@@ -440,6 +460,53 @@ async fn read_line_bounded<R: AsyncBufRead + Unpin>(reader: &mut R, max: u64) ->
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn config(layers: Range<usize>, stage: usize, stages: usize, tensor: Option<TensorRank>) -> WorkerConfig {
+        WorkerConfig {
+            model: PathBuf::from("m.gguf"),
+            layers,
+            stage,
+            stages,
+            context: 256,
+            sequences: 1,
+            batch: 32,
+            threads: 1,
+            listen: IpAddr::from([127, 0, 0, 1]),
+            device: StageDevice::default(),
+            tensor,
+        }
+    }
+
+    #[test]
+    fn a_stage_runs_only_the_layers_its_place_in_the_ring_allows() {
+        let group = |rank, ring_stage, ring_stages| {
+            Some(TensorRank { ring_stage, ring_stages, ..TensorRank::alone(rank, vec![1.0, 1.0]) })
+        };
+        for ok in [
+            config(0..30, 0, 1, None),
+            config(0..10, 0, 3, None),
+            config(10..20, 1, 3, None),
+            config(20..30, 2, 3, None),
+            // A lone group's ranks are numbered as the instance's workers; the group is the ring's one stage.
+            config(0..30, 1, 2, group(1, 0, 1)),
+            config(15..30, 2, 3, group(1, 1, 2)),
+        ] {
+            assert!(check_ring_place(&ok, 30).is_ok(), "{:?} {:?}", ok.layers, ok.tensor);
+        }
+        for bad in [
+            config(0..10, 0, 1, None),
+            config(10..30, 0, 2, None),
+            config(0..30, 1, 2, None),
+            config(0..20, 2, 2, None),
+            config(0..10, 0, 2, group(0, 0, 1)),
+            config(0..15, 1, 2, group(1, 1, 2)),
+        ] {
+            let error = check_ring_place(&bad, 30).unwrap_err().to_string();
+            assert!(error.contains("cannot run layers"), "{error}");
+        }
+    }
+
     #[tokio::test]
     async fn front_lines_are_bounded() {
         let mut input: &[u8] = b"token\nrest";
