@@ -256,11 +256,10 @@ fn groups_chained_as_pipeline_stages_compute_the_whole_model() {
                 let fetched: u64 = ranges.iter().flatten().map(|r| r.end - r.start).sum();
                 assert_eq!(fetched, expected, "{label}: the bytes a share fetch of {layers:?} reads");
             }
-            // Over every layer, the divider counts by layer what it counts for the whole model.
+            // Over every layer, the divider counts what the file holds for the whole model.
             for s in slice::plan(&model, shares).unwrap() {
-                let layers_total = model.config().layers;
-                let whole = divider.bytes_in(&s, 0..layers_total);
-                assert_eq!(whole, divider.bytes(&s), "{label}: the whole model's ranges");
+                let whole = divider.bytes_in(&s, 0..model.config().layers);
+                assert_eq!(whole, slice::rank_bytes(&model, &s).unwrap(), "{label}: the whole model's bytes");
             }
         }
         let label = format!("{label} over {chain:?}");

@@ -25,19 +25,12 @@ pub struct Divider {
     /// Query heads a cut between two ranks must fall on a multiple of: where every tensor split by
     /// columns of whole heads (the attention output, the query bias) starts a quantization block.
     heads_unit: usize,
-    /// Bytes of the tensors every rank holds whole.
-    whole_bytes: u64,
-    /// Bytes of all the tensors split along each part, in [`PARTS`] order.
-    part_bytes: [u64; 6],
-    /// The same bytes by where they are held, for a group over some of the layers (groups chained as
-    /// pipeline stages): each layer's, and those outside the layers ([`layout::GlobalPlace`]).
-    #[serde(default)]
+    /// Bytes of the tensors held whole and split along each part, by where they are held (a group
+    /// may run some of the layers when groups are chained as pipeline stages): each layer's, and those
+    /// outside the layers ([`layout::GlobalPlace`]).
     by_layer: Vec<Held>,
-    #[serde(default)]
     first: Held,
-    #[serde(default)]
     last: Held,
-    #[serde(default)]
     every: Held,
 }
 
@@ -78,8 +71,6 @@ impl Divider {
         let totals = totals(config, &declared);
         let mut align = [1usize; 6];
         let mut heads_unit = 1;
-        let mut whole_bytes = 0;
-        let mut part_bytes = [0u64; 6];
         let (mut by_layer, mut first, mut last, mut every) =
             (vec![Held::default(); config.layers], Held::default(), Held::default(), Held::default());
         for (t, info) in &declared {
@@ -92,10 +83,7 @@ impl Divider {
                 },
             };
             held.add(t.split, info.bytes);
-            let Split::Along { dim, part } = t.split else {
-                whole_bytes += info.bytes;
-                continue;
-            };
+            let Split::Along { dim, part } = t.split else { continue };
             let p = index(part);
             let total = totals[p].max(1) as u64;
             let length =
@@ -112,9 +100,8 @@ impl Divider {
             } else if dim == 0 {
                 align[p] = lcm(align[p], info.dtype.block_elements() as usize);
             }
-            part_bytes[p] += info.bytes;
         }
-        Ok(Divider { totals, align, heads_unit, whole_bytes, part_bytes, by_layer, first, last, every })
+        Ok(Divider { totals, align, heads_unit, by_layer, first, last, every })
     }
 
     /// Each rank's slice of a group whose ranks hold parts in proportion to `shares` (one per rank).
@@ -183,15 +170,7 @@ impl Divider {
     /// Exact bytes of the tensors a rank holding `slice` (of this model's plan) maps: what every rank
     /// holds whole and its units' share of each part.
     pub fn bytes(&self, slice: &TensorSlice) -> u64 {
-        let shares: u128 = PARTS
-            .iter()
-            .enumerate()
-            .map(|(p, part)| {
-                let units = slice.range(*part).len() as u128;
-                self.part_bytes[p] as u128 * units / self.totals[p].max(1) as u128
-            })
-            .sum();
-        self.whole_bytes + shares as u64
+        self.bytes_in(slice, 0..self.by_layer.len())
     }
 
     /// Exact bytes a rank holding `slice` maps of a group over `layers` only (groups chained as
@@ -212,12 +191,17 @@ impl Divider {
 
     /// Bytes every rank holds whole, whatever its share (norms, routers, the token embeddings).
     pub fn whole_bytes(&self) -> u64 {
-        self.whole_bytes
+        self.all().map(|h| h.whole).sum()
     }
 
     /// Bytes of everything the ranks divide among themselves.
     pub fn divided_bytes(&self) -> u64 {
-        self.part_bytes.iter().sum()
+        self.all().flat_map(|h| h.parts).sum()
+    }
+
+    /// Every place's bytes.
+    fn all(&self) -> impl Iterator<Item = &Held> {
+        self.by_layer.iter().chain([&self.first, &self.last, &self.every])
     }
 }
 
