@@ -136,8 +136,8 @@ pub struct LaunchRequest {
     /// The name clients use (default: the file name without `.gguf`).
     #[serde(default)]
     pub name: Option<String>,
-    /// How to split the model: a pipeline of layer ranges or tensor parallel (default: the faster
-    /// placement predicts).
+    /// How to split the model: a pipeline of layer ranges, tensor parallel, or a chain of groups
+    /// (default: the fastest placement predicts).
     #[serde(default)]
     pub parallel: Option<crate::placement::Parallelism>,
     /// Run it on exactly these nodes (names or id prefixes), in this order: the ring of a pipeline, or

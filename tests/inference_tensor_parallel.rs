@@ -18,12 +18,17 @@ const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1";
 const PROMPTS: [(&str, usize); 2] = [("The capital of France is", 12), ("Write a short poem about the sea.", 16)];
 
 fn launch(c: &TestCluster, nodes: &str) -> Value {
+    launch_as(c, nodes, "tensor")
+}
+
+/// Launches the model on `nodes` split as `parallel` says (tensor or chain).
+fn launch_as(c: &TestCluster, nodes: &str, parallel: &str) -> Value {
     let model = common::model_path();
     let args = [
         "run",
         model.to_str().unwrap(),
         "--parallel",
-        "tensor",
+        parallel,
         "--nodes",
         nodes,
         "--context",
@@ -36,7 +41,8 @@ fn launch(c: &TestCluster, nodes: &str) -> Value {
     let out = c.cli(0, &args);
     assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("tensor parallel over"), "the preview names the mode: {stdout}");
+    let mode = if parallel == "tensor" { "tensor parallel over" } else { "a chain of groups" };
+    assert!(stdout.contains(mode), "the preview names the mode: {stdout}");
     assert!(stdout.contains("% heads"), "the preview gives each node's share: {stdout}");
     c.get_json(0, "/api/instances").as_array().unwrap().iter().find(|i| i["state"] == "ready").cloned().unwrap()
 }
@@ -157,6 +163,66 @@ fn two_and_three_nodes_hold_slices_of_every_layer_and_answer_as_the_group_in_one
                     .any(|n| n.name == "node2" && n.telemetry.as_ref().is_some_and(|t| t.memory_offer > third))
             })
         });
+    }
+}
+
+/// A chain's groups and stages as the plan gives them, in ring order: each one's layers and its ranks'
+/// shares (one share: a whole stage).
+fn chain_of(info: &Value) -> Vec<(std::ops::Range<usize>, Vec<f64>)> {
+    let mut chain: Vec<(usize, std::ops::Range<usize>, Vec<f64>)> = Vec::new();
+    for s in info["plan"]["stages"].as_array().unwrap() {
+        let place = s["ring_stage"].as_u64().unwrap() as usize;
+        let layers = s["layers"]["start"].as_u64().unwrap() as usize..s["layers"]["end"].as_u64().unwrap() as usize;
+        let share = s["share"].as_f64();
+        match chain.last_mut() {
+            Some((p, _, shares)) if *p == place => shares.push(share.unwrap()),
+            _ => chain.push((place, layers, vec![share.unwrap_or(1.0)])),
+        }
+    }
+    chain.into_iter().map(|(_, layers, shares)| (layers, shares)).collect()
+}
+
+/// Three nodes as a chain: a group of two ranks over some of the layers and one node running the
+/// others whole (placement picks which nodes form the group and where the layers are cut). The ranks
+/// link to each other first, then the ring links the group's leader and the whole stage; the
+/// instance answers exactly as the same chain run as threads of one process does.
+#[test]
+fn three_nodes_as_a_group_chained_with_a_stage_answer_as_the_chain_in_one_process() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let mut c = TestCluster::new(3);
+    if c.network != common::cluster::Network::Netns {
+        return common::cannot_run("chained groups need network namespaces (root)");
+    }
+    c.form(&[]);
+    let info = launch_as(&c, "node0,node1,node2", "chain");
+    assert_eq!(info["plan"]["parallel"], "chain");
+    let chain = chain_of(&info);
+    assert_eq!(chain.iter().map(|(_, shares)| shares.len()).sum::<usize>(), 3, "{chain:?}");
+    assert_eq!(chain.len(), 2, "a group of two and a whole stage: {chain:?}");
+    assert_eq!((chain[0].0.start, chain[0].0.end, chain[1].0.end), (0, chain[1].0.start, 30), "{chain:?}");
+    // The group's workers are its ranks at the group's place in the ring; the whole stage is told its
+    // own place (its index among the instance's stages is another number).
+    let stages = info["stages"].as_array().unwrap();
+    for (i, s) in info["plan"]["stages"].as_array().unwrap().iter().enumerate() {
+        let node = stages[i]["node_name"].as_str().unwrap();
+        let workers: Vec<String> =
+            c.descendants(node.trim_start_matches("node").parse().unwrap()).into_iter().map(|(_, cmd)| cmd).collect();
+        let place = s["ring_stage"].as_u64().unwrap();
+        let expected = if s["share"].is_f64() {
+            format!("--group-stage {place} --group-stages 2")
+        } else {
+            format!("--stage {place} --stages 2 ")
+        };
+        assert!(workers.iter().any(|cmd| cmd.contains(&expected)), "{node} runs {expected:?}: {workers:?}");
+    }
+    for (i, &(prompt, n)) in PROMPTS.iter().enumerate() {
+        let (status, answer) = complete(&c, i % c.nodes.len(), prompt, n);
+        assert_eq!(status, 200, "{answer}\n{}", c.logs());
+        assert_eq!(
+            answer["choices"][0]["text"].as_str().unwrap(),
+            common::chain_process(prompt, n, &chain),
+            "{prompt:?}"
+        );
     }
 }
 

@@ -323,7 +323,7 @@ fn the_cli_fetches_a_tensor_parallel_nodes_slice() {
     assert!(stderr.contains("fetched rank 1 of 2"), "{stderr}");
     let path = dir.path().join("models").join(REPO.replace('/', "--")).join(FILE);
     let model = whole();
-    let share = shard::StageShare::Rank { rank: 1, shares: vec![1.0, 1.0] };
+    let share = shard::StageShare::Rank { rank: 1, shares: vec![1.0, 1.0], layers: None };
     let ranges = share.ranges(&model).unwrap().remove(0);
     assert_same_bytes(&path, &ranges);
     // The tensors split by columns (the attention output, the feed-forward's down projection) come
@@ -502,7 +502,7 @@ fn the_api_fetches_a_ranks_slice() {
     drop(node);
     assert_eq!(finished["error"], serde_json::Value::Null, "{finished}");
     let path = PathBuf::from(finished["paths"][0].as_str().unwrap());
-    let share = shard::StageShare::Rank { rank: 1, shares: vec![1.0, 1.0] };
+    let share = shard::StageShare::Rank { rank: 1, shares: vec![1.0, 1.0], layers: None };
     assert_same_bytes(&path, &share.ranges(&whole()).unwrap().remove(0));
     let listed = models.as_array().unwrap();
     assert_eq!(listed[0]["runnable"], false, "{models}");

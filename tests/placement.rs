@@ -314,3 +314,67 @@ fn a_group_of_unlike_nodes_divides_the_model_by_speed_and_memory() {
     let error = placement::plan_mode(&needs, &tiny, &links, forced).unwrap_err().to_string();
     assert!(error.contains("no fewer than") && error.contains("more than they offer"), "{error}");
 }
+
+/// Two pairs of nodes with fast links within each pair and slow ones between (two Thunderbolt pairs
+/// on Ethernet), none able to hold a half of the model as a group of two: placement chains the pairs
+/// as two groups, each running a range of layers, so that only the hidden state crosses a slow link
+/// (once a token) while the sums stay within the pairs. Every rank's bytes are exact for its slice of
+/// its group's layers. With every link fast, one group of four is faster and is chosen instead.
+#[test]
+fn nodes_in_fast_pairs_chain_two_groups_over_the_slow_link_between_them() {
+    let needs = needs();
+    let model = Model::open(&common::model_path()).unwrap();
+    let each = needs.groups[0].slices.iter().map(|(s, w)| needs.rank(s, *w).total()).max().unwrap();
+    let offer_mb = each / MB - 10;
+    let rated = |name: &str| NodeOffer { weight_rate: Some(2_500 * MB), ..node(name, offer_mb) };
+    let nodes = [rated("a1"), rated("b1"), rated("a2"), rated("b2")];
+    // Within a pair 50 µs and 10 Gb/s; between pairs as given.
+    let pairs = |rtt_us: u64, bps: u64| -> Vec<LinkCost> {
+        let mut links = Vec::new();
+        for i in 0..4 {
+            for j in i + 1..4 {
+                let same_pair = nodes[i].name[1..] == nodes[j].name[1..];
+                let (rtt_us, bps) = if same_pair { (50, 10_000 * MB) } else { (rtt_us, bps) };
+                links.push(link(&nodes[i], &nodes[j], rtt_us, bps));
+            }
+        }
+        links
+    };
+
+    let plan = placement::plan_mode(&needs, &nodes, &pairs(2_000, 100 * MB), None).unwrap();
+    assert_eq!(plan.parallel, placement::Parallelism::Chain, "{plan:#?}");
+    let ring = plan.ring();
+    assert_eq!(ring.len(), 2);
+    for group in &ring {
+        let names: Vec<&str> = group.iter().map(|&i| plan.stages[i].node_name.as_str()).collect();
+        assert_eq!(names.len(), 2);
+        assert_eq!(names[0][1..], names[1][1..], "a group is a fast pair: {names:?}");
+    }
+    let (first, second) = (&plan.stages[ring[0][0]].layers, &plan.stages[ring[1][0]].layers);
+    assert_eq!((first.start, first.end, second.end), (0, second.start, 30), "{first:?} then {second:?}");
+    for (i, s) in plan.stages.iter().enumerate() {
+        let slice = s.slice.as_ref().expect("every node is a rank");
+        let place = plan.rank_of(i).unwrap();
+        assert_eq!((place.ring_stages, place.shares.len()), (2, 2));
+        let exact = shoal::model::slice::rank_bytes_in(&model, slice, s.layers.clone()).unwrap();
+        assert_eq!(s.bytes.weights, exact, "{} holds its slice of layers {:?}", s.node_name, s.layers);
+        assert!(s.bytes.total() <= s.offer, "{} needs {} of {}", s.node_name, s.bytes.total(), s.offer);
+    }
+    let rate = plan.expected_decode_tokens_per_second.unwrap();
+    let pipeline = plan.alternatives.iter().find(|a| a.parallel == placement::Parallelism::Pipeline).unwrap();
+    let group = plan.alternatives.iter().find(|a| a.parallel == placement::Parallelism::Tensor).unwrap();
+    assert!(rate >= 1.15 * pipeline.expected_decode_tokens_per_second.unwrap(), "{rate} against {pipeline:?}");
+    assert!(rate > group.expected_decode_tokens_per_second.unwrap_or(0.0), "{rate} against {group:?}");
+    assert!(pipeline.reason.contains("predicted"), "{}", pipeline.reason);
+
+    // Every link fast: the four nodes sum as one group, and the chain is the alternative.
+    let fast = placement::plan_mode(&needs, &nodes, &pairs(50, 10_000 * MB), None).unwrap();
+    assert_eq!(fast.parallel, placement::Parallelism::Tensor, "{fast:#?}");
+    assert!(fast.alternatives.iter().any(|a| a.parallel == placement::Parallelism::Chain));
+
+    // A chain asked for on two nodes: refused with the reason.
+    let error = placement::plan_mode(&needs, &nodes[..2], &pairs(2_000, 100 * MB), Some(placement::Parallelism::Chain))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("at least three nodes"), "{error}");
+}

@@ -81,7 +81,7 @@ pub async fn pull(
     let pull_id = id.clone();
     let (layers_text, rank_text) = match &share {
         Some(StageShare::Layers(l)) => (Some(format!("{}-{}", l.start, l.end - 1)), None),
-        Some(StageShare::Rank { rank, shares }) => (None, Some(format!("{rank}/{}", shares.len()))),
+        Some(StageShare::Rank { rank, shares, .. }) => (None, Some(format!("{rank}/{}", shares.len()))),
         None => (None, None),
     };
     tokio::task::spawn_blocking(move || {

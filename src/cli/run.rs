@@ -19,13 +19,14 @@ pub struct RunArgs {
     /// Explicit placement: NODE:FIRST-LAST,… in ring order (NODE is a name or an id prefix).
     #[arg(long)]
     layers: Option<String>,
-    /// How to split the model: `pipeline` (layer ranges, one node after another) or `tensor` (a slice of
-    /// every layer on every node of a group, faster over fast links). Default: the faster placement
+    /// How to split the model: `pipeline` (layer ranges, one node after another), `tensor` (a slice of
+    /// every layer on every node of a group, faster over fast links) or `chain` (layer ranges, each run
+    /// by a group or by one node: for nodes whose links differ). Default: the fastest placement
     /// predicts.
     #[arg(long, conflicts_with = "layers")]
     parallel: Option<shoal::placement::Parallelism>,
     /// Run on exactly these nodes (names or id prefixes), in this order: the ring of a pipeline, or the
-    /// ranks of a tensor-parallel group (the first leads).
+    /// ranks of a tensor-parallel group (the first leads); a chain is planned over some of them.
     #[arg(long, value_delimiter = ',', conflicts_with = "layers")]
     nodes: Vec<String>,
     /// Context of each request, in tokens (default: 2048, or the model's trained context when that is
@@ -80,11 +81,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let split = match plan.parallel {
         shoal::placement::Parallelism::Pipeline => format!("{} stage(s)", plan.stages.len()),
         shoal::placement::Parallelism::Tensor => format!("tensor parallel over {} nodes", plan.stages.len()),
+        shoal::placement::Parallelism::Chain => {
+            let sizes: Vec<String> = plan.ring().iter().map(|g| g.len().to_string()).collect();
+            format!("a chain of groups of {} node(s) over {} nodes", sizes.join(", "), plan.stages.len())
+        }
     };
     println!("{}: {split}, {:.1} MB in all", preview.model, plan.total_bytes as f64 / 1e6);
-    // A tensor-parallel rank's share, relative to the others'.
-    let shares = plan.shares();
-    let share_sum: f64 = shares.iter().sum();
     for (i, s) in preview.plan.stages.iter().enumerate() {
         let fetch = match preview.fetches.get(i).cloned().flatten() {
             None => String::new(),
@@ -93,10 +95,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                 None => ", lacks its share and nothing in reach has it".to_string(),
             },
         };
+        // A tensor-parallel rank's share, relative to its group's others'; in a chain, of its layers.
+        let rank = plan.rank_of(i);
+        let share = rank.as_ref().map_or(1.0, |r| r.shares[r.rank] / r.shares.iter().sum::<f64>());
+        let layers = match rank {
+            Some(r) if r.ring_stages > 1 => format!("layers {}-{} ", s.layers.start, s.layers.end - 1),
+            _ => String::new(),
+        };
         let part = match &s.slice {
             Some(slice) => format!(
-                "{:>3.0}% heads {:>2}-{:<2} ffn {}-{}{}",
-                100.0 * shares[i] / share_sum,
+                "{layers}{:>3.0}% heads {:>2}-{:<2} ffn {}-{}{}",
+                100.0 * share,
                 slice.query_heads.start,
                 slice.query_heads.end - 1,
                 slice.feed_forward.start,

@@ -287,10 +287,18 @@ pub(super) async fn launch_as(
     .flatten()
     .unwrap_or_default();
     let (file, parts) = (files.first().cloned(), if files.len() > 1 { files } else { Vec::new() });
-    // A tensor-parallel group's ranks hold the shares placement planned (equal when it gave none).
-    let shares = info.plan.shares();
-    let tensor = info.plan.parallel == placement::Parallelism::Tensor;
+    let ring = info.plan.ring();
     for (i, stage) in info.stages.iter().enumerate() {
+        // A group's ranks hold the shares placement planned (equal when it gave none), and know their
+        // group's place in the ring; a whole stage chained with groups is told its place.
+        let tensor = info.plan.rank_of(i).map(|r| supervisor::TensorRank {
+            rank: r.rank,
+            shares: r.shares,
+            ring_stage: r.ring_stage,
+            ring_stages: r.ring_stages,
+        });
+        let place = ring.iter().position(|g| g.contains(&i)).unwrap_or(i);
+        let chained = tensor.is_none() && (place, ring.len()) != (i, info.stages.len());
         let spec = StageSpec {
             instance: id.clone(),
             stage: i,
@@ -303,7 +311,8 @@ pub(super) async fn launch_as(
             threads: request.threads.unwrap_or(0),
             file: file.clone(),
             parts: parts.clone(),
-            tensor: tensor.then(|| supervisor::TensorRank::alone(i, shares.clone())),
+            tensor,
+            ring: chained.then_some(supervisor::RingPlace { stage: place, stages: ring.len() }),
         };
         if stage.node == me {
             start_local(instances, spec, me);
@@ -462,7 +471,7 @@ pub(super) fn report(instances: &Arc<Instances>, owner: NodeId, instance: &str, 
 /// ready once every stage is, and fails it when a stage fails.
 pub(super) fn apply_report(instances: &Arc<Instances>, instance: &str, stage: usize, report: StageReport) {
     let mut failed = None;
-    let mut wire = None;
+    let (mut groups, mut ring) = (None, None);
     let info = {
         let mut registry = instances.registry();
         let Some(info) = registry.instances.get_mut(instance) else { return };
@@ -470,10 +479,13 @@ pub(super) fn apply_report(instances: &Arc<Instances>, instance: &str, stage: us
         if !running(info.state) && report.state != WorkerState::Stopped {
             return;
         }
+        let ready = |state: WorkerState| matches!(state, WorkerState::Ready | WorkerState::Serving);
+        let was_ready = ready(s.state);
         // Stats only move a ready stage between ready and serving.
-        if report.stats.is_none() || matches!(s.state, WorkerState::Ready | WorkerState::Serving) {
+        if report.stats.is_none() || was_ready {
             s.state = report.state;
         }
+        let became_ready = !was_ready && ready(s.state);
         if let Some(p) = report.progress {
             s.progress = p;
         }
@@ -496,11 +508,8 @@ pub(super) fn apply_report(instances: &Arc<Instances>, instance: &str, stage: us
             s.error = Some(e.clone());
             failed = Some(format!("stage {stage} on {} failed: {e}", s.node_name));
         }
-        if info.state == InstanceState::Launching
-            && report.data_port.is_some()
-            && info.stages.iter().all(|s| s.data_port.is_some())
-        {
-            wire = Some(info.stages.iter().filter_map(|s| Some((s.node, s.data_port?))).collect::<Vec<_>>());
+        if info.state == InstanceState::Launching {
+            (groups, ring) = wiring(info, stage, report.data_port.is_some(), became_ready);
         }
         if info.state == InstanceState::Launching
             && info.stages.iter().all(|s| matches!(s.state, WorkerState::Ready | WorkerState::Serving))
@@ -513,30 +522,67 @@ pub(super) fn apply_report(instances: &Arc<Instances>, instance: &str, stage: us
     if let Some(error) = failed {
         return lose(instances, instance, error, false);
     }
-    let grouped = info.plan.parallel == placement::Parallelism::Tensor;
-    if let Some(peers) = wire.as_ref().filter(|_| grouped) {
-        for (i, &(node, _)) in peers.iter().enumerate() {
+    for (stages, peers) in groups.unwrap_or_default() {
+        for (&i, &(node, _)) in stages.iter().zip(&peers) {
             if node == instances.agent.id() {
-                connect_group_local(instances, instance, i, peers);
+                connect_group_local(instances, instance, i, &peers);
             } else {
                 let message =
                     ControlMessage::ConnectGroup { instance: instance.to_string(), stage: i, peers: peers.clone() };
                 instances.agent.send_to(node, message);
             }
         }
-    } else if let Some(ring) = wire.filter(|r| r.len() > 1) {
-        for (i, &(node, _)) in ring.iter().enumerate() {
-            let (next_node, next_port) = ring[(i + 1) % ring.len()];
-            let message =
-                ControlMessage::ConnectStage { instance: instance.to_string(), stage: i, next_node, next_port };
-            if node == instances.agent.id() {
-                connect_local(instances, instance, i, next_node, next_port);
-            } else {
-                instances.agent.send_to(node, message);
-            }
+    }
+    let ring = ring.unwrap_or_default();
+    for (i, &(stage, node, _)) in ring.iter().enumerate() {
+        let (_, next_node, next_port) = ring[(i + 1) % ring.len()];
+        if node == instances.agent.id() {
+            connect_local(instances, instance, stage, next_node, next_port);
+        } else {
+            let message = ControlMessage::ConnectStage { instance: instance.to_string(), stage, next_node, next_port };
+            instances.agent.send_to(node, message);
         }
     }
     publish(instances, &info);
+}
+
+/// A group's stages and where each listens, in rank order.
+type GroupWiring = (Vec<usize>, Vec<(NodeId, u16)>);
+/// The ring's stages in order: each one's leading stage, its node and its data port.
+type RingWiring = Vec<(usize, NodeId, u16)>;
+
+/// What a launching instance's latest report lets the owner connect: once every stage listens
+/// (`port_reported` by the last of them), each group's ranks to each other; and the ring between the
+/// ring's stages (each the leading stage, node and data port) at once when the ring has no group, else
+/// once every group's followers have linked (`became_ready`, the last of them): until then a leader's
+/// data port belongs to its group's handshakes, and a ring connection would be read as a rank's.
+fn wiring(
+    info: &InstanceInfo,
+    stage: usize,
+    port_reported: bool,
+    became_ready: bool,
+) -> (Option<Vec<GroupWiring>>, Option<RingWiring>) {
+    let ring = info.plan.ring();
+    let port = |i: usize| Some((info.stages[i].node, info.stages[i].data_port?));
+    let listening = info.stages.iter().all(|s| s.data_port.is_some());
+    let grouped: Vec<&Vec<usize>> = ring.iter().filter(|g| g.len() > 1).collect();
+    let leaders = || -> Option<RingWiring> {
+        let leaders: Option<Vec<_>> = ring.iter().map(|g| port(g[0]).map(|(node, p)| (g[0], node, p))).collect();
+        leaders.filter(|l| l.len() > 1)
+    };
+    let groups = (port_reported && listening && !grouped.is_empty())
+        .then(|| grouped.iter().map(|g| ((*g).clone(), g.iter().filter_map(|&i| port(i)).collect())).collect());
+    let followers_ready = grouped
+        .iter()
+        .flat_map(|g| &g[1..])
+        .all(|&i| matches!(info.stages[i].state, WorkerState::Ready | WorkerState::Serving));
+    let is_follower = grouped.iter().any(|g| g[1..].contains(&stage));
+    let ring_now = if grouped.is_empty() {
+        port_reported && listening
+    } else {
+        became_ready && is_follower && followers_ready && listening
+    };
+    (groups, if ring_now { leaders() } else { None })
 }
 
 /// Tells a local worker where the next stage listens.

@@ -66,9 +66,7 @@ pub fn on_message(instances: &Arc<Instances>, from: NodeId, message: ControlMess
         }
         ControlMessage::ConnectGroup { instance, stage, peers } => {
             let owned_by_sender = instances.registry().instances.get(&instance).is_some_and(|i| {
-                i.owner == from
-                    && i.plan.parallel == crate::placement::Parallelism::Tensor
-                    && peers.len() == i.stages.len()
+                i.owner == from && i.plan.rank_of(stage).is_some_and(|r| r.shares.len() == peers.len())
             });
             if owned_by_sender {
                 connect_group_local(instances, &instance, stage, &peers)

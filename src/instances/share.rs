@@ -125,7 +125,11 @@ pub async fn ensure_share(
 /// What the stage `spec` reads: its layers, or a tensor-parallel rank's slice of every layer.
 fn stage_share(spec: &StageSpec) -> StageShare {
     match &spec.tensor {
-        Some(rank) => StageShare::Rank { rank: rank.rank, shares: rank.shares.clone() },
+        Some(rank) => StageShare::Rank {
+            rank: rank.rank,
+            shares: rank.shares.clone(),
+            layers: (rank.ring_stages > 1).then(|| spec.layers.clone()),
+        },
         None => StageShare::Layers(spec.layers.clone()),
     }
 }
@@ -317,14 +321,18 @@ pub async fn plan_fetches(agent: &Agent, model: &Model, plan: &Plan) -> Vec<Opti
         futures_util::future::join_all(lists).await.into_iter().flatten().collect();
     let whole: Vec<&(NodeId, String, Vec<OfferedFile>)> =
         holdings.iter().filter(|(_, _, offered)| offers_all(offered, &files)).collect();
-    let shares = plan.shares();
     plan.stages
         .iter()
         .enumerate()
-        .map(|(rank, stage)| {
-            // A rank reads its slice's pieces, a pipeline stage its layers' tensors whole.
-            let share = match stage.slice {
-                Some(_) => StageShare::Rank { rank, shares: shares.clone() },
+        .map(|(i, stage)| {
+            // A rank reads its slice's pieces (of its group's layers, in a chain), a pipeline stage its
+            // layers' tensors whole.
+            let share = match plan.rank_of(i) {
+                Some(r) => StageShare::Rank {
+                    rank: r.rank,
+                    shares: r.shares,
+                    layers: (r.ring_stages > 1).then(|| stage.layers.clone()),
+                },
                 None => StageShare::Layers(stage.layers.clone()),
             };
             let read = share.ranges(model).unwrap_or_default();

@@ -55,13 +55,26 @@ pub fn stage_spec(spec: &StageSpec) -> Result<(), String> {
     }
     if let Some(tensor) = &spec.tensor {
         let shares_ok = tensor.shares.iter().all(|s| s.is_finite() && *s > 0.0 && *s <= 1e6);
-        // Launches run one group over the whole model: groups chained as pipeline stages run in the
-        // engine and the workers, not yet from a launch.
-        let one_group = tensor.ring_stage == 0 && tensor.ring_stages == 1;
-        if tensor.rank != spec.stage || tensor.shares.len() != spec.stages || !shares_ok || !one_group {
+        let group = tensor.shares.len();
+        // A lone group's ranks are the instance's stages; a chained group's are some of them, and
+        // its place is one of the ring's stages, which are fewer than the instance's.
+        let placed = if tensor.ring_stages == 1 {
+            tensor.ring_stage == 0 && tensor.rank == spec.stage && group == spec.stages
+        } else {
+            tensor.ring_stage < tensor.ring_stages && tensor.ring_stages < spec.stages && group < spec.stages
+        };
+        if tensor.rank >= group || group < 2 || !shares_ok || !placed || spec.ring.is_some() {
             return Err(format!(
-                "rank {} of a tensor-parallel group of {} stages with shares {:?}",
-                tensor.rank, spec.stages, tensor.shares
+                "rank {} of a tensor-parallel group with shares {:?} at stage {} of {} of the ring, as stage {} of {}",
+                tensor.rank, tensor.shares, tensor.ring_stage, tensor.ring_stages, spec.stage, spec.stages
+            ));
+        }
+    }
+    if let Some(ring) = spec.ring {
+        if ring.stage >= ring.stages || ring.stages < 2 || ring.stages >= spec.stages {
+            return Err(format!(
+                "stage {} of {} of the ring, as stage {} of {}",
+                ring.stage, ring.stages, spec.stage, spec.stages
             ));
         }
     }
@@ -173,6 +186,7 @@ mod tests {
             }),
             parts: Vec::new(),
             tensor: None,
+            ring: None,
         }
     }
 
@@ -243,10 +257,17 @@ mod tests {
 
     #[test]
     fn stage_specs_from_members_are_checked() {
-        use crate::worker::supervisor::TensorRank;
+        use crate::worker::supervisor::{RingPlace, TensorRank};
         assert_eq!(stage_spec(&spec()), Ok(()));
         let rank = StageSpec { tensor: Some(TensorRank::alone(0, vec![1.0, 2.0])), ..spec() };
         assert_eq!(stage_spec(&rank), Ok(()));
+        // A chain of three workers: a group of two at the ring's stage 0, a whole stage at its stage 1.
+        let chained =
+            |rank: usize| TensorRank { ring_stage: 0, ring_stages: 2, ..TensorRank::alone(rank, vec![1.0; 2]) };
+        let follower = StageSpec { stage: 1, stages: 3, tensor: Some(chained(1)), ..spec() };
+        assert_eq!(stage_spec(&follower), Ok(()));
+        let whole = StageSpec { stage: 2, stages: 3, ring: Some(RingPlace { stage: 1, stages: 2 }), ..spec() };
+        assert_eq!(stage_spec(&whole), Ok(()));
         let bad = [
             StageSpec { instance: "../x".into(), ..spec() },
             StageSpec { stage: 2, ..spec() },
@@ -261,11 +282,17 @@ mod tests {
             StageSpec { tensor: Some(TensorRank::alone(0, vec![1.0])), ..spec() },
             StageSpec { tensor: Some(TensorRank::alone(0, vec![1.0, f64::NAN])), ..spec() },
             StageSpec { tensor: Some(TensorRank::alone(0, vec![1.0, 0.0])), ..spec() },
-            // A group placed in a ring of chained groups, which no launch makes yet.
+            // A group in a ring with as many stages as the instance has workers (its ranks would be
+            // more); a ring place past the ring; a rank also given a whole stage's place; a whole
+            // stage's place in a ring as long as the instance.
             StageSpec {
                 tensor: Some(TensorRank { ring_stage: 1, ring_stages: 2, ..TensorRank::alone(0, vec![1.0, 1.0]) }),
                 ..spec()
             },
+            StageSpec { tensor: Some(TensorRank { ring_stage: 2, ..chained(1) }), ..follower.clone() },
+            StageSpec { ring: Some(RingPlace { stage: 0, stages: 2 }), ..follower.clone() },
+            StageSpec { ring: Some(RingPlace { stage: 2, stages: 2 }), ..whole.clone() },
+            StageSpec { ring: Some(RingPlace { stage: 1, stages: 3 }), ..whole.clone() },
             StageSpec {
                 file: Some(OfferedFile {
                     name: "../../x/evil.gguf".into(),

@@ -189,7 +189,7 @@ pub fn parse_rank(spec: &str) -> Result<StageShare, ShardError> {
     if nodes < 2 || rank >= nodes || nodes > super::slice::MAX_GROUP {
         return Err(bad());
     }
-    Ok(StageShare::Rank { rank, shares: vec![1.0; nodes] })
+    Ok(StageShare::Rank { rank, shares: vec![1.0; nodes], layers: None })
 }
 
 /// Fetches the shard of `layers` of the hub model `request` names into `models_dir`, where `pull`

@@ -6,7 +6,9 @@
 //!   memory but one stream is no faster than one node: fewer nodes win when the model fits on fewer, and
 //!   among equal node counts the fastest expected token time;
 //! - tensor parallel ([`tensor`]): every node of a group holds a slice of every layer and the group sums
-//!   its parts twice per layer, so one stream runs faster when the links are fast enough.
+//!   its parts twice per layer, so one stream runs faster when the links are fast enough;
+//! - a chain ([`chain`]): layer ranges as a pipeline's, each run by a group or by one node, for nodes
+//!   whose links differ (fast within groups, slower between them).
 //!
 //! Each mode's decode rate is predicted from the bytes a decode step reads on each node (its weights
 //! but the token embeddings; of a mixture of experts, the share of experts a token uses; the cache rows
@@ -14,14 +16,21 @@
 //! multiplies the model's types with the launch's threads (measured at start, `engine::weight_rate`;
 //! the memory bandwidth when unknown), and the links' latency (the link probe's echo where it ran)
 //! and throughput; the faster that fits is chosen (tensor parallel only when it is predicted clearly
-//! faster, by [`TENSOR_MARGIN`]), unless the launch forces one. The plan says what the other
-//! mode would have given, and why it was not chosen.
+//! faster, by [`TENSOR_MARGIN`]; a chain only when that much faster than a lone group too), unless
+//! the launch forces one. The plan says what the other modes would have given, and why they were not
+//! chosen.
 
+mod chain;
 mod needs;
+mod overrides;
 mod shares;
+mod shortfall;
 mod tensor;
 
 pub use needs::{GroupNeeds, ModelNeeds, StageBytes, DECODE_DEPTH, MAX_GROUP};
+pub use overrides::{parse_layers, pinned, plan_override, LayerAssignment};
+use shortfall::does_not_fit;
+pub use shortfall::{shortfall, Shortfall};
 
 use crate::node::NodeId;
 use serde::{Deserialize, Serialize};
@@ -82,6 +91,10 @@ pub struct StagePlan {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional)]
     pub share: Option<f64>,
+    /// Which stage of the ring this is part of: a pipeline's stages are 0, 1, ...; a tensor-parallel
+    /// group's ranks all 0; in a chain, a group's ranks (its leader first) share their group's.
+    #[serde(default)]
+    pub ring_stage: usize,
 }
 
 /// How a model is split over nodes.
@@ -93,6 +106,8 @@ pub enum Parallelism {
     Pipeline,
     /// A slice of every layer on every node.
     Tensor,
+    /// Layer ranges one after another, each run by a tensor-parallel group or by one node.
+    Chain,
 }
 
 impl std::fmt::Display for Parallelism {
@@ -100,6 +115,7 @@ impl std::fmt::Display for Parallelism {
         f.write_str(match self {
             Parallelism::Pipeline => "pipeline",
             Parallelism::Tensor => "tensor",
+            Parallelism::Chain => "chain",
         })
     }
 }
@@ -110,7 +126,8 @@ impl std::str::FromStr for Parallelism {
         match s {
             "pipeline" => Ok(Parallelism::Pipeline),
             "tensor" => Ok(Parallelism::Tensor),
-            other => Err(format!("{other:?} is not a way to split a model: give pipeline or tensor")),
+            "chain" => Ok(Parallelism::Chain),
+            other => Err(format!("{other:?} is not a way to split a model: give pipeline, tensor or chain")),
         }
     }
 }
@@ -157,11 +174,51 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Each stage's share of a tensor-parallel group, relative (equal where the plan gives none): what
-    /// every rank's worker plans its slice from.
-    pub fn shares(&self) -> Vec<f64> {
-        self.stages.iter().map(|s| s.share.unwrap_or(1.0)).collect()
+    /// The ring's stages in order, each as the indices of its plan stages: one stage, or a group's
+    /// ranks (its leader first).
+    pub fn ring(&self) -> Vec<Vec<usize>> {
+        let all = 0..self.stages.len();
+        match self.parallel {
+            Parallelism::Pipeline => all.map(|i| vec![i]).collect(),
+            Parallelism::Tensor => vec![all.collect()],
+            Parallelism::Chain => {
+                let mut ring: Vec<Vec<usize>> = Vec::new();
+                for (i, stage) in self.stages.iter().enumerate() {
+                    match ring.last_mut() {
+                        Some(last) if self.stages[last[0]].ring_stage == stage.ring_stage => last.push(i),
+                        _ => ring.push(vec![i]),
+                    }
+                }
+                ring
+            }
+        }
     }
+
+    /// Of a stage that is a rank of a tensor-parallel group: its rank, its group's shares (relative,
+    /// equal where the plan gives none: what every rank's worker plans its slice from), and its ring
+    /// place (the group's stage of the ring's stages).
+    pub fn rank_of(&self, stage: usize) -> Option<RankPlace> {
+        let ring = self.ring();
+        let (place, group) = ring.iter().enumerate().find(|(_, g)| g.contains(&stage))?;
+        if group.len() < 2 {
+            return None;
+        }
+        Some(RankPlace {
+            rank: group.iter().position(|&s| s == stage)?,
+            shares: group.iter().map(|&s| self.stages[s].share.unwrap_or(1.0)).collect(),
+            ring_stage: place,
+            ring_stages: ring.len(),
+        })
+    }
+}
+
+/// Where a rank of a tensor-parallel group sits: see [`Plan::rank_of`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct RankPlace {
+    pub rank: usize,
+    pub shares: Vec<f64>,
+    pub ring_stage: usize,
+    pub ring_stages: usize,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -176,29 +233,6 @@ pub enum PlacementError {
 
 fn mb(bytes: u64) -> String {
     format!("{:.1} MB", bytes as f64 / 1e6)
-}
-
-/// One node's part of an explicit override: a node (name, id or id prefix) and its layers.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LayerAssignment {
-    pub node: String,
-    pub layers: Range<usize>,
-}
-
-/// Parses `NODE:0-9,NODE:10-29` (inclusive ranges, in ring order).
-pub fn parse_layers(spec: &str) -> Result<Vec<LayerAssignment>, PlacementError> {
-    spec.split(',')
-        .map(|part| {
-            let bad = || PlacementError::BadOverride(format!("{part:?} is not NODE:FIRST-LAST"));
-            let (node, range) = part.trim().rsplit_once(':').ok_or_else(bad)?;
-            let (a, b) = range.split_once('-').ok_or_else(bad)?;
-            let (a, b): (usize, usize) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
-            if node.is_empty() || b < a {
-                return Err(bad());
-            }
-            Ok(LayerAssignment { node: node.to_string(), layers: a..b.checked_add(1).ok_or_else(bad)? })
-        })
-        .collect()
 }
 
 struct Ring<'a> {
@@ -277,9 +311,11 @@ impl Ring<'_> {
             .nodes
             .iter()
             .zip(ranges)
-            .map(|(node, layers)| {
+            .enumerate()
+            .map(|(ring_stage, (node, layers))| {
                 let bytes = self.needs.stage(layers.clone());
                 StagePlan {
+                    ring_stage,
                     node: node.id,
                     node_name: node.name.clone(),
                     expected_step_us: node.step_us(self.needs.stage_reads(layers.clone())),
@@ -360,109 +396,113 @@ fn permutations(mut items: Vec<usize>, k: usize, out: &mut Vec<Vec<usize>>) {
     }
 }
 
-/// The plan for `needs` on `nodes`: the faster of the best pipeline and the best tensor-parallel group
-/// that fit (a group only when [`TENSOR_MARGIN`] faster), or the mode `forced` says; with the other
-/// mode as an alternative.
+/// The plan for `needs` on `nodes`: the fastest that fits of the best pipeline, the best tensor-parallel
+/// group and the best chain of groups (see [`choose`]), or the mode `forced` says; with the others as
+/// alternatives.
 pub fn plan_mode(
     needs: &ModelNeeds,
     nodes: &[NodeOffer],
     links: &[LinkCost],
     forced: Option<Parallelism>,
 ) -> Result<Plan, PlacementError> {
+    let table = link_table(links);
     let pipeline = plan(needs, nodes, links);
-    let group = tensor::best_group(needs, nodes, &link_table(links));
-    let rate = |p: &Plan| p.expected_decode_tokens_per_second;
-    let summary = |p: &Plan, reason: String| Alternative {
-        parallel: p.parallel,
-        nodes: p.stages.iter().map(|s| s.node_name.clone()).collect(),
-        expected_decode_tokens_per_second: rate(p),
-        reason,
-    };
-    let refused = |parallel, reason: String| Alternative {
-        parallel,
-        nodes: Vec::new(),
-        expected_decode_tokens_per_second: None,
-        reason,
-    };
-    let chosen = match (forced, pipeline, group) {
-        (Some(Parallelism::Tensor), pipeline, group) => {
-            let mut plan = group.map_err(PlacementError::DoesNotFit)?;
-            plan.alternatives.push(match pipeline {
-                Ok(p) => summary(&p, "tensor parallel was asked for".into()),
-                Err(e) => refused(Parallelism::Pipeline, e.to_string()),
-            });
-            plan
-        }
-        (Some(Parallelism::Pipeline), pipeline, group) => {
-            let mut plan = pipeline?;
-            plan.alternatives.push(match group {
-                Ok(g) => summary(&g, "a pipeline was asked for".into()),
-                Err(reason) => refused(Parallelism::Tensor, reason),
-            });
-            plan
-        }
-        (None, Ok(mut pipeline), Ok(mut group)) => {
-            let faster = match (rate(&group), rate(&pipeline)) {
-                (Some(g), Some(p)) => g >= TENSOR_MARGIN * p,
-                _ => false,
-            };
-            if faster {
-                let why = format!(
-                    "tensor parallel over {} nodes is predicted {:.2}x as fast",
-                    group.stages.len(),
-                    rate(&group).unwrap_or(0.0) / rate(&pipeline).unwrap_or(1.0)
-                );
-                group.alternatives.push(summary(&pipeline, why));
-                group
-            } else {
-                let why = match (rate(&group), rate(&pipeline)) {
-                    (Some(g), Some(p)) => format!(
-                        "predicted {:.2}x as fast as the pipeline, less than the {TENSOR_MARGIN:.2}x it must gain",
-                        g / p
-                    ),
-                    _ => "the nodes' speed is not measured yet, so its gain cannot be predicted".into(),
-                };
-                pipeline.alternatives.push(summary(&group, why));
-                pipeline
-            }
-        }
-        (None, Ok(mut pipeline), Err(reason)) => {
-            pipeline.alternatives.push(refused(Parallelism::Tensor, reason));
-            pipeline
-        }
-        (None, Err(_), Ok(mut group)) => {
-            group.alternatives.push(refused(Parallelism::Pipeline, "no pipeline fits".into()));
-            group
-        }
-        (None, Err(e), Err(_)) => return Err(e),
-    };
-    Ok(chosen)
+    let group = tensor::best_group(needs, nodes, &table).map_err(PlacementError::DoesNotFit);
+    let chain = chain::best_chain(needs, nodes, &table).map_err(PlacementError::DoesNotFit);
+    choose([(Parallelism::Pipeline, pipeline), (Parallelism::Tensor, group), (Parallelism::Chain, chain)], forced)
 }
 
-/// The nodes `names` (names or id prefixes, as in an override) name, in that order: each must name
-/// exactly one node that is up, and none twice.
-pub fn pinned(nodes: &[NodeOffer], names: &[String]) -> Result<Vec<NodeOffer>, PlacementError> {
-    let mut chosen: Vec<NodeOffer> = Vec::new();
-    for name in names {
-        let node = match nodes_named(nodes, name).as_slice() {
-            [one] => (*one).clone(),
-            [] => return Err(PlacementError::BadOverride(format!("no node up is called {name}"))),
-            _ => return Err(PlacementError::BadOverride(format!("{name} names more than one node"))),
-        };
-        if chosen.iter().any(|c| c.id == node.id) {
-            return Err(PlacementError::BadOverride(format!("{name} is named twice")));
+/// The plan among `candidates` (a pipeline, a group, a chain, in that order): the one `forced` names, or
+/// the first that fits unless a later one is predicted [`TENSOR_MARGIN`] faster than it (a group must
+/// gain that much over the pipeline, a chain over both). The others become its alternatives, saying why.
+fn choose(
+    candidates: [(Parallelism, Result<Plan, PlacementError>); 3],
+    forced: Option<Parallelism>,
+) -> Result<Plan, PlacementError> {
+    let rate = |p: &Plan| p.expected_decode_tokens_per_second;
+    let chosen = match forced {
+        Some(mode) => candidates.iter().position(|(m, _)| *m == mode).expect("every mode is a candidate"),
+        None => {
+            let mut chosen: Option<usize> = None;
+            for (i, (_, plan)) in candidates.iter().enumerate() {
+                let Ok(plan) = plan else { continue };
+                let faster = match chosen.map(|c| &candidates[c].1) {
+                    None => true,
+                    Some(Ok(before)) => {
+                        matches!((rate(plan), rate(before)), (Some(r), Some(b)) if r >= TENSOR_MARGIN * b)
+                    }
+                    Some(Err(_)) => false,
+                };
+                if faster {
+                    chosen = Some(i);
+                }
+            }
+            match chosen {
+                Some(c) => c,
+                // Nothing fits: the pipeline's reason (it says what is missing where).
+                None => return Err(candidates.into_iter().next().expect("a pipeline").1.unwrap_err()),
+            }
         }
-        chosen.push(node);
+    };
+    let mut rest = Vec::new();
+    let mut plan = None;
+    for (i, (mode, candidate)) in candidates.into_iter().enumerate() {
+        if i == chosen {
+            plan = Some(candidate?);
+        } else {
+            rest.push((mode, candidate));
+        }
     }
-    if chosen.is_empty() {
-        return Err(PlacementError::BadOverride("name at least one node".into()));
+    let mut plan = plan.expect("the chosen candidate");
+    let words = |mode: Parallelism| match mode {
+        Parallelism::Pipeline => "a pipeline",
+        Parallelism::Tensor => "tensor parallel",
+        Parallelism::Chain => "a chain of groups",
+    };
+    for (mode, candidate) in rest {
+        plan.alternatives.push(match candidate {
+            Ok(other) => {
+                let reason = match (forced, rate(&other), rate(&plan)) {
+                    (Some(asked), _, _) => format!("{} was asked for", words(asked)),
+                    (None, Some(r), Some(c)) if r > c || plan.parallel == Parallelism::Pipeline => format!(
+                        "predicted {:.2}x as fast as {}, less than the {TENSOR_MARGIN:.2}x it must gain",
+                        r / c,
+                        words(plan.parallel)
+                    ),
+                    (None, Some(r), Some(c)) => {
+                        format!(
+                            "{} over {} nodes is predicted {:.2}x as fast",
+                            words(plan.parallel),
+                            plan.stages.len(),
+                            c / r
+                        )
+                    }
+                    _ => "the nodes' speed is not measured yet, so its gain cannot be predicted".into(),
+                };
+                Alternative {
+                    parallel: mode,
+                    nodes: other.stages.iter().map(|s| s.node_name.clone()).collect(),
+                    expected_decode_tokens_per_second: rate(&other),
+                    reason,
+                }
+            }
+            Err(e) => Alternative {
+                parallel: mode,
+                nodes: Vec::new(),
+                expected_decode_tokens_per_second: None,
+                reason: match (mode, e) {
+                    (Parallelism::Pipeline, PlacementError::DoesNotFit(_)) => "no pipeline fits".into(),
+                    (_, e) => e.to_string(),
+                },
+            },
+        });
     }
-    Ok(chosen)
+    Ok(plan)
 }
 
 /// The plan on exactly `nodes`, in their order: a pipeline whose ring they form (layers split by
-/// their offers), or a tensor-parallel group whose ranks they are (`parallel`; by default the faster
-/// that fits, a group only when [`TENSOR_MARGIN`] faster).
+/// their offers), or a tensor-parallel group whose ranks they are, or the best chain of groups of some
+/// of them (`parallel`; by default the fastest that fits, as [`choose`] decides).
 pub fn plan_on(
     needs: &ModelNeeds,
     nodes: &[NodeOffer],
@@ -477,22 +517,20 @@ pub fn plan_on(
             _ => Err(does_not_fit(needs, nodes, &table)),
         }
     };
-    let group = || tensor::group_on(needs, nodes, &table);
+    let group = || tensor::group_on(needs, nodes, &table).map_err(PlacementError::DoesNotFit);
+    let chain = || chain::best_chain(needs, nodes, &table).map_err(PlacementError::DoesNotFit);
     match parallel {
         Some(Parallelism::Pipeline) => pipeline(),
-        Some(Parallelism::Tensor) => group().map_err(PlacementError::DoesNotFit),
-        None => match (pipeline(), group()) {
-            (Ok(p), Ok(g)) => {
-                let faster = matches!(
-                    (g.expected_decode_tokens_per_second, p.expected_decode_tokens_per_second),
-                    (Some(g), Some(p)) if g >= TENSOR_MARGIN * p
-                );
-                Ok(if faster { g } else { p })
-            }
-            (Ok(p), Err(_)) => Ok(p),
-            (Err(_), Ok(g)) => Ok(g),
-            (Err(e), Err(_)) => Err(e),
-        },
+        Some(Parallelism::Tensor) => group(),
+        Some(Parallelism::Chain) => chain(),
+        None => {
+            let mut plan = choose(
+                [(Parallelism::Pipeline, pipeline()), (Parallelism::Tensor, group()), (Parallelism::Chain, chain())],
+                None,
+            )?;
+            plan.alternatives.clear();
+            Ok(plan)
+        }
     }
 }
 
@@ -549,166 +587,4 @@ fn subsets(items: &[usize], k: usize) -> Vec<Vec<usize>> {
         .collect();
     with.extend(subsets(&items[1..], k));
     with
-}
-
-/// How a model that fits nowhere falls short, from the best split of its layers over every node (the
-/// largest offers first, at most one node per layer): the numbers behind the "does not fit" message.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Shortfall {
-    /// Bytes that split needs (weights, KV cache and compute buffers of every stage).
-    pub needed: u64,
-    /// Bytes its nodes offer together.
-    pub offered: u64,
-    /// The stages' shortfalls added up: at least `needed - offered`, more when a stage's layers do not fit
-    /// its node although the pool as a whole would hold them.
-    pub missing: u64,
-    /// The nodes of that split.
-    pub nodes: usize,
-}
-
-/// The best split over every node (as many as the model has layers, the largest offers first).
-fn split_over_all(
-    needs: &ModelNeeds,
-    nodes: &[NodeOffer],
-    table: &HashMap<(NodeId, NodeId), (u64, u64)>,
-) -> Option<Plan> {
-    let mut order: Vec<&NodeOffer> = nodes.iter().collect();
-    order.sort_by_key(|n| std::cmp::Reverse(n.bytes));
-    order.truncate(needs.layers());
-    let ring = Ring { needs, nodes: order, links: table };
-    ring.split().map(|(ranges, _)| ring.plan(ranges))
-}
-
-/// What is missing for `needs` on `nodes`, by the split `plan` would report when nothing fits. None
-/// when there is no node to split over.
-pub fn shortfall(needs: &ModelNeeds, nodes: &[NodeOffer], links: &[LinkCost]) -> Option<Shortfall> {
-    if nodes.is_empty() {
-        return None;
-    }
-    let plan = split_over_all(needs, nodes, &link_table(links))?;
-    Some(Shortfall {
-        needed: plan.total_bytes,
-        offered: plan.stages.iter().map(|s| s.offer).sum(),
-        missing: plan.stages.iter().map(|s| s.bytes.total().saturating_sub(s.offer)).sum(),
-        nodes: plan.stages.len(),
-    })
-}
-
-/// Explains what is missing: the best split over every node, and each stage's shortfall.
-fn does_not_fit(
-    needs: &ModelNeeds,
-    nodes: &[NodeOffer],
-    table: &HashMap<(NodeId, NodeId), (u64, u64)>,
-) -> PlacementError {
-    let mut message = String::new();
-    if let Some(plan) = split_over_all(needs, nodes, table) {
-        let needed = plan.total_bytes;
-        let offered: u64 = plan.stages.iter().map(|s| s.offer).sum();
-        message += &format!(
-            "{} with a {}-token context needs {} on {} node(s) (weights, KV cache and compute buffers), but they offer {}: {} missing.",
-            needs.name,
-            needs.context,
-            mb(needed),
-            plan.stages.len(),
-            mb(offered),
-            mb(needed.saturating_sub(offered))
-        );
-        for s in &plan.stages {
-            let need = s.bytes.total();
-            message += &format!(
-                " {} would hold layers {}-{} needing {} of its {}{}.",
-                s.node_name,
-                s.layers.start,
-                s.layers.end - 1,
-                mb(need),
-                mb(s.offer),
-                if need > s.offer { format!(" ({} short)", mb(need - s.offer)) } else { String::new() }
-            );
-        }
-        message += " Add a node, free memory, or use a smaller context (--context) or quantization.";
-    } else {
-        message = format!("{} has {} layers; it cannot be split over the nodes offered", needs.name, needs.layers());
-    }
-    PlacementError::DoesNotFit(message)
-}
-
-/// The plan an explicit `--layers` override describes, if it fits.
-/// The nodes a name in an override means: an exact name or id wins; otherwise an id prefix of at least
-/// four characters (a shorter one would match random ids by chance: "b" names every id starting with b).
-fn nodes_named<'a>(nodes: &'a [NodeOffer], name: &str) -> Vec<&'a NodeOffer> {
-    let exact: Vec<&NodeOffer> = nodes.iter().filter(|n| n.name == name || n.id.to_string() == name).collect();
-    if !exact.is_empty() || name.len() < 4 {
-        return exact;
-    }
-    nodes.iter().filter(|n| n.id.to_string().starts_with(name)).collect()
-}
-
-pub fn plan_override(
-    needs: &ModelNeeds,
-    nodes: &[NodeOffer],
-    links: &[LinkCost],
-    assignment: &[LayerAssignment],
-) -> Result<Plan, PlacementError> {
-    let mut expected = 0;
-    let mut chosen = Vec::new();
-    for a in assignment {
-        if a.layers.start != expected {
-            return Err(PlacementError::BadOverride(format!(
-                "ranges must cover layers 0-{} in order; {} starts at {} where {expected} was expected",
-                needs.layers() - 1,
-                a.node,
-                a.layers.start
-            )));
-        }
-        expected = a.layers.end;
-        match nodes_named(nodes, &a.node).as_slice() {
-            [one] => chosen.push(*one),
-            [] => return Err(PlacementError::BadOverride(format!("no node up is called {}", a.node))),
-            _ => return Err(PlacementError::BadOverride(format!("{} names more than one node", a.node))),
-        }
-    }
-    if expected != needs.layers() {
-        return Err(PlacementError::BadOverride(format!(
-            "ranges end at layer {} but the model has {} layers",
-            expected.saturating_sub(1),
-            needs.layers()
-        )));
-    }
-    let table = link_table(links);
-    let ring = Ring { needs, nodes: chosen, links: &table };
-    let plan = ring.plan(assignment.iter().map(|a| a.layers.clone()).collect());
-    let short: Vec<String> = plan
-        .stages
-        .iter()
-        .filter(|s| s.bytes.total() > s.offer)
-        .map(|s| {
-            format!(
-                "{} needs {} for layers {}-{} but offers {}",
-                s.node_name,
-                mb(s.bytes.total()),
-                s.layers.start,
-                s.layers.end - 1,
-                mb(s.offer)
-            )
-        })
-        .collect();
-    if !short.is_empty() {
-        return Err(PlacementError::DoesNotFit(format!("the requested split does not fit: {}", short.join("; "))));
-    }
-    Ok(plan)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn layer_overrides_parse() {
-        let a = parse_layers("studio-1:0-9, 1a2b:10-29").unwrap();
-        assert_eq!(a[0], LayerAssignment { node: "studio-1".into(), layers: 0..10 });
-        assert_eq!(a[1].layers, 10..30);
-        assert!(parse_layers("x:9-0").is_err());
-        assert!(parse_layers("x:0-").is_err());
-        assert!(parse_layers(":0-3").is_err());
-    }
 }

@@ -147,36 +147,25 @@ fn plan_of(
     members: &[&NodeOffer],
     table: &HashMap<(NodeId, NodeId), (u64, u64)>,
 ) -> Plan {
-    // Each rank's reads besides the chosen experts, which every layer's sum waits for the busiest
-    // rank to compute (see `expected_slowest`).
-    let bytes: Vec<_> = slices.iter().map(|(slice, weights)| needs.rank(slice, *weights)).collect();
-    let dense: Vec<u64> =
-        slices.iter().zip(&bytes).map(|((slice, _), bytes)| needs.rank_dense_reads(slice, bytes.weights)).collect();
-    let held: Vec<usize> = slices.iter().map(|(slice, _)| slice.experts.len()).collect();
-    let (slot, used, experts) = (needs.expert_slot_reads(), needs.experts_used, held.iter().sum::<usize>().max(1));
+    let (own, slowest) = steps(needs, slices, members);
     let stages: Vec<StagePlan> = members
         .iter()
         .zip(slices)
         .zip(shares)
         .enumerate()
-        .map(|(r, ((node, (slice, _)), share))| {
-            // Its own work on average: its share of the chosen experts.
-            let own = dense[r] + slot * (used * held[r]) as u64 / experts as u64;
-            StagePlan {
-                node: node.id,
-                node_name: node.name.clone(),
-                layers: 0..needs.layers(),
-                expected_step_us: node.step_us(own),
-                bytes: bytes[r],
-                offer: node.bytes,
-                slice: Some(slice.clone()),
-                share: Some(*share),
-            }
+        .map(|(r, ((node, (slice, weights)), share))| StagePlan {
+            node: node.id,
+            node_name: node.name.clone(),
+            layers: 0..needs.layers(),
+            expected_step_us: own[r],
+            bytes: needs.rank(slice, *weights),
+            offer: node.bytes,
+            slice: Some(slice.clone()),
+            share: Some(*share),
+            ring_stage: 0,
         })
         .collect();
     let link_us = link_us(needs, members, &stages, table);
-    let cost = |r: usize, chosen: usize| members[r].step_us(dense[r] + chosen as u64 * slot).map(|us| us as f64);
-    let slowest = needs::expected_slowest(&held, used, &cost).map(|us| us.round() as u64);
     Plan {
         model: needs.name.clone(),
         context: needs.context,
@@ -191,6 +180,27 @@ fn plan_of(
     }
 }
 
+/// The expected decode step of each rank of a group of `members` holding `slices` over the whole model
+/// (its own work on average: its share of the chosen experts), and the group's (every layer's sum
+/// waits for the busiest rank: see [`needs::expected_slowest`]); links not included.
+pub(super) fn steps(
+    needs: &ModelNeeds,
+    slices: &[(TensorSlice, u64)],
+    members: &[&NodeOffer],
+) -> (Vec<Option<u64>>, Option<u64>) {
+    // Each rank's reads besides the chosen experts.
+    let dense: Vec<u64> = slices.iter().map(|(slice, weights)| needs.rank_dense_reads(slice, *weights)).collect();
+    let held: Vec<usize> = slices.iter().map(|(slice, _)| slice.experts.len()).collect();
+    let (slot, used, experts) = (needs.expert_slot_reads(), needs.experts_used, held.iter().sum::<usize>().max(1));
+    let own = members
+        .iter()
+        .enumerate()
+        .map(|(r, node)| node.step_us(dense[r] + slot * (used * held[r]) as u64 / experts as u64))
+        .collect();
+    let cost = |r: usize, chosen: usize| members[r].step_us(dense[r] + chosen as u64 * slot).map(|us| us as f64);
+    (own, needs::expected_slowest(&held, used, &cost).map(|us| us.round() as u64))
+}
+
 /// A token's time on a group's links: the step out to every rank, two sums per layer, and the ranks'
 /// logits back to the leader.
 fn link_us(
@@ -202,12 +212,6 @@ fn link_us(
     let hop = |a: NodeId, b: NodeId, bytes: u64| link_table_hop(table, a, b, bytes);
     let leader = members[0].id;
     let step: u64 = members[1..].iter().map(|m| hop(leader, m.id, 64)).max().unwrap_or(0);
-    let mut sum = 0;
-    for a in members {
-        for b in members.iter().filter(|b| b.id != a.id) {
-            sum = sum.max(hop(a.id, b.id, needs.hidden_bytes_per_token));
-        }
-    }
     let gather: u64 = members[1..]
         .iter()
         .zip(&stages[1..])
@@ -217,5 +221,17 @@ fn link_us(
         })
         .max()
         .unwrap_or(0);
-    step + 2 * needs.layers() as u64 * sum + gather
+    step + 2 * needs.layers() as u64 * sum_us(needs, members, table) + gather
+}
+
+/// One sum of a group's parts: every rank sends its part (a token's hidden state) to every other, so
+/// the slowest link sets it.
+pub(super) fn sum_us(needs: &ModelNeeds, members: &[&NodeOffer], table: &HashMap<(NodeId, NodeId), (u64, u64)>) -> u64 {
+    let mut sum = 0;
+    for a in members {
+        for b in members.iter().filter(|b| b.id != a.id) {
+            sum = sum.max(link_table_hop(table, a.id, b.id, needs.hidden_bytes_per_token));
+        }
+    }
+    sum
 }

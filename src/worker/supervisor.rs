@@ -37,6 +37,17 @@ pub struct StageSpec {
     /// A rank of a tensor-parallel group (then `layers` is the whole model and the stages are the ranks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensor: Option<TensorRank>,
+    /// Where a whole stage sits in the ring when that is not `stage` of `stages`: chained with
+    /// tensor-parallel groups, whose ranks outnumber the ring's stages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring: Option<RingPlace>,
+}
+
+/// A stage's place in the ring: stage `stage` of `stages`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RingPlace {
+    pub stage: usize,
+    pub stages: usize,
 }
 
 /// Which rank of a tensor-parallel group a worker is, and every rank's share of the model, in rank order
@@ -140,6 +151,7 @@ pub fn spawn(
 ) -> anyhow::Result<WorkerHandle> {
     std::fs::create_dir_all(log_dir)?;
     let log = log_dir.join(format!("{}-stage{}.log", spec.instance, spec.stage));
+    let place = spec.ring.unwrap_or(RingPlace { stage: spec.stage, stages: spec.stages });
     let log_file = std::fs::File::create(&log)?;
     let front_token = hex::encode(rand::random::<[u8; 16]>());
     let mut cmd = super::executable::command()?;
@@ -147,7 +159,7 @@ pub fn spawn(
         .arg("--model")
         .arg(&spec.model_path)
         .args(["--layers", &format!("{}-{}", spec.layers.start, spec.layers.end - 1)])
-        .args(["--stage", &spec.stage.to_string(), "--stages", &spec.stages.to_string()])
+        .args(["--stage", &place.stage.to_string(), "--stages", &place.stages.to_string()])
         .args(["--context", &spec.context.to_string(), "--sequences", &spec.sequences.to_string()])
         .args(["--batch", &spec.batch.to_string(), "--threads", &setup.threads.to_string()])
         .args(["--listen", &setup.listen.to_string()])

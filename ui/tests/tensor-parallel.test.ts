@@ -88,3 +88,54 @@ describe('a tensor-parallel instance', () => {
     expect(screen.getAllByTestId('preview-share').map((c) => c.textContent)).toEqual(['80%', '20%']);
   });
 });
+
+/** The fixture instance as a chain: its first two nodes a group over layers 0–17, the third a whole stage. */
+function chain(): InstanceInfo {
+  const instance = instancesFixture()[0]!;
+  const layers = [
+    { start: 0, end: 18 },
+    { start: 0, end: 18 },
+    { start: 18, end: 30 },
+  ];
+  const slice = (i: number) => (i < 2 ? slices[i]! : null);
+  const stages = instance.stages.map((s, i) => ({
+    ...s,
+    layers: layers[i]!,
+    slice: slice(i),
+    stats: { ...(s.stats as StageStats), allreduce_p50_us: i < 2 ? 30 + i : null, hop_p50_us: i === 0 ? 900 : null },
+  }));
+  const plan: Plan = {
+    ...instance.plan,
+    parallel: 'chain',
+    stages: instance.plan.stages.map((s, i) => ({ ...s, layers: layers[i]!, slice: slice(i), ring_stage: i < 2 ? 0 : 1, ...(i < 2 ? { share: 1 } : {}) })),
+    alternatives: [{ parallel: 'tensor', nodes: ['gamma', 'beta', 'alpha'], expected_decode_tokens_per_second: 20, reason: 'a chain of groups over 3 nodes is predicted 1.50x as fast' }],
+  };
+  return { ...instance, plan, stages };
+}
+
+describe('a chain of groups', () => {
+  it('says which layers each group holds and each rank its slice of them', () => {
+    render(InstanceCard, { props: { instance: chain(), ownerName: 'alpha', readOnly: false }, context: appContext() });
+    expect(screen.getByTestId('instance-parallel').textContent).toBe('a chain of 2 groups and stages over 3 nodes');
+    expect(screen.getAllByTestId('stage-holds').map((c) => c.textContent)).toEqual([
+      '0–17 · heads 0–5 · ffn 0–767',
+      '0–17 · heads 6–8 · ffn 768–1535',
+      '18–29',
+    ]);
+    // A rank times its sums; the whole stage, not the first, has no link time of its own.
+    expect(screen.getAllByTestId('stage-link-time').map((c) => c.textContent)).toEqual(['30 µs', '31 µs', '']);
+    const instance = chain();
+    expect(layersOn(instance.stages[1]!.node, [{ ...instance, state: 'ready' }]).map((h) => h.slice)).toEqual(['0–17 · heads 6–8 · ffn 768–1535']);
+  });
+
+  it('its placement preview names the mode, each rank its share of its group, and what it was weighed against', () => {
+    const instance = chain();
+    render(PlacementPreview, { name: instance.model, plan: instance.plan });
+    expect(screen.getByTestId('preview-parallel').textContent).toContain('a chain of groups');
+    expect(screen.getAllByTestId('preview-share').map((c) => c.textContent)).toEqual(['50%', '50%', '—']);
+    const other = screen.getByTestId('preview-alternative');
+    expect(other.textContent).toContain('Not tensor parallel');
+    expect(other.textContent).toContain('gamma, beta, alpha');
+    expect(other.textContent).toContain('predicted 1.50x as fast');
+  });
+});

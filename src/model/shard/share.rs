@@ -19,8 +19,9 @@ pub enum StageShare {
     /// ([`Model::stage_tensors`]).
     Layers(Range<usize>),
     /// Rank `rank` of a tensor-parallel group whose ranks hold `shares` of the model (relative): its
-    /// slice of every layer ([`crate::model::slice`]), planned from the model's header.
-    Rank { rank: usize, shares: Vec<f64> },
+    /// slice of every layer ([`crate::model::slice`]), planned from the model's header; of `layers` only
+    /// when the group is chained with others as pipeline stages.
+    Rank { rank: usize, shares: Vec<f64>, layers: Option<Range<usize>> },
 }
 
 impl StageShare {
@@ -50,13 +51,18 @@ impl StageShare {
                     .map(|tensors| tensors.iter().map(|t| t.offset..t.offset + t.bytes).collect())
                     .collect())
             }
-            StageShare::Rank { rank, shares } => {
+            StageShare::Rank { rank, shares, layers } => {
                 let unplanned = |reason: String| ShardError::Slice { label: self.label(), reason };
                 let slices = crate::model::slice::plan(model, shares).map_err(unplanned)?;
                 let slice = slices
                     .get(*rank)
                     .ok_or_else(|| unplanned(format!("a group of {} has no rank {rank}", shares.len())))?;
-                crate::model::slice::rank_ranges(model, slice).map_err(unplanned)
+                let model_layers = model.config().layers;
+                let layers = layers.clone().unwrap_or(0..model_layers);
+                if layers.is_empty() || layers.end > model_layers {
+                    return Err(ShardError::LayersOutside { layers, model_layers });
+                }
+                crate::model::slice::rank_ranges_in(model, slice, layers).map_err(unplanned)
             }
         }
     }
@@ -65,7 +71,10 @@ impl StageShare {
     pub fn label(&self) -> String {
         match self {
             StageShare::Layers(layers) => format!("layers {}-{}", layers.start, layers.end.saturating_sub(1)),
-            StageShare::Rank { rank, shares } => format!("rank {rank} of {}", shares.len()),
+            StageShare::Rank { rank, shares, layers: None } => format!("rank {rank} of {}", shares.len()),
+            StageShare::Rank { rank, shares, layers: Some(l) } => {
+                format!("rank {rank} of {} of layers {}-{}", shares.len(), l.start, l.end.saturating_sub(1))
+            }
         }
     }
 }

@@ -111,6 +111,23 @@ export function formatSlice(slice: {
   return parts.join(' · ');
 }
 
+/**
+ * What a stage holds: its layers; a tensor-parallel rank's slice of every layer; in a chain of groups, a
+ * rank's slice of its group's layers ("10–19 · heads 0–4 · ffn 0–767").
+ */
+export function formatHolds(
+  stage: { layers: { start: number; end: number }; slice: Parameters<typeof formatSlice>[0] | null },
+  parallel: 'pipeline' | 'tensor' | 'chain',
+): string {
+  if (stage.slice === null) return formatLayers(stage.layers);
+  return parallel === 'chain' ? `${formatLayers(stage.layers)} · ${formatSlice(stage.slice)}` : formatSlice(stage.slice);
+}
+
+/** A way to split a model, as a sentence names it: "a pipeline", "tensor parallel", "a chain of groups". */
+export function formatParallel(parallel: 'pipeline' | 'tensor' | 'chain'): string {
+  return parallel === 'tensor' ? 'tensor parallel' : parallel === 'chain' ? 'a chain of groups' : 'a pipeline';
+}
+
 export function formatClock(ms: number): string {
   return new Date(ms).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
 }

@@ -363,12 +363,17 @@ slice: TensorSlice | null,
  * A tensor-parallel rank's share, relative to the group's others (its part of each divided tensor is
  * its share over their sum): the rank's worker plans its slice from every rank's share.
  */
-share?: number, };
+share?: number, 
+/**
+ * Which stage of the ring this is part of: a pipeline's stages are 0, 1, ...; a tensor-parallel
+ * group's ranks all 0; in a chain, a group's ranks (its leader first) share their group's.
+ */
+ring_stage: number, };
 
 /**
  * How a model is split over nodes.
  */
-export type Parallelism = "pipeline" | "tensor";
+export type Parallelism = "pipeline" | "tensor" | "chain";
 
 /**
  * Another way the model could have been split, as placement weighed it.
@@ -466,8 +471,8 @@ batch?: number | null,
  */
 name?: string | null, 
 /**
- * How to split the model: a pipeline of layer ranges or tensor parallel (default: the faster
- * placement predicts).
+ * How to split the model: a pipeline of layer ranges, tensor parallel, or a chain of groups
+ * (default: the fastest placement predicts).
  */
 parallel?: Parallelism | null, 
 /**

@@ -1,5 +1,5 @@
 /** What a node card shows besides telemetry: its health colour and the model layers it holds. */
-import { formatSlice } from '../format';
+import { formatHolds, formatSlice } from '../format';
 import type { InstanceInfo, InstanceState, NodeStatus, WorkerState } from '../api/types';
 
 /** up (this node or alive), suspect, down (red), connecting (not heard from yet). */
@@ -50,7 +50,7 @@ export function layersOn(node: string, instances: readonly InstanceInfo[]): Held
           end: s.layers.end,
           state: s.state,
           progress: s.progress,
-          slice: s.slice ? formatSlice(s.slice) : null,
+          slice: s.slice ? (i.plan.parallel === 'chain' ? formatHolds(s, 'chain') : formatSlice(s.slice)) : null,
         })),
     );
 }
