@@ -1,7 +1,9 @@
 //! The device-generic path on every device of this build: weights copied into the device's own buffer,
 //! as a discrete GPU needs, compute exactly what weights mapped in place (as Apple Silicon's GPU and the
 //! CPU use them) compute — for the real SmolLM2 and the random mixture-of-experts models (MXFP4 experts,
-//! latent attention, a sliding window) — and a pipeline mixing both placements equals the model whole.
+//! latent attention, a sliding window) — and a pipeline mixing both placements equals the model whole
+//! (bit for bit on the CPU; within float rounding on another device, which may fuse operations
+//! differently where the graph is cut).
 //! A device other than the CPU (with `--features vulkan`, Mesa's lavapipe: scripts/test-vulkan) must
 //! give the CPU's logits within float error and its greedy tokens up to the first near tie, alone and in
 //! a pipeline with a CPU stage. The oracle and split tests run on the best device (see `Device::best`).
@@ -79,7 +81,16 @@ fn a_pipeline_mixing_copied_and_mapped_stages_equals_the_model_whole() {
                 Stage::load(&model, split..layers, options(device, WeightPlacement::AsInFile)).unwrap(),
             ];
             let mut mixed = LocalPipeline::from_stages(stages, WireFormat::F32).unwrap();
-            assert!(logits(&mut whole, &ids) == logits(&mut mixed, &ids), "{name} on {device:?}: split at {split}");
+            let (whole, mixed) = (logits(&mut whole, &ids), logits(&mut mixed, &ids));
+            if device.kind() == DeviceKind::Cpu {
+                assert!(whole == mixed, "{name} on {device:?}: split at {split}");
+            } else {
+                // Another device may round differently where the graph is cut: on lavapipe the random
+                // Qwen3-MoE split at layer 2 differed by 1.2e-7 of the logits' spread, each run the same
+                // (ggml-vulkan fuses some operations by the graph's shape; not traced further).
+                let difference = relative_difference(&whole, &mixed);
+                assert!(difference <= SPLIT_ROUNDING, "{name} on {device:?}: split at {split}: {difference}");
+            }
         }
     }
 }
@@ -117,6 +128,10 @@ fn spread(logits: &[f32]) -> f32 {
 /// at the first token (where attention is trivial, so it is the matrix products) and at most 3.6% over
 /// eleven steps, not growing with the position; a wrong tensor, position or cache entry gives far more.
 const TOLERANCE: f32 = 0.05;
+
+/// How far a device other than the CPU may round a split model away from the whole one, relative to
+/// the logits' spread: float rounding, a hundred times what lavapipe showed.
+const SPLIT_ROUNDING: f32 = 1e-5;
 
 /// Greedy tokens on the CPU and on `other` from `prompt`: equal until the CPU's two candidates at a step
 /// are a near tie (logits within the tolerance), which float error may decide either way; after that the
