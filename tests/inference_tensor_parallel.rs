@@ -185,7 +185,8 @@ fn chain_of(info: &Value) -> Vec<(std::ops::Range<usize>, Vec<f64>)> {
 /// Three nodes as a chain: a group of two ranks over some of the layers and one node running the
 /// others whole (placement picks which nodes form the group and where the layers are cut). The ranks
 /// link to each other first, then the ring links the group's leader and the whole stage; the
-/// instance answers exactly as the same chain run as threads of one process does.
+/// instance answers exactly as the same chain run as threads of one process does. A node of it
+/// killed mid-generation ends the stream within seconds, and the model is placed again by itself.
 #[test]
 fn three_nodes_as_a_group_chained_with_a_stage_answer_as_the_chain_in_one_process() {
     let _one_at_a_time = common::cluster::exclusive();
@@ -224,6 +225,39 @@ fn three_nodes_as_a_group_chained_with_a_stage_answer_as_the_chain_in_one_proces
             "{prompt:?}"
         );
     }
+
+    // A node of the chain other than the owner killed mid-generation (the group's follower where it
+    // can be): the stream ends with an error within the failure detector's bound, and the model is
+    // placed again on the two nodes left.
+    let plan_stages = info["plan"]["stages"].as_array().unwrap();
+    let follows = |i: usize| i > 0 && plan_stages[i - 1]["ring_stage"] == plan_stages[i]["ring_stage"];
+    let not_owner = |i: &usize| plan_stages[*i]["node_name"] != "node0";
+    let victim = (0..plan_stages.len())
+        .filter(not_owner)
+        .find(|&i| follows(i))
+        .or_else(|| (0..plan_stages.len()).find(not_owner))
+        .unwrap();
+    let victim: usize = plan_stages[victim]["node_name"].as_str().unwrap().trim_start_matches("node").parse().unwrap();
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let streaming = stream(&c, 0, started_tx);
+    started.recv_timeout(Duration::from_secs(30)).expect("tokens arrive");
+    c.kill(victim);
+    let killed = Instant::now();
+    let (_, error, ended) = streaming.join().unwrap();
+    let error = error.expect("the stream ends with an error, not a silent stop");
+    let took = ended.duration_since(killed);
+    eprintln!("the request ended {took:?} after node{victim} was killed: {error}");
+    let bound = 2 * shoal::cluster::health::DOWN_AFTER;
+    assert!(took <= bound, "the request took {took:?} to end (bound {bound:?})");
+    let old = info["id"].as_str().unwrap().to_string();
+    c.wait_for(Duration::from_secs(60), "the model to be placed again and ready", || {
+        let instances = c.get_json(0, "/api/instances");
+        let list = instances.as_array().unwrap();
+        let replaced = list.iter().any(|i| i["id"] == old.as_str() && i["state"] == "replaced");
+        replaced && list.iter().any(|i| i["state"] == "ready")
+    });
+    let (status, answer) = complete(&c, 0, PROMPTS[0].0, PROMPTS[0].1);
+    assert_eq!(status, 200, "the model serves again: {answer}");
 }
 
 /// Streams a long completion through node `i`: says when tokens come, returns the text, the error it
