@@ -186,10 +186,10 @@ fn planned_compute_us(plan: &shoal::placement::Plan) -> Option<u64> {
     Some((step_us.round() as u64).saturating_sub(plan.ring_us))
 }
 
-/// The median sum time the leader of a tensor-parallel instance reports (its stats come each second:
-/// wait for the ones after the runs).
+/// The median sum time the first group's leader reports (its stats come each second: wait for the ones
+/// after the runs).
 fn allreduce_p50(args: &BenchArgs, id: &str) -> Option<u64> {
     std::thread::sleep(std::time::Duration::from_millis(1100));
     let info: InstanceInfo = args.node.get(&format!("/api/instances/{id}")).ok()?;
-    info.stages.first()?.stats.as_ref()?.allreduce_p50_us
+    info.stages.iter().find_map(|s| s.stats.as_ref()?.allreduce_p50_us)
 }
