@@ -146,10 +146,10 @@ pub async fn preview(instances: &Arc<Instances>, request: &LaunchRequest) -> Res
         ));
     }
     let plan = match (&request.layers, request.parallel) {
-        (Some(_), Some(placement::Parallelism::Tensor)) => {
-            return Err(LaunchError::Invalid(
-                "--layers splits the model into layer ranges (a pipeline); leave it out for tensor parallel".into(),
-            ))
+        (Some(_), Some(mode @ (placement::Parallelism::Tensor | placement::Parallelism::Chain))) => {
+            return Err(LaunchError::Invalid(format!(
+                "--layers splits the model into layer ranges (a pipeline); leave it out for --parallel {mode}"
+            )))
         }
         (Some(spec), _) => placement::plan_override(&needs, &offers, &links, &placement::parse_layers(spec)?)?,
         (None, forced) => placement::plan_mode(&needs, &offers, &links, forced)?,
