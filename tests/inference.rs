@@ -65,7 +65,10 @@ fn three_nodes_serve_a_split_model_exactly_like_one_process() {
     let mut c = TestCluster::new(3);
     // node1 copies its weights into its device's memory, as a discrete GPU needs; node2 computes on the
     // mapped file (--no-huge-pages); node0 copies what it does not repack into huge pages (the default).
-    let model = launch_with(&mut c, LIMIT, &[], &[&[], &["--copy-weights"], &["--no-huge-pages"]]);
+    // A pipeline: a chain (a group of two with a stage, which placement may prefer under these limits)
+    // sums in another order and is compared with its own one-process run in inference_tensor_parallel.
+    let pipeline = ["--parallel", "pipeline"];
+    let model = launch_with(&mut c, LIMIT, &pipeline, &[&[], &["--copy-weights"], &["--no-huge-pages"]]);
     let instances = get(&c, 1, "/api/instances");
     let stages = instances[0]["stages"].as_array().unwrap();
     assert_eq!(stages.len(), 3, "the memory limits force three stages: {instances:#}");

@@ -22,9 +22,22 @@ const CASES: [(&str, usize); 4] = [
     ("<|im_start|>user\nName three rivers.<|im_end|>\n<|im_start|>assistant\n", 16),
 ];
 
+/// Launches the model as a pipeline (a ring of layer ranges, what these tests batch through; placement
+/// might otherwise chain a group with a stage where memory is short).
 fn launch(c: &TestCluster, context: &str, sequences: &str) {
     let model = common::model_path();
-    let args = ["run", model.to_str().unwrap(), "--context", context, "--sequences", sequences, "--threads", "1"];
+    let args = [
+        "run",
+        model.to_str().unwrap(),
+        "--context",
+        context,
+        "--sequences",
+        sequences,
+        "--threads",
+        "1",
+        "--parallel",
+        "pipeline",
+    ];
     let out = c.cli(0, &args);
     assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
 }

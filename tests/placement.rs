@@ -364,7 +364,7 @@ fn nodes_in_fast_pairs_chain_two_groups_over_the_slow_link_between_them() {
     let pipeline = plan.alternatives.iter().find(|a| a.parallel == placement::Parallelism::Pipeline).unwrap();
     let group = plan.alternatives.iter().find(|a| a.parallel == placement::Parallelism::Tensor).unwrap();
     assert!(rate >= 1.15 * pipeline.expected_decode_tokens_per_second.unwrap(), "{rate} against {pipeline:?}");
-    assert!(rate > group.expected_decode_tokens_per_second.unwrap_or(0.0), "{rate} against {group:?}");
+    assert!(rate >= 1.15 * group.expected_decode_tokens_per_second.unwrap_or(0.0), "{rate} against {group:?}");
     assert!(pipeline.reason.contains("predicted"), "{}", pipeline.reason);
 
     // Every link fast: the four nodes sum as one group, and the chain is the alternative.

@@ -413,8 +413,9 @@ pub fn plan_mode(
 }
 
 /// The plan among `candidates` (a pipeline, a group, a chain, in that order): the one `forced` names, or
-/// the first that fits unless a later one is predicted [`TENSOR_MARGIN`] faster than it (a group must
-/// gain that much over the pipeline, a chain over both). The others become its alternatives, saying why.
+/// the last that is predicted [`TENSOR_MARGIN`] faster than every earlier one that fits (a group must
+/// gain that much over the pipeline, a chain over both), else the first that fits. The others become its
+/// alternatives, saying why.
 fn choose(
     candidates: [(Parallelism, Result<Plan, PlacementError>); 3],
     forced: Option<Parallelism>,
@@ -426,13 +427,11 @@ fn choose(
             let mut chosen: Option<usize> = None;
             for (i, (_, plan)) in candidates.iter().enumerate() {
                 let Ok(plan) = plan else { continue };
-                let faster = match chosen.map(|c| &candidates[c].1) {
-                    None => true,
-                    Some(Ok(before)) => {
-                        matches!((rate(plan), rate(before)), (Some(r), Some(b)) if r >= TENSOR_MARGIN * b)
-                    }
-                    Some(Err(_)) => false,
-                };
+                // Faster by the margin than every earlier mode that fits (the first that fits needs none).
+                let faster = candidates[..i].iter().all(|(_, before)| match before {
+                    Ok(before) => matches!((rate(plan), rate(before)), (Some(r), Some(b)) if r >= TENSOR_MARGIN * b),
+                    Err(_) => true,
+                });
                 if faster {
                     chosen = Some(i);
                 }
@@ -444,13 +443,16 @@ fn choose(
             }
         }
     };
+    // Each mode's rate, where it fits: what a mode passed over is measured against.
+    let fitted: Vec<(usize, Parallelism, Option<f64>)> =
+        candidates.iter().enumerate().filter_map(|(j, (m, p))| Some((j, *m, rate(p.as_ref().ok()?)))).collect();
     let mut rest = Vec::new();
     let mut plan = None;
     for (i, (mode, candidate)) in candidates.into_iter().enumerate() {
         if i == chosen {
             plan = Some(candidate?);
         } else {
-            rest.push((mode, candidate));
+            rest.push((i, mode, candidate));
         }
     }
     let mut plan = plan.expect("the chosen candidate");
@@ -459,30 +461,34 @@ fn choose(
         Parallelism::Tensor => "tensor parallel",
         Parallelism::Chain => "a chain of groups",
     };
-    for (mode, candidate) in rest {
+    for (i, mode, candidate) in rest {
         plan.alternatives.push(match candidate {
             Ok(other) => {
-                let reason = match (forced, rate(&other), rate(&plan)) {
-                    (Some(asked), _, _) => format!("{} was asked for", words(asked)),
-                    (None, Some(r), Some(c)) if r > c || plan.parallel == Parallelism::Pipeline => format!(
-                        "predicted {:.2}x as fast as {}, less than the {TENSOR_MARGIN:.2}x it must gain",
-                        r / c,
-                        words(plan.parallel)
+                let r = rate(&other);
+                // A mode after the chosen one fell short of the margin over an earlier mode; one before
+                // it was outrun by the chosen.
+                let short_of = fitted.iter().filter(|(j, ..)| *j < i).find_map(|&(_, m, b)| match (r, b) {
+                    (Some(r), Some(b)) if r < TENSOR_MARGIN * b => Some((m, r / b)),
+                    _ => None,
+                });
+                let reason = match (forced, short_of, r, rate(&plan)) {
+                    (Some(asked), ..) => format!("{} was asked for", words(asked)),
+                    (None, Some((m, ratio)), ..) if i > chosen => format!(
+                        "predicted {ratio:.2}x as fast as {}, less than the {TENSOR_MARGIN:.2}x it must gain",
+                        words(m)
                     ),
-                    (None, Some(r), Some(c)) => {
-                        format!(
-                            "{} over {} nodes is predicted {:.2}x as fast",
-                            words(plan.parallel),
-                            plan.stages.len(),
-                            c / r
-                        )
-                    }
+                    (None, _, Some(r), Some(c)) => format!(
+                        "{} over {} nodes is predicted {:.2}x as fast",
+                        words(plan.parallel),
+                        plan.stages.len(),
+                        c / r
+                    ),
                     _ => "the nodes' speed is not measured yet, so its gain cannot be predicted".into(),
                 };
                 Alternative {
                     parallel: mode,
                     nodes: other.stages.iter().map(|s| s.node_name.clone()).collect(),
-                    expected_decode_tokens_per_second: rate(&other),
+                    expected_decode_tokens_per_second: r,
                     reason,
                 }
             }
