@@ -238,26 +238,7 @@ fn three_nodes_as_a_group_chained_with_a_stage_answer_as_the_chain_in_one_proces
         .or_else(|| (0..plan_stages.len()).find(not_owner))
         .unwrap();
     let victim: usize = plan_stages[victim]["node_name"].as_str().unwrap().trim_start_matches("node").parse().unwrap();
-    let (started_tx, started) = std::sync::mpsc::channel();
-    let streaming = stream(&c, 0, started_tx);
-    started.recv_timeout(Duration::from_secs(30)).expect("tokens arrive");
-    c.kill(victim);
-    let killed = Instant::now();
-    let (_, error, ended) = streaming.join().unwrap();
-    let error = error.expect("the stream ends with an error, not a silent stop");
-    let took = ended.duration_since(killed);
-    eprintln!("the request ended {took:?} after node{victim} was killed: {error}");
-    let bound = 2 * shoal::cluster::health::DOWN_AFTER;
-    assert!(took <= bound, "the request took {took:?} to end (bound {bound:?})");
-    let old = info["id"].as_str().unwrap().to_string();
-    c.wait_for(Duration::from_secs(60), "the model to be placed again and ready", || {
-        let instances = c.get_json(0, "/api/instances");
-        let list = instances.as_array().unwrap();
-        let replaced = list.iter().any(|i| i["id"] == old.as_str() && i["state"] == "replaced");
-        replaced && list.iter().any(|i| i["state"] == "ready")
-    });
-    let (status, answer) = complete(&c, 0, PROMPTS[0].0, PROMPTS[0].1);
-    assert_eq!(status, 200, "the model serves again: {answer}");
+    killed_mid_generation_then_served_again(&mut c, &info, victim);
 }
 
 /// Streams a long completion through node `i`: says when tokens come, returns the text, the error it
@@ -305,20 +286,26 @@ fn a_rank_killed_mid_generation_ends_the_stream_and_the_model_serves_again() {
     }
     c.form(&[]);
     let info = launch(&c, "node1,node2");
+    killed_mid_generation_then_served_again(&mut c, &info, 2);
+}
+
+/// Streams a long completion through node0 and kills node `victim` once tokens flow: the stream ends
+/// with an error (not a silent stop) within twice the failure detector's bound, the other nodes stay
+/// up, and the owner places the model (`info`, the instance) again by itself so that it serves again.
+fn killed_mid_generation_then_served_again(c: &mut TestCluster, info: &Value, victim: usize) {
     let (started_tx, started) = std::sync::mpsc::channel();
-    let streaming = stream(&c, 0, started_tx);
+    let streaming = stream(c, 0, started_tx);
     started.recv_timeout(Duration::from_secs(30)).expect("tokens arrive");
-    c.kill(2);
+    c.kill(victim);
     let killed = Instant::now();
     let (text, error, ended) = streaming.join().unwrap();
     assert!(!text.is_empty());
     let error = error.expect("the stream ends with an error, not a silent stop");
     let took = ended.duration_since(killed);
-    eprintln!("the request ended {took:?} after rank 1's node was killed: {error}");
+    eprintln!("the request ended {took:?} after node{victim} was killed: {error}");
     let bound = 2 * shoal::cluster::health::DOWN_AFTER;
     assert!(took <= bound, "the request took {took:?} to end (bound {bound:?})");
-    // The other nodes stay up, and the model is placed again on them without anyone relaunching it.
-    for i in [0, 1] {
+    for i in (0..c.nodes.len()).filter(|&i| i != victim) {
         assert!(c.status(i).is_some(), "node{i} is still up");
     }
     let old = info["id"].as_str().unwrap().to_string();
@@ -328,6 +315,6 @@ fn a_rank_killed_mid_generation_ends_the_stream_and_the_model_serves_again() {
         let replaced = list.iter().any(|i| i["id"] == old.as_str() && i["state"] == "replaced");
         replaced && list.iter().any(|i| i["state"] == "ready")
     });
-    let (status, answer) = complete(&c, 0, PROMPTS[0].0, PROMPTS[0].1);
+    let (status, answer) = complete(c, 0, PROMPTS[0].0, PROMPTS[0].1);
     assert_eq!(status, 200, "the model serves again: {answer}");
 }
