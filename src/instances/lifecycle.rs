@@ -479,13 +479,12 @@ pub(super) fn apply_report(instances: &Arc<Instances>, instance: &str, stage: us
         if !running(info.state) && report.state != WorkerState::Stopped {
             return;
         }
-        let ready = |state: WorkerState| matches!(state, WorkerState::Ready | WorkerState::Serving);
-        let was_ready = ready(s.state);
+        let was_ready = s.state.is_ready();
         // Stats only move a ready stage between ready and serving.
         if report.stats.is_none() || was_ready {
             s.state = report.state;
         }
-        let became_ready = !was_ready && ready(s.state);
+        let became_ready = !was_ready && s.state.is_ready();
         if let Some(p) = report.progress {
             s.progress = p;
         }
@@ -511,9 +510,7 @@ pub(super) fn apply_report(instances: &Arc<Instances>, instance: &str, stage: us
         if info.state == InstanceState::Launching {
             (groups, ring) = wiring(info, stage, report.data_port.is_some(), became_ready);
         }
-        if info.state == InstanceState::Launching
-            && info.stages.iter().all(|s| matches!(s.state, WorkerState::Ready | WorkerState::Serving))
-        {
+        if info.state == InstanceState::Launching && info.stages.iter().all(|s| s.state.is_ready()) {
             info.state = InstanceState::Ready;
             info.ready_at_ms.get_or_insert_with(crate::util::now_ms);
         }
@@ -572,10 +569,7 @@ fn wiring(
     };
     let groups = (port_reported && listening && !grouped.is_empty())
         .then(|| grouped.iter().map(|g| ((*g).clone(), g.iter().filter_map(|&i| port(i)).collect())).collect());
-    let followers_ready = grouped
-        .iter()
-        .flat_map(|g| &g[1..])
-        .all(|&i| matches!(info.stages[i].state, WorkerState::Ready | WorkerState::Serving));
+    let followers_ready = grouped.iter().flat_map(|g| &g[1..]).all(|&i| info.stages[i].state.is_ready());
     let is_follower = grouped.iter().any(|g| g[1..].contains(&stage));
     let ring_now = if grouped.is_empty() {
         port_reported && listening

@@ -20,11 +20,11 @@
 //! by speed and memory; a chain's do not).
 
 use super::{link_table_hop, subsets, ModelNeeds, NodeOffer, Parallelism, Plan, StageBytes, StagePlan};
-use crate::model::layout::Part;
 use crate::model::TensorSlice;
 use crate::node::NodeId;
 use std::collections::HashMap;
 use std::ops::Range;
+use std::rc::Rc;
 
 /// Most nodes (the largest offers) a chain is planned over: the ways to partition and order them grow
 /// past what a placement preview may spend.
@@ -51,13 +51,13 @@ pub(super) fn best_chain(needs: &ModelNeeds, nodes: &[NodeOffer], table: &LinkTa
                 if blocks.len() < 2 || blocks.len() > layers || blocks.iter().all(|b| b.len() < 2) {
                     continue;
                 }
-                if !blocks.iter().all(|b| sizes.divides(b.len())) {
+                let Some(runners) = blocks.iter().map(|b| sizes.part(b, nodes, table)).collect::<Option<Vec<_>>>()
+                else {
                     continue;
-                }
+                };
                 weighed = true;
                 let leader_hop =
                     |a: usize, b: usize| link_table_hop(table, nodes[blocks[a][0]].id, nodes[blocks[b][0]].id, 0);
-                let runners: Vec<Runner> = blocks.iter().map(|b| sizes.part(b, nodes, table)).collect();
                 for order in block_orders(blocks.len(), &leader_hop) {
                     let parts: Vec<&Runner> = order.iter().map(|&b| &runners[b]).collect();
                     let Some((cost, plan)) = chain_plan(needs, &sums, &parts, table) else { continue };
@@ -105,18 +105,7 @@ fn block_orders(count: usize, hop: &dyn Fn(usize, usize) -> u64) -> Vec<Vec<usiz
         super::permutations((0..count).collect(), 0, &mut all);
         return all;
     }
-    (0..count)
-        .map(|first| {
-            let mut order = vec![first];
-            let mut rest: Vec<usize> = (0..count).filter(|&b| b != first).collect();
-            while !rest.is_empty() {
-                let last = *order.last().expect("non-empty");
-                let (pos, _) = rest.iter().enumerate().min_by_key(|(_, &b)| hop(last, b)).expect("non-empty");
-                order.push(rest.remove(pos));
-            }
-            order
-        })
-        .collect()
+    super::nearest_orders(&(0..count).collect::<Vec<_>>(), hop)
 }
 
 /// A sum over a range of layers that is additive in the layers, plus what the range holds for being
@@ -150,9 +139,10 @@ impl Additive {
     }
 }
 
-/// A decode step's reads and the KV cache over any layers (a whole stage's), and the reads of the
-/// whole model.
+/// A whole stage's weights, a decode step's reads and the KV cache over any layers, and the reads of
+/// the whole model.
 struct Sums {
+    weights: Additive,
     reads: Additive,
     kv: Additive,
     all_reads: u64,
@@ -162,6 +152,7 @@ impl Sums {
     fn new(needs: &ModelNeeds) -> Sums {
         let l = needs.layers();
         Sums {
+            weights: Additive::of(l, |layers| needs.layout.stage_bytes(layers)),
             reads: Additive::of(l, |layers| needs.stage_reads(layers)),
             kv: Additive::of(l, |layers| needs.kv_per_layer[layers].iter().sum()),
             all_reads: needs.stage_reads(0..l).max(1),
@@ -173,8 +164,7 @@ impl Sums {
 /// their bytes over any layers.
 struct Sizes<'a> {
     needs: &'a ModelNeeds,
-    groups: HashMap<usize, Option<std::rc::Rc<Vec<Rank>>>>,
-    whole: std::rc::Rc<Additive>,
+    groups: HashMap<usize, Option<Rc<Vec<Rank>>>>,
 }
 
 /// A rank of a group of some size: its slice and its weight bytes over any layers.
@@ -185,32 +175,18 @@ struct Rank {
 }
 
 impl Rank {
-    /// What the rank needs over `layers` (`kv`: the whole KV cache over any layers): its weights, its
-    /// heads' cache and a compute buffer, with its rows of the logits on the `last` layers' group.
+    /// What the rank needs over `layers` (`kv`: the whole KV cache over any layers).
     fn held(&self, needs: &ModelNeeds, kv: &Additive, layers: &Range<usize>, last: bool) -> StageBytes {
-        let kv_heads = self.slice.kv_heads.len() as u64;
-        let kv_total = self.slice.total(Part::KvHeads).max(1) as u64;
-        let logits = needs.compute_last_extra * self.slice.vocabulary.len() as u64 / needs.vocabulary.max(1) as u64;
-        StageBytes {
-            weights: self.bytes.get(layers.clone()),
-            kv_cache: kv.get(layers.clone()) * kv_heads / kv_total,
-            compute: needs.compute + if last { logits } else { 0 },
-        }
+        needs.rank_over(&self.slice, self.bytes.get(layers.clone()), kv.get(layers.clone()), last)
     }
 }
 
 impl<'a> Sizes<'a> {
     fn new(needs: &'a ModelNeeds) -> Sizes<'a> {
-        let whole = Additive::of(needs.layers(), |layers| needs.layout.stage_bytes(layers));
-        Sizes { needs, groups: HashMap::new(), whole: std::rc::Rc::new(whole) }
+        Sizes { needs, groups: HashMap::new() }
     }
 
-    /// Whether the model divides among `size` ranks (one node always runs its layers whole).
-    fn divides(&mut self, size: usize) -> bool {
-        size == 1 || self.ranks(size).is_some()
-    }
-
-    fn ranks(&mut self, size: usize) -> Option<std::rc::Rc<Vec<Rank>>> {
+    fn ranks(&mut self, size: usize) -> Option<Rc<Vec<Rank>>> {
         let needs = self.needs;
         self.groups
             .entry(size)
@@ -226,17 +202,17 @@ impl<'a> Sizes<'a> {
                         weights: *weights,
                     })
                     .collect();
-                Some(std::rc::Rc::new(ranks))
+                Some(Rc::new(ranks))
             })
             .clone()
     }
 
-    /// The part of a chain `block` (node indices, its leader first) makes.
-    fn part<'n>(&mut self, block: &[usize], nodes: &'n [NodeOffer], table: &LinkTable) -> Runner<'n> {
+    /// The part of a chain `block` (node indices, its leader first) makes; None when the model does
+    /// not divide among that many ranks.
+    fn part<'n>(&mut self, block: &[usize], nodes: &'n [NodeOffer], table: &LinkTable) -> Option<Runner<'n>> {
         let members: Vec<&NodeOffer> = block.iter().map(|&i| &nodes[i]).collect();
         if members.len() == 1 {
-            let whole = self.whole.clone();
-            return Runner {
+            return Some(Runner {
                 members,
                 ranks: None,
                 own: Vec::new(),
@@ -244,10 +220,9 @@ impl<'a> Sizes<'a> {
                 sum_us: 0,
                 step_out: [0; 2],
                 gather: 0,
-                whole,
-            };
+            });
         }
-        let ranks = self.ranks(members.len()).expect("partitions are filtered to sizes that divide");
+        let ranks = self.ranks(members.len())?;
         let slices: Vec<(TensorSlice, u64)> = ranks.iter().map(|r| (r.slice.clone(), r.weights)).collect();
         let (own, step) = super::tensor::steps(self.needs, &slices, &members);
         let sum_us = super::tensor::sum_us(self.needs, &members, table);
@@ -257,7 +232,7 @@ impl<'a> Sizes<'a> {
         let step_out = [out(64), out(self.needs.hidden_bytes_per_token)];
         let rows = |r: &Rank| 4 * r.slice.vocabulary.len() as u64;
         let gather = members[1..].iter().zip(&ranks[1..]).map(|(m, r)| hop(m.id, leader, rows(r))).max().unwrap_or(0);
-        Runner { members, ranks: Some(ranks), own, step, sum_us, step_out, gather, whole: self.whole.clone() }
+        Some(Runner { members, ranks: Some(ranks), own, step, sum_us, step_out, gather })
     }
 }
 
@@ -266,20 +241,19 @@ impl<'a> Sizes<'a> {
 /// states), its ranks' logits back to the leader on the last) or one node.
 struct Runner<'n> {
     members: Vec<&'n NodeOffer>,
-    ranks: Option<std::rc::Rc<Vec<Rank>>>,
+    ranks: Option<Rc<Vec<Rank>>>,
     own: Vec<Option<u64>>,
     step: Option<u64>,
     sum_us: u64,
     step_out: [u64; 2],
     gather: u64,
-    whole: std::rc::Rc<Additive>,
 }
 
 /// The best split of the layers over `parts` in order (the cheapest predicted token among the splits
 /// that fit), with its cost (microseconds a token, unknown steps counted as none so the links decide).
 fn chain_plan(needs: &ModelNeeds, sums: &Sums, parts: &[&Runner], table: &LinkTable) -> Option<(u64, Plan)> {
     let (g, l) = (parts.len(), needs.layers());
-    let Sums { reads, kv, all_reads } = sums;
+    let Sums { weights, reads, kv, all_reads } = sums;
     let all_reads = *all_reads;
     let hop = |a: NodeId, b: NodeId, bytes: u64| link_table_hop(table, a, b, bytes);
     // A part's bytes on each of its nodes, and its step and link time, for part `i` over `layers`.
@@ -292,7 +266,7 @@ fn chain_plan(needs: &ModelNeeds, sums: &Sums, parts: &[&Runner], table: &LinkTa
         let Some(ranks) = &part.ranks else {
             let compute = needs.compute + if last { needs.compute_last_extra } else { 0 };
             return vec![StageBytes {
-                weights: part.whole.get(layers.clone()),
+                weights: weights.get(layers.clone()),
                 kv_cache: kv.get(layers.clone()),
                 compute,
             }];

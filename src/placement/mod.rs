@@ -367,17 +367,20 @@ fn orders(nodes: &[usize], ring: &dyn Fn(&[usize]) -> u64) -> Vec<Vec<usize>> {
         permutations(nodes.to_vec(), 0, &mut all);
         return all;
     }
-    (0..nodes.len())
-        .map(|first| {
-            let mut order = vec![nodes[first]];
-            let mut rest: Vec<usize> = nodes.iter().copied().filter(|&n| n != nodes[first]).collect();
-            while !rest.is_empty() {
-                let (pos, _) = rest
-                    .iter()
-                    .enumerate()
-                    .min_by_key(|(_, &n)| ring(&[*order.last().expect("non-empty"), n]))
-                    .expect("non-empty");
-                order.push(rest.remove(pos));
+    nearest_orders(nodes, &|a, b| ring(&[a, b]))
+}
+
+/// From each of `items` first, the order that always goes on to the nearest item left by `hop`.
+fn nearest_orders(items: &[usize], hop: &dyn Fn(usize, usize) -> u64) -> Vec<Vec<usize>> {
+    items
+        .iter()
+        .map(|&first| {
+            let mut order = vec![first];
+            let mut rest: Vec<usize> = items.iter().copied().filter(|&n| n != first).collect();
+            let mut last = first;
+            while let Some(pos) = (0..rest.len()).min_by_key(|&p| hop(last, rest[p])) {
+                last = rest.remove(pos);
+                order.push(last);
             }
             order
         })
@@ -422,7 +425,10 @@ fn choose(
 ) -> Result<Plan, PlacementError> {
     let rate = |p: &Plan| p.expected_decode_tokens_per_second;
     let chosen = match forced {
-        Some(mode) => candidates.iter().position(|(m, _)| *m == mode).expect("every mode is a candidate"),
+        Some(mode) => candidates
+            .iter()
+            .position(|(m, _)| *m == mode)
+            .ok_or_else(|| PlacementError::DoesNotFit(format!("{mode} was not weighed")))?,
         None => {
             let mut chosen: Option<usize> = None;
             for (i, (_, plan)) in candidates.iter().enumerate() {
@@ -439,7 +445,10 @@ fn choose(
             match chosen {
                 Some(c) => c,
                 // Nothing fits: the pipeline's reason (it says what is missing where).
-                None => return Err(candidates.into_iter().next().expect("a pipeline").1.unwrap_err()),
+                None => {
+                    let [(_, pipeline), ..] = candidates;
+                    return Err(pipeline.err().unwrap_or(PlacementError::NoNodes));
+                }
             }
         }
     };
@@ -455,7 +464,7 @@ fn choose(
             rest.push((i, mode, candidate));
         }
     }
-    let mut plan = plan.expect("the chosen candidate");
+    let mut plan = plan.ok_or(PlacementError::NoNodes)?;
     let words = |mode: Parallelism| match mode {
         Parallelism::Pipeline => "a pipeline",
         Parallelism::Tensor => "tensor parallel",

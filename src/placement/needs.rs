@@ -169,13 +169,19 @@ impl ModelNeeds {
     /// of its own heads, and a whole stage's compute buffer (its activations are as wide as the model's)
     /// with its share of the logits.
     pub fn rank(&self, slice: &TensorSlice, weights: u64) -> StageBytes {
-        let kv_all: u64 = self.kv_per_layer.iter().sum();
+        self.rank_over(slice, weights, self.kv_per_layer.iter().sum(), true)
+    }
+
+    /// [`ModelNeeds::rank`] of a rank of a group over some layers only (groups chained as pipeline
+    /// stages): `weights` its bytes of them, `kv` the whole KV cache of those layers; only the `last`
+    /// layers' ranks hold rows of the logits.
+    pub fn rank_over(&self, slice: &TensorSlice, weights: u64, kv: u64, last: bool) -> StageBytes {
         let kv_heads = slice.total(crate::model::layout::Part::KvHeads).max(1) as u64;
         let logits = self.compute_last_extra * slice.vocabulary.len() as u64 / self.vocabulary.max(1) as u64;
         StageBytes {
             weights,
-            kv_cache: kv_all * slice.kv_heads.len() as u64 / kv_heads,
-            compute: self.compute + logits,
+            kv_cache: kv * slice.kv_heads.len() as u64 / kv_heads,
+            compute: self.compute + if last { logits } else { 0 },
         }
     }
 

@@ -24,6 +24,13 @@ pub enum WorkerState {
     Stopped,
 }
 
+impl WorkerState {
+    /// Whether the worker has everything it needs to compute: ready, or serving requests.
+    pub fn is_ready(self) -> bool {
+        matches!(self, WorkerState::Ready | WorkerState::Serving)
+    }
+}
+
 /// Worker → agent, one JSON object per line on stdout.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
