@@ -94,6 +94,23 @@ fn gemma3_greedy_tokens_are_llama_cpp_and_equal_split_or_not() {
     }
 }
 
+/// Placement budgets at least the compute buffer a Gemma 3 stage reserves at a 512-token step, whose
+/// products widen the 640-wide Q5_0 matrices to Q8_0 in that buffer (the stage's CPU back end).
+#[test]
+fn placement_budgets_at_least_the_compute_buffer_a_gemma3_stage_reserves() {
+    let model = Model::open(&common::gemma3_path()).unwrap();
+    let options = StageOptions { context: 1024, ..StageOptions::default() };
+    let needs = shoal::placement::ModelNeeds::of(&model, options.context, options.sequences, options.batch);
+    for range in [0..6, 6..18] {
+        let stage = shoal::engine::Stage::load(&model, range.clone(), options.clone()).unwrap();
+        let (budget, reserved) = (needs.stage(range.clone()).compute, stage.memory().compute);
+        assert!(
+            budget >= reserved,
+            "layers {range:?}: placement budgets {budget} compute bytes, the stage reserved {reserved}"
+        );
+    }
+}
+
 #[test]
 fn gemma3_chat_turns_use_gemmas_format() {
     let model = Model::open(&common::gemma3_path()).unwrap();

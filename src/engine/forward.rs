@@ -24,13 +24,17 @@ pub(super) struct StageParts<'a> {
 
 /// Graph tensors per layer: about 40 for a dense layer, a mixture-of-experts layer adds one view and
 /// one sum per chosen expert (and a dozen for group-limited routing), latent attention about 30; each
-/// sequence of the step adds its attention's views, its attention and a concatenation.
+/// sequence of the step adds its attention's views, its attention and a concatenation; a dozen more
+/// for weights widened before their products (on the CPU, see [`GraphBuilder::widen_many_row_products`]).
 fn tensors_per_layer(config: &ModelConfig, segments: usize) -> usize {
-    72 + config.moe.map_or(0, |m| 2 * m.experts_used + 56) + config.latent_attention.map_or(0, |_| 32) + 12 * segments
+    84 + config.moe.map_or(0, |m| 2 * m.experts_used + 56) + config.latent_attention.map_or(0, |_| 32) + 12 * segments
 }
 
 pub(super) fn build(parts: &StageParts<'_>, shape: &GraphShape) -> Graph {
     let g = GraphBuilder::new(tensors_per_layer(parts.config, shape.segments.len()) * parts.layers.len() + 64);
+    if parts.on_cpu {
+        g.widen_many_row_products();
+    }
     let out = forward(&g, parts, shape);
     let out = g.output(out);
     g.finish(out)
@@ -78,7 +82,7 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: &GraphShape) -> T
     match (&p.weights.output_norm, &p.weights.output) {
         (Some(norm_weight), Some(head)) => {
             let h = blocks::norm(g, x, norm_weight, c.rms_epsilon);
-            let logits = g.mul_mat(g.stored(head), h);
+            let logits = g.mul_mat_as_stored(g.stored(head), h);
             match c.logit_softcap {
                 Some(cap) => g.scale(g.tanh(g.scale(logits, 1.0 / cap)), cap),
                 None => logits,

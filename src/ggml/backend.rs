@@ -216,3 +216,16 @@ impl Backend {
         }
     }
 }
+
+/// Computes `graph` once on a new CPU back end of `threads` threads, its inputs set by `set_inputs`, and
+/// returns its output (the ggml module's tests).
+#[cfg(test)]
+pub(super) fn run_on_cpu(graph: &Graph, threads: usize, set_inputs: impl FnOnce(&mut Backend)) -> Vec<f32> {
+    let mut backend = Backend::new(super::Device::cpu(), threads, false).unwrap();
+    backend.allocate(graph).unwrap();
+    set_inputs(&mut backend);
+    backend.compute(graph, threads).unwrap();
+    let mut got = Vec::new();
+    backend.read_output(graph, &mut got);
+    got
+}

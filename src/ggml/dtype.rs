@@ -14,6 +14,7 @@ impl DType {
     pub const I64: DType = DType(sys::GGML_TYPE_I64);
     pub const Q4_0: DType = DType(sys::GGML_TYPE_Q4_0);
     pub const Q4_1: DType = DType(sys::GGML_TYPE_Q4_1);
+    pub const Q5_0: DType = DType(sys::GGML_TYPE_Q5_0);
     pub const Q8_0: DType = DType(sys::GGML_TYPE_Q8_0);
     pub const Q4_K: DType = DType(sys::GGML_TYPE_Q4_K);
 

@@ -167,7 +167,8 @@ fn share(n: usize, ith: c_int, nth: c_int) -> Range<usize> {
 
 #[cfg(test)]
 mod tests {
-    use crate::ggml::{Backend, DType, Device, GraphBuilder};
+    use crate::ggml::backend::run_on_cpu;
+    use crate::ggml::{DType, GraphBuilder};
 
     const WIDTH: usize = 256;
     const ROWS: usize = 40;
@@ -201,15 +202,11 @@ mod tests {
         };
         let out = g.output(out);
         let graph = g.finish(out);
-        let mut backend = Backend::new(Device::cpu(), threads, false).unwrap();
-        backend.allocate(&graph).unwrap();
-        backend.set_input(&graph, "w", weights);
-        backend.set_input(&graph, "b", inputs);
-        backend.set_input(&graph, "ids", ids);
-        backend.compute(&graph, threads).unwrap();
-        let mut got = Vec::new();
-        backend.read_output(&graph, &mut got);
-        got
+        run_on_cpu(&graph, threads, |backend| {
+            backend.set_input(&graph, "w", weights);
+            backend.set_input(&graph, "b", inputs);
+            backend.set_input(&graph, "ids", ids);
+        })
     }
 
     /// The types models quantize experts to have a dot product; integer types do not (a file with such

@@ -80,6 +80,8 @@ pub struct GraphBuilder {
     keepalive: RefCell<Vec<Arc<SetInner>>>,
     /// What the graph's custom ops read while it computes.
     hooks: RefCell<Vec<Hooked>>,
+    /// Whether products of Q5_0 weights by many rows widen the weights first (see [`super::widen`]).
+    widen_products: Cell<bool>,
 }
 
 /// The output of a graph under construction, detached from the builder's borrow (see [`GraphBuilder::output`]).
@@ -155,7 +157,15 @@ impl GraphBuilder {
             inputs: RefCell::new(Vec::new()),
             keepalive: RefCell::new(Vec::new()),
             hooks: RefCell::new(Vec::new()),
+            widen_products: Cell::new(false),
         }
+    }
+
+    /// From now on, [`GraphBuilder::mul_mat`] widens Q5_0 weights multiplied by many rows to Q8_0 first:
+    /// the same bits, sooner, on ggml's CPU back end (see [`super::widen`]). Only for graphs that run
+    /// on the CPU: elsewhere the widening (a custom op) would pull the weights off the device.
+    pub fn widen_many_row_products(&self) {
+        self.widen_products.set(true);
     }
 
     /// Marks `t` as the graph's output, ending its borrow of the builder.
@@ -241,8 +251,16 @@ impl GraphBuilder {
         self.adopt(unsafe { sys::ggml_get_rows(self.parts.ctx.as_ptr(), table.raw.as_ptr(), rows.raw.as_ptr()) })
     }
 
-    /// `a` ([k, n]) times `b` ([k, m]) → [n, m].
+    /// `a` ([k, n]) times `b` ([k, m]) → [n, m]; Q5_0 weights by many rows widened first where the
+    /// graph asks for it ([`GraphBuilder::widen_many_row_products`]).
     pub fn mul_mat<'g>(&'g self, a: Tensor<'g>, b: Tensor<'g>) -> Tensor<'g> {
+        let a = if self.widen_products.get() && self.worth_widening(a, b) { self.widened_to_q8_0(a) } else { a };
+        self.mul_mat_as_stored(a, b)
+    }
+
+    /// [`GraphBuilder::mul_mat`] of `a` as it is stored, never widened: for a product whose widened
+    /// copy would be large and is not counted in a stage's compute memory (the output head).
+    pub fn mul_mat_as_stored<'g>(&'g self, a: Tensor<'g>, b: Tensor<'g>) -> Tensor<'g> {
         self.reserve(1);
         // SAFETY: see get_rows.
         self.adopt(unsafe { sys::ggml_mul_mat(self.parts.ctx.as_ptr(), a.raw.as_ptr(), b.raw.as_ptr()) })

@@ -59,7 +59,8 @@ impl GraphBuilder {
 
 #[cfg(test)]
 mod tests {
-    use crate::ggml::{Backend, DType, Device, GraphBuilder};
+    use crate::ggml::backend::run_on_cpu;
+    use crate::ggml::{DType, GraphBuilder};
 
     /// A quantized tensor cast to F32 is dequantized (deepseek2 casts a quantized `attn_k_b` so that it
     /// can be transposed): values through Q8_0 and back come out within Q8_0's rounding, a step of the
@@ -74,12 +75,7 @@ mod tests {
         assert_eq!(quantized.dtype(), DType::Q8_0);
         let out = g.output(g.cast(quantized, DType::F32));
         let graph = g.finish(out);
-        let mut backend = Backend::new(Device::cpu(), 1, false).unwrap();
-        backend.allocate(&graph).unwrap();
-        backend.set_input(&graph, "x", &values);
-        backend.compute(&graph, 1).unwrap();
-        let mut got = Vec::new();
-        backend.read_output(&graph, &mut got);
+        let got = run_on_cpu(&graph, 1, |backend| backend.set_input(&graph, "x", &values));
         assert_eq!(got.len(), values.len());
         for (block, (got, want)) in got.chunks(32).zip(values.chunks(32)).enumerate() {
             let step = want.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;

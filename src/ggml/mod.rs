@@ -16,6 +16,8 @@
 //! - [`Backend`]: graph execution on a device through ggml's scheduler, the CPU taking what the device
 //!   cannot run, with a persistent CPU thread pool and the compute buffers.
 //! - [`Vocab`]: llama.cpp's own tokenizer, loaded from a GGUF file without its weights.
+//! - Widening: Q5_0 weights copied to Q8_0 (the same values) for products over many rows, which ggml's
+//!   CPU computes faster that way.
 //!
 //! Shapes handed to ggml ops are the caller's responsibility (ggml aborts on a mismatch); callers validate
 //! every tensor's shape against the model's hyper-parameters before building a graph. Views are checked
@@ -33,6 +35,7 @@ mod model_ops;
 mod repack;
 mod tensor_set;
 mod vocab;
+mod widen;
 
 pub use backend::Backend;
 pub use custom_ops::Collective;
@@ -43,6 +46,7 @@ pub use graph::{Element, Graph, GraphBuilder, GraphOutput, RopeParams, Tensor};
 pub use repack::Repacking;
 pub use tensor_set::{GatheredTensor, MappedTensor, SetTensor, SetTensorRef, TensorSet};
 pub use vocab::{Vocab, VocabError};
+pub use widen::{widened_bytes, WIDEN_FROM_ROWS};
 
 use llama_cpp_sys_2 as sys;
 use std::sync::Once;

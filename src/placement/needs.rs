@@ -119,7 +119,9 @@ impl ModelNeeds {
         // its router's scores for every expert.
         let experts_wide = c.moe.map_or(0, |m| m.experts_used * m.expert_feed_forward + m.experts);
         let widest = c.feed_forward.max(c.embedding).max(experts_wide) as u64;
-        let compute = batch as u64 * (16 * widest + 2 * context as u64) + (1 << 20);
+        // On the CPU a prompt's products widen Q5_0 weights to Q8_0 in the compute buffer, one at a time.
+        let widened = if batch as i64 >= crate::ggml::WIDEN_FROM_ROWS { largest_widened(model) } else { 0 };
+        let compute = batch as u64 * (16 * widest + 2 * context as u64) + (1 << 20) + widened;
         let experts = expert_bytes(model);
         let divider = Divider::of(model);
         let groups = (2..=MAX_GROUP)
@@ -340,6 +342,19 @@ fn decode_reads(model: &Model) -> Vec<u64> {
 
 /// The bytes of `model`'s layers and output head by type (see [`ModelNeeds::weight_mix`]),
 /// most bytes first.
+/// The bytes of the largest widened copy of a layer's Q5_0 matrix (see `ggml::widen`); experts' 3-D
+/// tensors and the output head are never widened.
+fn largest_widened(model: &Model) -> u64 {
+    let c = model.config();
+    (0..c.layers)
+        .flat_map(|layer| layout::layer_tensors(c, layer))
+        .filter_map(|t| model.tensor(&t.name))
+        .filter(|info| info.dtype == crate::ggml::DType::Q5_0 && info.shape.len() == 2)
+        .map(|info| crate::ggml::widened_bytes(info.shape.iter().product()))
+        .max()
+        .unwrap_or(0)
+}
+
 fn weight_mix(model: &Model) -> Vec<TypeReads> {
     let c = model.config();
     let mut by_type: HashMap<&'static str, TypeReads> = HashMap::new();
