@@ -6,8 +6,9 @@
 //! many times over. Widening the weights once per graph compute, into the compute buffer, and then
 //! multiplying Q8_0 by Q8_0 gives the same integers, scales and sums in the same order (the same bits
 //! on x86) for less work: Gemma 3 270M, whose 640-wide matrices cannot be K-quants and are Q5_0,
-//! prefills about a quarter faster (`benches/compare-llama-bench`). A token at a time reads each weight
-//! once, where a wider copy would only add reads, so decoding keeps the 5-bit product.
+//! prefills about a quarter faster (`benches/compare-llama-bench`). One row (a single sequence's
+//! decoding) reads each weight once, where a wider copy would only add reads: it keeps the 5-bit
+//! product; a step of 8 or more rows (a prompt, or a batch of 8 sequences decoding) widens.
 //!
 //! Q4_0 and IQ4_NL widen exactly too, but ggml's CPU repacks those into its interleaved layout, whose
 //! kernels are faster still ([`super::Repacking`]); Q4_1 and Q5_1 have an offset Q8_0 cannot hold.
@@ -17,9 +18,10 @@ use super::{sys, DType};
 use std::ffi::c_void;
 use std::os::raw::c_int;
 
-/// Rows (tokens) a product must have before its Q5_0 weights are widened: widening a block costs
-/// about what multiplying it by a few rows does.
-pub const WIDEN_FROM_ROWS: i64 = 32;
+/// Rows (tokens) a product must have before its Q5_0 weights are widened. Measured with Gemma 3 270M
+/// (`shoal bench`, 2 threads, pairs with and without): even at 2 and 4 rows, ahead from 8 (7% and 24%),
+/// about 1.6x at 16 and 1.2x at 32–64 rows.
+pub const WIDEN_FROM_ROWS: i64 = 8;
 
 const BLOCK: usize = 32;
 const Q5_0_BYTES: usize = 22;
@@ -148,7 +150,7 @@ mod tests {
     /// same kernel), within rounding elsewhere; below the row threshold nothing is widened.
     #[test]
     fn products_with_widened_weights_equal_the_five_bit_products() {
-        for (rows, threads) in [(super::WIDEN_FROM_ROWS, 1), (64, 3), (100, 2), (8, 2)] {
+        for (rows, threads) in [(super::WIDEN_FROM_ROWS, 1), (64, 3), (100, 2), (4, 2)] {
             let (five_bit, widened) = (product(rows, false, threads), product(rows, true, threads));
             assert_eq!(widened.len(), (OUT * rows) as usize);
             if cfg!(target_arch = "x86_64") || rows < super::WIDEN_FROM_ROWS {
