@@ -119,7 +119,7 @@ impl ModelNeeds {
         // its router's scores for every expert.
         let experts_wide = c.moe.map_or(0, |m| m.experts_used * m.expert_feed_forward + m.experts);
         let widest = c.feed_forward.max(c.embedding).max(experts_wide) as u64;
-        // On the CPU a prompt's products widen Q5_0 weights to Q8_0 in the compute buffer, one at a time.
+        // On the CPU a step of many rows widens Q5_0 weights to Q8_0 in the compute buffer, one at a time.
         let widened = if batch as i64 >= crate::ggml::WIDEN_FROM_ROWS { largest_widened(model) } else { 0 };
         let compute = batch as u64 * (16 * widest + 2 * context as u64) + (1 << 20) + widened;
         let experts = expert_bytes(model);
@@ -340,8 +340,6 @@ fn decode_reads(model: &Model) -> Vec<u64> {
         .collect()
 }
 
-/// The bytes of `model`'s layers and output head by type (see [`ModelNeeds::weight_mix`]),
-/// most bytes first.
 /// The bytes of the largest widened copy of a layer's Q5_0 matrix (see `ggml::widen`); experts' 3-D
 /// tensors and the output head are never widened.
 fn largest_widened(model: &Model) -> u64 {
@@ -355,6 +353,8 @@ fn largest_widened(model: &Model) -> u64 {
         .unwrap_or(0)
 }
 
+/// The bytes of `model`'s layers and output head by type (see [`ModelNeeds::weight_mix`]),
+/// most bytes first.
 fn weight_mix(model: &Model) -> Vec<TypeReads> {
     let c = model.config();
     let mut by_type: HashMap<&'static str, TypeReads> = HashMap::new();
