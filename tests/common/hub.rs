@@ -229,30 +229,37 @@ pub struct HubNode {
 }
 
 impl HubNode {
-    /// Starts the node and opens its event stream once the API answers.
+    /// Starts the node and opens its event stream once the API answers. The node's control port is its
+    /// API port + 1, which nothing reserves: when another process took it and the node exited, the node
+    /// is started again on other ports.
     pub fn start(name: &str, hub: &LoopbackHub, dir: &std::path::Path) -> (HubNode, ureq::http::Response<ureq::Body>) {
         use std::time::{Duration, Instant};
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = super::shoal()
-            .args(["node", "--name", name, "--port", &port.to_string(), "--bind", "127.0.0.1", "--no-mdns"])
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .env("HF_ENDPOINT", &hub.endpoint)
-            .env("HF_HOME", dir.join("hf"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let base = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let events = loop {
-            match ureq::get(&format!("{base}/api/events")).call() {
-                Ok(response) => break response,
-                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
-                Err(e) => panic!("the node did not start: {e}"),
-            }
-        };
-        (HubNode { child, base }, events)
+        let mut attempts = 0;
+        'start: loop {
+            attempts += 1;
+            let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let mut child = super::shoal()
+                .args(["node", "--name", name, "--port", &port.to_string(), "--bind", "127.0.0.1", "--no-mdns"])
+                .arg("--data-dir")
+                .arg(dir.join("data"))
+                .env("HF_ENDPOINT", &hub.endpoint)
+                .env("HF_HOME", dir.join("hf"))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            let base = format!("http://127.0.0.1:{port}");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let events = loop {
+                match ureq::get(&format!("{base}/api/events")).call() {
+                    Ok(response) => break response,
+                    Err(_) if attempts < 5 && child.try_wait().ok().flatten().is_some() => continue 'start,
+                    Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+                    Err(e) => panic!("the node did not start: {e}"),
+                }
+            };
+            return (HubNode { child, base }, events);
+        }
     }
 
     /// `POST /api/models/pull` with `body`, which the node must refuse as a bad `param`.
