@@ -116,7 +116,13 @@ fn three_nodes_serve_a_split_model_exactly_like_one_process() {
 
     // Clients that hang up mid-stream cancel their requests: neither runs on to the end of its context.
     let head_stats = |c: &TestCluster| get(c, 0, "/api/instances")[0]["stages"][0]["stats"].clone();
-    let before = head_stats(&c);
+    // A stage's counters reach the API with its next report: wait until they count every request so far.
+    let answered = common::oracle_greedy().len() as u64 + 2;
+    let mut before = Value::Null;
+    c.wait_for(Duration::from_secs(10), "stage 0 to count the requests answered so far", || {
+        before = head_stats(&c);
+        before["requests"].as_u64() == Some(answered) && before["active_requests"] == 0
+    });
     let hang_ups: Vec<_> = (0..2)
         .map(|_| {
             let url = format!("http://127.0.0.1:{}/v1/completions", c.nodes[0].api_port);

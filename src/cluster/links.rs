@@ -33,6 +33,8 @@ struct Link {
     /// The median round trip of small frames between waiting threads (the probe's echo).
     echo_rtt_us: Option<u64>,
     errors: u64,
+    /// Probes that failed (also counted in `errors`).
+    probe_failures: u64,
     /// The member's own reports of its links.
     reported: Vec<LinkReport>,
     /// The ring transport for this link, and its RDMA fallback state.
@@ -64,6 +66,7 @@ impl Link {
             throughput_measured_at_ms: self.throughput_at_ms,
             echo_rtt_us: self.echo_rtt_us,
             errors: self.errors,
+            probe_failures: self.probe_failures,
             transport: self.transport.clone(),
         }
     }
@@ -150,7 +153,10 @@ impl Links {
                 link.throughput_at_ms = Some(crate::util::now_ms());
                 link.echo_rtt_us = m.round_trip_us.or(link.echo_rtt_us);
             }
-            None => link.errors += 1,
+            None => {
+                link.errors += 1;
+                link.probe_failures += 1;
+            }
         }
     }
 
@@ -348,6 +354,7 @@ mod tests {
         assert_eq!(links.my_reports(), vec![], "no connection and no round trips: nothing to report");
         links.connected(peer, None, None);
         assert_eq!(links.my_reports()[0].errors, 3);
+        assert_eq!(links.my_reports()[0].probe_failures, 1, "of which one a probe");
         links.retain(&BTreeSet::from([me]));
         assert_eq!(links.my_reports(), vec![], "a member forgotten takes its link along");
     }

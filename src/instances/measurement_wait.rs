@@ -50,7 +50,9 @@ impl MeasurementWaits {
 
 /// What placement lacks in `snapshot`: the telemetry of nodes that are up, and the probe of each link
 /// between two of them that reports telemetry (a node still timing itself is not probed yet) that no
-/// probe has timed (a link whose probe failed is not waited for: its errors say so).
+/// probe has timed (a link whose probe failed is not waited for: its errors say so). Other errors on a
+/// link (a refused dial while the cluster forms, a lost connection) say nothing of its probe: a launch
+/// planned then would assume a millisecond a round trip.
 fn missing(snapshot: &ClusterSnapshot) -> Vec<Awaited> {
     let up: Vec<_> = snapshot.nodes.iter().filter(|n| n.status.is_up()).collect();
     let mut missing: Vec<Awaited> =
@@ -59,7 +61,8 @@ fn missing(snapshot: &ClusterSnapshot) -> Vec<Awaited> {
     for (i, &a) in timed.iter().enumerate() {
         for &b in &timed[i + 1..] {
             let link = snapshot.links.iter().find(|l| (l.a, l.b) == (a, b) || (l.a, l.b) == (b, a));
-            let probed = link.is_some_and(|l| l.echo_rtt_us.is_some() || l.errors > 0);
+            let probed =
+                link.is_some_and(|l| l.echo_rtt_us.is_some() || l.reports.iter().any(|r| r.probe_failures > 0));
             if !probed {
                 missing.push(Awaited::Probe(a.min(b), a.max(b)));
             }
@@ -117,7 +120,30 @@ mod tests {
         }
     }
 
-    fn link(a: NodeId, b: NodeId, echo_rtt_us: Option<u64>, errors: u64) -> crate::cluster::LinkView {
+    /// A view of the link between `a` and `b` from `a`'s report, with `errors` of which `probe_failures`.
+    fn link(
+        a: NodeId,
+        b: NodeId,
+        echo_rtt_us: Option<u64>,
+        errors: u64,
+        probe_failures: u64,
+    ) -> crate::cluster::LinkView {
+        let report = crate::links::LinkReport {
+            peer: b,
+            kind: Default::default(),
+            interface: None,
+            local_addr: None,
+            remote_addr: None,
+            rtt_p50_us: Some(200),
+            rtt_p99_us: Some(400),
+            rtt_samples: 10,
+            throughput_bps: None,
+            throughput_measured_at_ms: None,
+            echo_rtt_us,
+            errors,
+            probe_failures,
+            transport: None,
+        };
         crate::cluster::LinkView {
             a,
             b,
@@ -128,7 +154,7 @@ mod tests {
             throughput_a_to_b_bps: None,
             throughput_b_to_a_bps: None,
             errors,
-            reports: Vec::new(),
+            reports: vec![report],
         }
     }
 
@@ -149,7 +175,7 @@ mod tests {
                 node(down, Down, false),
             ],
             // Only the heartbeat's round trip so far between me and `timed`, and no view at all of the others.
-            links: vec![link(timed, me, None, 0)],
+            links: vec![link(timed, me, None, 0, 0)],
             pool: Default::default(),
             nearby: Vec::new(),
             join_code_expires_at_ms: None,
@@ -161,11 +187,18 @@ mod tests {
             Awaited::Probe(timed, also_timed),
         ];
         assert_eq!(missing(&snapshot), expected, "a node down is not waited for, nor a node still timing itself");
-        snapshot.links = vec![link(timed, me, Some(40), 0), link(timed, also_timed, None, 1)];
+        snapshot.links = vec![link(timed, me, Some(40), 0, 0), link(timed, also_timed, None, 1, 1)];
         assert_eq!(
             missing(&snapshot),
             [Awaited::Telemetry(timing), Awaited::Probe(me, also_timed)],
             "a probed link, and one whose probe failed, are not waited for"
+        );
+        // A dial refused while the cluster formed is an error on the link but no probe of it.
+        snapshot.links.push(link(me, also_timed, None, 2, 0));
+        assert_eq!(
+            missing(&snapshot),
+            [Awaited::Telemetry(timing), Awaited::Probe(me, also_timed)],
+            "a link with errors but no probe is still waited for"
         );
     }
 }

@@ -35,6 +35,10 @@ pub struct LinkReport {
     pub echo_rtt_us: Option<u64>,
     /// Connections lost, refused dials and malformed input on this link since the node started.
     pub errors: u64,
+    /// Probes of the link (throughput and echo) that failed since the node started; counted in `errors`
+    /// too. Tells a link whose probe failed (not waited for by launches) from one not probed yet.
+    #[serde(default)]
+    pub probe_failures: u64,
     /// The transport the ring uses on this link (an RDMA or TCP badge) and why; absent from older nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transport: Option<crate::transport::select::LinkTransport>,

@@ -16,6 +16,7 @@ fn link(peer: NodeId, errors: u64) -> LinkReport {
         throughput_measured_at_ms: None,
         echo_rtt_us: None,
         errors,
+        probe_failures: 0,
         transport: None,
     }
 }

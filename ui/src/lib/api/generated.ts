@@ -164,6 +164,11 @@ echo_rtt_us?: number,
  */
 errors: number, 
 /**
+ * Probes of the link (throughput and echo) that failed since the node started; counted in `errors`
+ * too. Tells a link whose probe failed (not waited for by launches) from one not probed yet.
+ */
+probe_failures: number, 
+/**
  * The transport the ring uses on this link (an RDMA or TCP badge) and why; absent from older nodes.
  */
 transport?: LinkTransport | null, };
