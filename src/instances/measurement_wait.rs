@@ -50,9 +50,11 @@ impl MeasurementWaits {
 
 /// What placement lacks in `snapshot`: the telemetry of nodes that are up, and the probe of each link
 /// between two of them that reports telemetry (a node still timing itself is not probed yet) that no
-/// probe has timed (a link whose probe failed is not waited for: its errors say so). Other errors on a
-/// link (a refused dial while the cluster forms, a lost connection) say nothing of its probe: a launch
-/// planned then would assume a millisecond a round trip.
+/// probe has timed. A link whose probe ran is not waited for again: its echo timed the round trip, or
+/// the echo failed after the transfers (placement then takes the heartbeats' round trip), or the probe
+/// failed (its `probe_failures` say so). Other errors on a link (a refused dial while the cluster forms,
+/// a lost connection) say nothing of its probe: a launch planned then would assume a millisecond a
+/// round trip.
 fn missing(snapshot: &ClusterSnapshot) -> Vec<Awaited> {
     let up: Vec<_> = snapshot.nodes.iter().filter(|n| n.status.is_up()).collect();
     let mut missing: Vec<Awaited> =
@@ -61,8 +63,12 @@ fn missing(snapshot: &ClusterSnapshot) -> Vec<Awaited> {
     for (i, &a) in timed.iter().enumerate() {
         for &b in &timed[i + 1..] {
             let link = snapshot.links.iter().find(|l| (l.a, l.b) == (a, b) || (l.a, l.b) == (b, a));
-            let probed =
-                link.is_some_and(|l| l.echo_rtt_us.is_some() || l.reports.iter().any(|r| r.probe_failures > 0));
+            let probed = link.is_some_and(|l| {
+                l.echo_rtt_us.is_some()
+                    || l.throughput_a_to_b_bps.is_some()
+                    || l.throughput_b_to_a_bps.is_some()
+                    || l.reports.iter().any(|r| r.probe_failures > 0)
+            });
             if !probed {
                 missing.push(Awaited::Probe(a.min(b), a.max(b)));
             }
@@ -200,5 +206,8 @@ mod tests {
             [Awaited::Telemetry(timing), Awaited::Probe(me, also_timed)],
             "a link with errors but no probe is still waited for"
         );
+        // A probe that timed the throughput but whose echo then failed ran: not waited for again.
+        snapshot.links.last_mut().unwrap().throughput_b_to_a_bps = Some(10_000_000_000);
+        assert_eq!(missing(&snapshot), [Awaited::Telemetry(timing)], "a probe whose echo failed still ran");
     }
 }
