@@ -16,6 +16,7 @@ pub mod parallel;
 mod pipeline;
 mod sampler;
 mod stage;
+mod stage_options;
 mod stop;
 pub mod weight_rate;
 mod weights;
@@ -26,7 +27,8 @@ pub use hidden::{HiddenStates, WireFormat};
 pub use kv_cache::{positions_held as kv_cache_positions, CACHE_BLOCK};
 pub use pipeline::{split_ranges, LocalPipeline};
 pub use sampler::{argmax, Sampler, SamplingParams};
-pub use stage::{default_threads, Segment, Stage, StageInput, StageMemory, StageOptions};
+pub use stage::{Segment, Stage, StageInput, StageMemory, StageOptions};
+pub use stage_options::default_threads;
 pub use stop::StopStrings;
 pub use weights::StageWeights;
 

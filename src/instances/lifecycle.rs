@@ -1,8 +1,10 @@
-//! Launching, wiring and watching instances, on the owner and on the nodes that run stages, and what a
-//! node going down does to them (stopping them is in `ending`, the control messages in `messages`).
+//! Launching and watching instances, on the owner and on the nodes that run stages, and what a
+//! node going down does to them (stopping them is in `ending`, the control messages in `messages`, the
+//! connections between stages in `wiring`).
 
 use super::ending::{settle_stages, stop_stages};
 use super::service::Instances;
+use super::wiring::{order_connections, wiring};
 use super::{InstanceInfo, InstanceState, LaunchRequest, LocalStage, StageReport, StageStatus};
 use crate::cluster::messages::ControlMessage;
 use crate::cluster::state::ClusterEvent;
@@ -11,8 +13,7 @@ use crate::model::{Model, ModelError};
 use crate::node::NodeId;
 use crate::placement::{self, LinkCost, ModelNeeds, NodeOffer, PlacementError, Plan};
 use crate::worker::supervisor::{self, StageSpec};
-use crate::worker::{WorkerCommand, WorkerEvent, WorkerState};
-use std::net::SocketAddr;
+use crate::worker::{WorkerEvent, WorkerState};
 use std::sync::Arc;
 
 /// Prompt tokens a step takes unless the launch asks for another batch.
@@ -519,113 +520,8 @@ pub(super) fn apply_report(instances: &Arc<Instances>, instance: &str, stage: us
     if let Some(error) = failed {
         return lose(instances, instance, error, false);
     }
-    for (stages, peers) in groups.unwrap_or_default() {
-        for (&i, &(node, _)) in stages.iter().zip(&peers) {
-            if node == instances.agent.id() {
-                connect_group_local(instances, instance, i, &peers);
-            } else {
-                let message =
-                    ControlMessage::ConnectGroup { instance: instance.to_string(), stage: i, peers: peers.clone() };
-                instances.agent.send_to(node, message);
-            }
-        }
-    }
-    let ring = ring.unwrap_or_default();
-    for (i, &(stage, node, _)) in ring.iter().enumerate() {
-        let (_, next_node, next_port) = ring[(i + 1) % ring.len()];
-        if node == instances.agent.id() {
-            connect_local(instances, instance, stage, next_node, next_port);
-        } else {
-            let message = ControlMessage::ConnectStage { instance: instance.to_string(), stage, next_node, next_port };
-            instances.agent.send_to(node, message);
-        }
-    }
+    order_connections(instances, instance, groups.unwrap_or_default(), ring.unwrap_or_default());
     publish(instances, &info);
-}
-
-/// A group's stages and where each listens, in rank order.
-type GroupWiring = (Vec<usize>, Vec<(NodeId, u16)>);
-/// The ring's stages in order: each one's leading stage, its node and its data port.
-type RingWiring = Vec<(usize, NodeId, u16)>;
-
-/// What a launching instance's latest report lets the owner connect: once every stage listens
-/// (`port_reported` by the last of them), each group's ranks to each other; and the ring between the
-/// ring's stages (each the leading stage, node and data port) at once when the ring has no group, else
-/// once every group's followers have linked (`became_ready`, the last of them): until then a leader's
-/// data port belongs to its group's handshakes, and a ring connection would be read as a rank's.
-fn wiring(
-    info: &InstanceInfo,
-    stage: usize,
-    port_reported: bool,
-    became_ready: bool,
-) -> (Option<Vec<GroupWiring>>, Option<RingWiring>) {
-    let ring = info.plan.ring();
-    let port = |i: usize| Some((info.stages[i].node, info.stages[i].data_port?));
-    let listening = info.stages.iter().all(|s| s.data_port.is_some());
-    let grouped: Vec<&Vec<usize>> = ring.iter().filter(|g| g.len() > 1).collect();
-    let leaders = || -> Option<RingWiring> {
-        let leaders: Option<Vec<_>> = ring.iter().map(|g| port(g[0]).map(|(node, p)| (g[0], node, p))).collect();
-        leaders.filter(|l| l.len() > 1)
-    };
-    let groups = (port_reported && listening && !grouped.is_empty())
-        .then(|| grouped.iter().map(|g| ((*g).clone(), g.iter().filter_map(|&i| port(i)).collect())).collect());
-    let followers_ready = grouped.iter().flat_map(|g| &g[1..]).all(|&i| info.stages[i].state.is_ready());
-    let is_follower = grouped.iter().any(|g| g[1..].contains(&stage));
-    let ring_now = if grouped.is_empty() {
-        port_reported && listening
-    } else {
-        became_ready && is_follower && followers_ready && listening
-    };
-    (groups, if ring_now { leaders() } else { None })
-}
-
-/// Tells a local worker where the next stage listens.
-pub(super) fn connect_local(
-    instances: &Arc<Instances>,
-    instance: &str,
-    stage: usize,
-    next_node: NodeId,
-    next_port: u16,
-) {
-    let ip = if next_node == instances.agent.id() {
-        Some(std::net::IpAddr::from([127, 0, 0, 1]))
-    } else {
-        instances.agent.peer_ip(next_node)
-    };
-    let handle = instances.registry().local.get_mut(&(instance.to_string(), stage)).map(|l| {
-        l.next = Some(next_node);
-        l.handle.clone()
-    });
-    let (Some(ip), Some(handle)) = (ip, handle) else { return };
-    let next = SocketAddr::new(ip, next_port);
-    let rdma = if next_node == instances.agent.id() { None } else { instances.agent.links.ring_route(next_node) };
-    tokio::spawn(async move {
-        let _ = handle.command(&WorkerCommand::Connect { next, rdma }).await;
-    });
-}
-
-/// Tells a local rank of a tensor-parallel group where every rank listens.
-pub(super) fn connect_group_local(instances: &Arc<Instances>, instance: &str, stage: usize, peers: &[(NodeId, u16)]) {
-    let me = instances.agent.id();
-    let addresses: Option<Vec<SocketAddr>> = peers
-        .iter()
-        .map(|&(node, port)| {
-            let ip =
-                if node == me { Some(std::net::IpAddr::from([127, 0, 0, 1])) } else { instances.agent.peer_ip(node) };
-            ip.map(|ip| SocketAddr::new(ip, port))
-        })
-        .collect();
-    // RDMA where the agent chose it for the link to the rank's node (never between ranks on this node).
-    let rdma =
-        peers.iter().map(|&(node, _)| if node == me { None } else { instances.agent.links.ring_route(node) }).collect();
-    let handle = instances.registry().local.get_mut(&(instance.to_string(), stage)).map(|l| {
-        l.group = peers.iter().map(|&(node, _)| node).collect();
-        l.handle.clone()
-    });
-    let (Some(peers), Some(handle)) = (addresses, handle) else { return };
-    tokio::spawn(async move {
-        let _ = handle.command(&WorkerCommand::ConnectGroup { peers, rdma }).await;
-    });
 }
 
 /// Whether the instance's stages should be running: it is launching or ready.

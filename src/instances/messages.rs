@@ -4,8 +4,9 @@
 //! logged and dropped.
 
 use super::ending::{stop, stop_local};
-use super::lifecycle::{apply_report, connect_group_local, connect_local, report, start_local};
+use super::lifecycle::{apply_report, report, start_local};
 use super::service::Instances;
+use super::wiring::{connect_group_local, connect_local};
 use super::StageReport;
 use crate::cluster::messages::ControlMessage;
 use crate::cluster::state::ClusterEvent;

@@ -21,6 +21,7 @@ mod share;
 mod takeover;
 mod threads;
 mod validate;
+mod wiring;
 
 pub use crate::records::{InstanceInfo, InstanceState, LaunchRequest, Recovery, StageFetch, StageReport, StageStatus};
 pub use ending::{relaunch, stop};
