@@ -82,9 +82,7 @@ async fn time_echo(mut reader: SecureReader, mut writer: SecureWriter) -> Result
         return Err(NetError::BadPreamble("unexpected reply to an echo request".into()));
     }
     let mut stream = secure::into_stream(reader, writer)?;
-    tokio::task::spawn_blocking(move || echo::time_round_trips(&mut stream, echo::ROUNDS))
-        .await
-        .map_err(|_| NetError::Closed)?
+    tokio::task::spawn_blocking(move || echo::time_round_trips(&mut stream)).await.map_err(|_| NetError::Closed)?
 }
 
 /// One transfer of `bytes`; returns bits per second and the receiver's time.
