@@ -48,6 +48,8 @@ pub fn time_round_trips(stream: &mut SecureStream) -> Result<u64, NetError> {
         round_trip()?;
     }
     let mut quietest = u64::MAX;
+    // Every block runs, quiet or not: the peer echoes exactly the rounds asked for and holds its probe
+    // turn until then (a quiet block costs a few milliseconds).
     for block in 0..BLOCKS {
         let mut times = (0..ROUNDS_PER_BLOCK).map(|_| round_trip()).collect::<Result<Vec<u64>, _>>()?;
         times.sort_unstable();
@@ -65,9 +67,10 @@ fn median(sorted: &[u64]) -> u64 {
 }
 
 /// Whether a block's round trips (sorted) were disturbed: its median is more than twice its fastest
-/// round trip and 50 µs. A round trip is the link's, or a thread's wait to be scheduled again: with the
-/// cores busy (a model loading beside the probe) half of a block took ~4 ms, the kernel's time slice,
-/// on a link whose fastest round trips took 24 µs; undisturbed, the median was within a few µs of them.
+/// round trip and 50 µs. A round trip is the link's, or a thread's wait to be scheduled again: with
+/// three threads spinning on this VM's two cores, 12 to 27 of a block's 32 round trips over loopback
+/// took ~4 ms, the kernel's time slice, where the fastest took 24 µs; undisturbed, the median was
+/// within a µs of the fastest.
 fn disturbed(sorted: &[u64]) -> bool {
     let fastest = sorted.first().copied().unwrap_or(0);
     median(sorted) > 2 * fastest + 50
