@@ -72,20 +72,10 @@ fn check_greedy_matches_llama_cpp_split_or_not(model: &RandomModel, split_sets: 
 /// layout (placement's numbers) says the same.
 fn check_stage_bytes(model: &RandomModel, ranges: &[std::ops::Range<usize>]) {
     let file = Model::open(&model.write()).unwrap();
-    let layer_of = |name: &str| name.strip_prefix("blk.").and_then(|r| r.split('.').next()?.parse::<usize>().ok());
+    let layer_of = common::layer_of;
     for range in ranges {
         let stage = Stage::load(&file, range.clone(), options()).unwrap();
-        let in_file: u64 = file
-            .file()
-            .tensors()
-            .iter()
-            .filter(|t| {
-                layer_of(&t.name).is_some_and(|l| range.contains(&l))
-                    || (range.start == 0 && t.name == "token_embd.weight")
-                    || (range.end == model.layers && (t.name == "output_norm.weight" || t.name == "token_embd.weight"))
-            })
-            .map(|t| t.bytes)
-            .sum();
+        let in_file = common::stage_tensor_bytes(&file, range, model.layers);
         let experts: u64 = file
             .file()
             .tensors()
@@ -292,6 +282,8 @@ fn write_the_random_models() {
         random_model::deepseek2(),
         random_model::deepseek2_legacy(),
         random_model::gpt_oss(),
+        random_model::qwen35(),
+        random_model::qwen35moe(),
     ] {
         println!("random model: {}", model.write().display());
     }
@@ -301,7 +293,12 @@ fn write_the_random_models() {
 #[test]
 #[ignore]
 fn write_the_benchmark_models() {
-    for model in [random_model::qwen3moe_bench(), random_model::deepseek2_bench(), random_model::gpt_oss_bench()] {
+    for model in [
+        random_model::qwen3moe_bench(),
+        random_model::deepseek2_bench(),
+        random_model::gpt_oss_bench(),
+        random_model::qwen35moe_bench(),
+    ] {
         println!("benchmark model: {}", model.write().display());
     }
 }

@@ -3,7 +3,8 @@
 //! — prompts of different lengths prefilled in one step, decode rows of several sequences in one step,
 //! a request joining mid-way with its prompt in the same step as the others' decode rows, requests
 //! leaving at different times — for the real SmolLM2 and for the random models of every architecture
-//! (mixture of experts, sliding windows, latent attention, attention sinks), whole and split into stages.
+//! (mixture of experts, sliding windows, latent attention, attention sinks, linear attention with a
+//! recurrent state), whole and split into stages.
 
 mod common;
 
@@ -131,7 +132,16 @@ fn check_batched_equals_alone(path: &Path, name: &str, splits: &[usize]) {
             // for gpt-oss's 250-token one, the same before and after decode rows attended as a batch).
             let largest = got.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
             let top = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let bound = if name == "SmolLM2" { 0.0 } else { 4e-3 * top };
+            // Qwen3.5's linear layers pass such rounding on through their recurrent state and an RMS
+            // norm of each head's output, and it grows: request 0's step 8 differs by 0.46 against
+            // logits of 33 — as in llama.cpp itself, whose two sequences decoded together differ from
+            // one alone by 0.459 at the same step of this model (measured with llama.cpp 11434 built
+            // for x86-64-v3), and whose own prefill differs from its token-at-a-time logits by 0.0126.
+            let bound = match name {
+                "SmolLM2" => 0.0,
+                "qwen35" | "qwen35moe" => 2e-2 * top,
+                _ => 4e-3 * top,
+            };
             assert!(
                 largest <= bound,
                 "{name} split {splits:?}: request {request} step {step} differs by {largest} (bound {bound})"
@@ -149,12 +159,14 @@ fn smollm2_batched_equals_alone_whole_and_split() {
 
 #[test]
 fn every_architecture_batched_equals_alone() {
-    let models: [RandomModel; 5] = [
+    let models: [RandomModel; 7] = [
         random_model::qwen3moe(),
         random_model::glm4moe(),
         random_model::gemma3(),
         random_model::deepseek2(),
         random_model::gpt_oss(),
+        random_model::qwen35(),
+        random_model::qwen35moe(),
     ];
     for model in models {
         let path = model.write();

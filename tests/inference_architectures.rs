@@ -1,7 +1,8 @@
 //! The new architectures through the whole product: three `shoal node`s serve a GLM-4.5-style
 //! mixture-of-experts model, given as a split GGUF set, with its stages on three nodes (one inside the
-//! leading dense layers), a DeepSeek V3-style model (latent attention) and a gpt-oss-style model
-//! (sinks, sliding window, MXFP4 experts), and answer exactly as the single-process engine does.
+//! leading dense layers), a DeepSeek V3-style model (latent attention), a gpt-oss-style model
+//! (sinks, sliding window, MXFP4 experts) and a Qwen3.5-MoE-style model (linear attention with a recurrent
+//! state), and answer exactly as the single-process engine does.
 
 mod common;
 
@@ -56,4 +57,12 @@ fn three_nodes_serve_deepseek2_exactly_like_one_process() {
 fn three_nodes_serve_gpt_oss_exactly_like_one_process() {
     let _one_at_a_time = common::cluster::exclusive();
     check_three_nodes_answer_like_one_process(&random_model::gpt_oss().write(), "node0:0-1,node1:2-2,node2:3-3");
+}
+
+/// Qwen3.5-MoE's hybrid layers: a linear layer alone on one node, a full and a linear layer on the
+/// next, a full layer on the last; each node keeps its own layers' recurrent state or KV rows.
+#[test]
+fn three_nodes_serve_qwen35moe_exactly_like_one_process() {
+    let _one_at_a_time = common::cluster::exclusive();
+    check_three_nodes_answer_like_one_process(&random_model::qwen35moe().write(), "node0:0-0,node1:1-2,node2:3-3");
 }

@@ -111,6 +111,9 @@ fn render(models: &[LibraryModel]) -> String {
         if let Some(problem) = &m.problem {
             out += &format!("    ! {problem}\n");
         }
+        if let Some(note) = &m.note {
+            out += &format!("    · {note}\n");
+        }
     }
     out
 }

@@ -5,6 +5,7 @@
 use super::blocks::{self, input, GraphShape, Parallel, StepContext};
 use super::kv_cache::KvCache;
 use super::parallel::Group;
+use super::recurrent_state::RecurrentState;
 use super::weights::StageWeights;
 use crate::ggml::{DType, Graph, GraphBuilder, Tensor};
 use crate::model::ModelConfig;
@@ -16,6 +17,7 @@ pub(super) struct StageParts<'a> {
     pub layers: Range<usize>,
     pub weights: &'a StageWeights,
     pub cache: &'a KvCache,
+    pub state: &'a RecurrentState,
     /// A tensor-parallel rank's group.
     pub group: Option<&'a Group>,
     /// Whether the stage computes on the CPU.
@@ -27,7 +29,13 @@ pub(super) struct StageParts<'a> {
 /// sequence of the step adds its attention's views, its attention and a concatenation; a dozen more
 /// for weights widened before their products (on the CPU, see [`GraphBuilder::widen_many_row_products`]).
 fn tensors_per_layer(config: &ModelConfig, segments: usize) -> usize {
-    84 + config.moe.map_or(0, |m| 2 * m.experts_used + 56) + config.latent_attention.map_or(0, |_| 32) + 12 * segments
+    // A linear-attention layer adds about 30 per sequence of the step (its convolution and delta rule
+    // run per sequence).
+    let linear = config.linear_attention.as_ref().map_or(0, |_| 30 * segments + 30);
+    84 + config.moe.map_or(0, |m| 2 * m.experts_used + 56)
+        + config.latent_attention.map_or(0, |_| 32)
+        + 12 * segments
+        + linear
 }
 
 pub(super) fn build(parts: &StageParts<'_>, shape: &GraphShape) -> Graph {
@@ -50,15 +58,18 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: &GraphShape) -> T
     }
     let is_last = p.weights.output.is_some();
     let slides = p.layers.clone().any(|l| c.is_sliding(l));
-    let sees_all = p.layers.clone().any(|l| !c.is_sliding(l));
+    let sees_all = p.layers.clone().any(|l| !c.is_sliding(l) && !c.is_linear(l));
     let mask_len = |sliding| shape.mask_offsets(sliding).1 as i64;
     let step = StepContext {
         config: c,
         layers: p.layers.clone(),
         cache: p.cache,
+        state: p.state,
         shape: shape.clone(),
         rope_mode: spec.rope_mode(),
         positions: g.input(input::POSITIONS, DType::I32, &[t]),
+        position_sections: (c.rope_sections.is_some() && sees_all)
+            .then(|| g.input(input::POSITION_SECTIONS, DType::I32, &[4 * t])),
         // Each only where a layer writes it: an input no node reads gets no memory.
         cache_rows: sees_all.then(|| g.input(input::CACHE_ROWS, DType::I64, &[t])),
         cache_rows_sliding: slides.then(|| g.input(input::CACHE_ROWS_SLIDING, DType::I64, &[t])),

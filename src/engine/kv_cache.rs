@@ -25,9 +25,11 @@ pub fn positions_held(row: &CacheRow, context: usize, batch: usize) -> usize {
 }
 
 pub struct KvCache {
-    set: TensorSet,
-    /// Each layer's keys and, unless they live in the keys, its values.
-    keys: Vec<SetTensorRef>,
+    /// None when no layer of the stage caches positions (only linear-attention layers).
+    set: Option<TensorSet>,
+    /// Each layer's keys (none for a linear-attention layer) and, unless they live in the keys, its
+    /// values.
+    keys: Vec<Option<SetTensorRef>>,
     values: Vec<Option<SetTensorRef>>,
     /// What each layer holds per position.
     rows: Vec<CacheRow>,
@@ -58,7 +60,7 @@ impl KvCache {
         let context = context.max(1).div_ceil(CACHE_BLOCK) * CACHE_BLOCK;
         let sequences = sequences.max(1);
         let mut specs: Vec<(String, [u64; 2])> = Vec::new();
-        for (l, row) in rows.iter().enumerate() {
+        for (l, row) in rows.iter().enumerate().filter(|(_, row)| row.key_width > 0) {
             let positions = (positions_held(row, context, batch) * sequences) as u64;
             specs.push((format!("cache_k_{l}"), [row.key_width as u64, positions]));
             if !row.values_in_keys {
@@ -67,10 +69,16 @@ impl KvCache {
         }
         let tensors: Vec<SetTensor<'_>> =
             specs.iter().map(|(name, shape)| SetTensor { name, dtype: DType::F16, shape }).collect();
-        let set =
-            TensorSet::allocate(&tensors, device).map_err(|e| EngineError::OutOfMemory(format!("KV cache: {e}")))?;
-        let keys = (0..rows.len()).map(|l| set.get(&format!("cache_k_{l}")).expect("allocated")).collect();
-        let values = (0..rows.len()).map(|l| set.get(&format!("cache_v_{l}"))).collect();
+        let set = match tensors.is_empty() {
+            true => None,
+            false => Some(
+                TensorSet::allocate(&tensors, device)
+                    .map_err(|e| EngineError::OutOfMemory(format!("KV cache: {e}")))?,
+            ),
+        };
+        let get = |name: String| set.as_ref().and_then(|set| set.get(&name));
+        let keys = (0..rows.len()).map(|l| get(format!("cache_k_{l}"))).collect();
+        let values = (0..rows.len()).map(|l| get(format!("cache_v_{l}"))).collect();
         let sliding = rows.iter().find_map(|row| row.window.map(|w| (w, positions_held(row, context, batch))));
         Ok(KvCache {
             set,
@@ -87,7 +95,7 @@ impl KvCache {
 
     /// Bytes of the cache.
     pub fn bytes(&self) -> u64 {
-        self.set.data_bytes()
+        self.set.as_ref().map_or(0, TensorSet::data_bytes)
     }
 
     pub fn context(&self) -> usize {
@@ -176,6 +184,10 @@ impl KvCache {
         }
     }
 
+    fn keys_of(&self, layer: usize) -> &SetTensorRef {
+        self.keys[layer].as_ref().expect("only layers that attend over the cache store and read it")
+    }
+
     /// Adds to the graph the writes of this step's keys ([key_width, tokens]) and values ([value_width,
     /// tokens]; None when they live in the keys) of `layer` into rows `rows` (I64 [tokens]).
     pub(super) fn store<'g>(
@@ -186,7 +198,7 @@ impl KvCache {
         v: Option<Tensor<'g>>,
         rows: Tensor<'g>,
     ) {
-        g.expand(g.set_rows(g.stored(&self.keys[layer]), k, rows));
+        g.expand(g.set_rows(g.stored(self.keys_of(layer)), k, rows));
         if let (Some(v_cache), Some(v)) = (&self.values[layer], v) {
             g.expand(g.set_rows(g.stored(v_cache), v, rows));
         }
@@ -222,7 +234,7 @@ impl KvCache {
                 seqs.start * held * row_bytes,
             )
         };
-        let k_cache = g.stored(&self.keys[layer]);
+        let k_cache = g.stored(self.keys_of(layer));
         let k = of(k_cache, key_head, key_head, row.key_width);
         let v = match &self.values[layer] {
             Some(v_cache) => of(g.stored(v_cache), value_head, value_head, row.value_width),

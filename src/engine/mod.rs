@@ -14,6 +14,7 @@ pub mod hidden;
 mod kv_cache;
 pub mod parallel;
 mod pipeline;
+mod recurrent_state;
 mod sampler;
 mod stage;
 mod stage_options;

@@ -7,6 +7,7 @@ use super::cores::{Cores, Lease};
 use super::forward::{self, StageParts};
 use super::kv_cache::KvCache;
 use super::parallel::Group;
+use super::recurrent_state::RecurrentState;
 pub use super::stage_options::StageOptions;
 use super::weights::StageWeights;
 use super::EngineError;
@@ -57,6 +58,8 @@ pub struct Stage {
     options: StageOptions,
     weights: StageWeights,
     cache: KvCache,
+    /// The recurrent state of the stage's linear-attention layers (empty without such layers).
+    state: RecurrentState,
     backend: Backend,
     /// The graph of the previous step, reused while the shape stays the same (a decode step usually does).
     graph: Option<(GraphShape, Graph)>,
@@ -70,6 +73,7 @@ pub struct Stage {
     // Buffers reused across steps so a decode step allocates nothing.
     output: Vec<f32>,
     positions: Vec<i32>,
+    position_sections: Vec<i32>,
     rows: Vec<i64>,
     rows_sliding: Vec<i64>,
     mask: Vec<f16>,
@@ -149,6 +153,7 @@ impl Stage {
         };
         let rows: Vec<_> = layers.clone().map(|l| cache_config.cache_row(l)).collect();
         let cache = KvCache::new(&rows, options.context, options.sequences, options.batch, device)?;
+        let state = RecurrentState::new(&cache_config, layers.clone(), options.sequences, device)?;
         // Where stages share the machine's cores, a thread without work sleeps rather than polling.
         let sharing_cores = device.kind() == DeviceKind::Cpu && Cores::machine().is_some();
         let backend = Backend::new(device, options.threads, sharing_cores).map_err(EngineError::Backend)?;
@@ -158,6 +163,7 @@ impl Stage {
             options,
             weights,
             cache,
+            state,
             backend,
             graph: None,
             group,
@@ -166,6 +172,7 @@ impl Stage {
             copied_bytes: 0,
             output: Vec::new(),
             positions: Vec::new(),
+            position_sections: Vec::new(),
             rows: Vec::new(),
             rows_sliding: Vec::new(),
             mask: Vec::new(),
@@ -248,7 +255,9 @@ impl Stage {
             tokens,
             attended: context,
             attended_sliding: self.cache.attended_sliding(context),
-            fresh: false,
+            // A segment that begins its sequence reads zeros for its recurrent state, which take compute
+            // memory of their own.
+            fresh: self.state.is_present(),
         };
         let mut shapes = vec![GraphShape { tokens: batch, segments: vec![segment(0, batch)], outputs: 1 }];
         if self.config().architecture.spec().attends_fresh_segments_apart(self.config()) {
@@ -276,6 +285,7 @@ impl Stage {
             layers: self.layers.clone(),
             weights: &self.weights,
             cache: &self.cache,
+            state: &self.state,
             group: self.group.as_ref(),
             on_cpu: self.device().kind() == DeviceKind::Cpu,
         };
@@ -355,8 +365,13 @@ impl Stage {
         self.group.as_ref()
     }
 
+    /// The stage's memory; `kv_cache` counts the recurrent state of linear-attention layers too.
     pub fn memory(&self) -> StageMemory {
-        StageMemory { weights: self.weights.mapped_bytes(), kv_cache: self.cache.bytes(), compute: self.compute_bytes }
+        StageMemory {
+            weights: self.weights.mapped_bytes(),
+            kv_cache: self.cache.bytes() + self.state.bytes(),
+            compute: self.compute_bytes,
+        }
     }
 
     /// Positions the cache holds per sequence.
@@ -448,6 +463,9 @@ impl Stage {
             StageInput::Hidden { values, .. } => backend.set_input(graph, input::HIDDEN, values),
         }
         backend.set_input(graph, input::POSITIONS, &self.positions);
+        if graph.has_input(input::POSITION_SECTIONS) {
+            backend.set_input(graph, input::POSITION_SECTIONS, &self.position_sections);
+        }
         if graph.has_input(input::CACHE_ROWS) {
             backend.set_input(graph, input::CACHE_ROWS, &self.rows);
         }
@@ -472,10 +490,14 @@ impl Stage {
         let threads = lease.as_ref().map_or(self.options.threads, Lease::threads);
         let computed = backend.compute(graph, threads).map_err(EngineError::Backend);
         drop(lease);
-        if let Some(group) = &self.group {
-            group.check()?;
+        let checked = match &self.group {
+            Some(group) => group.check(),
+            None => Ok(()),
+        };
+        if let Err(error) = checked.and(computed) {
+            self.forget_unfinished(segments);
+            return Err(error);
         }
-        computed?;
         backend.read_output(graph, &mut self.output);
         // The last layers' ranks each hold rows of the logits; before them every rank holds the same
         // hidden states.
@@ -486,9 +508,18 @@ impl Stage {
             self.cache.wrote(s.seq, s.start, s.start + s.tokens);
         }
         if let Some(bad) = self.output.iter().position(|v| !v.is_finite()) {
+            self.forget_unfinished(segments);
             return Err(EngineError::NonFinite { layers: self.layers.clone(), index: bad });
         }
         Ok(&self.output)
+    }
+
+    /// After a step that failed: a recurrent state may have been advanced by it, which cannot be
+    /// undone, so its sequences must start again from position 0.
+    fn forget_unfinished(&mut self, segments: &[Segment]) {
+        if self.state.is_present() {
+            segments.iter().for_each(|s| self.cache.truncate(s.seq, 0));
+        }
     }
 
     /// Checks a batched step: one to `batch` tokens in all, as many as the input has, each segment a
@@ -537,6 +568,14 @@ impl Stage {
             )));
         }
         self.cache.check_resume(seq, start).map_err(EngineError::BadInput)?;
+        if self.state.is_present() && start != 0 && start != self.cache.len(seq) {
+            return Err(EngineError::BadInput(format!(
+                "cannot go back to position {start} of sequence {seq}: this stage's linear-attention layers keep \
+                 one recurrent state per sequence, after its position {}; continue from there or start the \
+                 sequence again from 0",
+                self.cache.len(seq)
+            )));
+        }
         if start + tokens > self.cache.context() {
             return Err(EngineError::ContextFull { needed: start + tokens, context: self.cache.context() });
         }
@@ -584,6 +623,13 @@ impl Stage {
         self.positions.clear();
         for s in segments {
             self.positions.extend((s.start..s.start + s.tokens).map(|p| p as i32));
+        }
+        if self.config.rope_sections.is_some() {
+            // A text token's sections: its position three times, then 0 (as llama.cpp expands it).
+            let n = self.positions.len();
+            self.position_sections.clear();
+            self.position_sections.extend(self.positions.iter().cycle().take(3 * n));
+            self.position_sections.extend(std::iter::repeat_n(0, n));
         }
         // Each layer kind's inputs only when this stage's graph has such layers (it then has the inputs).
         let Some((shape, graph)) = self.graph.as_ref() else { return };

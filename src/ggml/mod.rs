@@ -32,6 +32,7 @@ mod graph;
 mod layout_ops;
 mod log;
 mod model_ops;
+mod recurrent_ops;
 mod repack;
 mod tensor_set;
 mod vocab;

@@ -1,6 +1,7 @@
 //! A model's architecture and hyper-parameters, read from GGUF metadata with llama.cpp's defaults.
 
 use super::gguf::{GgufFile, Value};
+pub use super::linear_attention::LinearAttention;
 use super::ModelError;
 
 /// The model families the engine can run. All are decoder-only transformers with RMSNorm, RoPE,
@@ -32,10 +33,17 @@ pub enum Architecture {
     /// biased experts with a clamped SwiGLU, usually in MXFP4.
     #[serde(rename = "gpt-oss")]
     GptOss,
+    /// Qwen3.5 / 3.6 dense (`qwen35`): three gated delta-net (linear attention) layers to one of gated
+    /// full attention with interleaved M-RoPE, norms before attention and feed-forward.
+    Qwen35,
+    /// Qwen3.5 / 3.6 mixture-of-experts (`qwen35moe`): Qwen3.5's layers with softmax-routed experts and
+    /// a shared expert behind a sigmoid gate.
+    #[serde(rename = "qwen35moe")]
+    Qwen35Moe,
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, gemma3, deepseek2 (DeepSeek V2/V3, Kimi K2), gpt-oss";
+    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, gemma3, deepseek2 (DeepSeek V2/V3, Kimi K2), gpt-oss, qwen35 and qwen35moe (Qwen3.5/3.6)";
 
     pub fn from_gguf_name(name: &str) -> Option<Architecture> {
         match name {
@@ -47,6 +55,8 @@ impl Architecture {
             "gemma3" => Some(Architecture::Gemma3),
             "deepseek2" => Some(Architecture::Deepseek2),
             "gpt-oss" => Some(Architecture::GptOss),
+            "qwen35" => Some(Architecture::Qwen35),
+            "qwen35moe" => Some(Architecture::Qwen35Moe),
             _ => None,
         }
     }
@@ -62,6 +72,8 @@ impl Architecture {
             Architecture::Gemma3 => "gemma3",
             Architecture::Deepseek2 => "deepseek2",
             Architecture::GptOss => "gpt-oss",
+            Architecture::Qwen35 => "qwen35",
+            Architecture::Qwen35Moe => "qwen35moe",
         }
     }
 
@@ -181,6 +193,12 @@ pub struct ModelConfig {
     /// Layers the file holds after the model's own (GLM's next-token-prediction layers): neither
     /// loaded nor counted.
     pub skipped_layers: usize,
+    /// Linear attention with a recurrent state in some layers (Qwen3.5), for the architectures that
+    /// have it.
+    pub linear_attention: Option<LinearAttention>,
+    /// RoPE by position sections (`rope.dimension_sections`, Qwen3.5's interleaved M-RoPE): how many
+    /// rotated pairs each of the four sections turns.
+    pub rope_sections: Option<[i32; 4]>,
 }
 
 /// Sliding-window attention: which layers look back only `size` positions, and the RoPE those layers use.
@@ -274,7 +292,13 @@ impl ModelConfig {
         let p = |key: &str| keys.arch_key(key);
         let layers = keys.count(&p("block_count"))?;
         let embedding = keys.count(&p("embedding_length"))?;
-        let feed_forward = keys.count(&p("feed_forward_length"))?;
+        // A mixture-of-experts file may lack the dense width when no layer is dense (Qwen3.5-MoE): its
+        // architecture reads the shared expert's width instead.
+        let feed_forward = match keys.optional_count(&p("feed_forward_length"))? {
+            Some(width) => width,
+            None if architecture == Architecture::Qwen35Moe => 0,
+            None => return Err(keys.missing(&p("feed_forward_length"))),
+        };
         let heads = keys.count(&p("attention.head_count"))?;
         let kv_heads = keys.optional_count(&p("attention.head_count_kv"))?.unwrap_or(heads);
         let head_dim = match keys.optional_count(&p("attention.key_length"))? {
@@ -366,6 +390,8 @@ impl ModelConfig {
             logit_softcap: None,
             latent_attention: None,
             skipped_layers: 0,
+            linear_attention: None,
+            rope_sections: None,
         };
         config.rope.attn_factor = config.rope.yarn_attn_factor(1.0, 0.0, file_attn_factor);
         architecture.spec().hyper_parameters(&keys, &mut config)?;
@@ -374,8 +400,25 @@ impl ModelConfig {
 
     /// What layer `layer` caches per position, as its architecture declares, and its sliding window.
     pub fn cache_row(&self, layer: usize) -> CacheRow {
+        if self.is_linear(layer) {
+            // A linear layer keeps a recurrent state per sequence instead (`linear_state_bytes`).
+            return CacheRow { key_width: 0, value_width: 0, values_in_keys: false, window: None };
+        }
         let window = self.sliding_window.as_ref().filter(|_| self.is_sliding(layer)).map(|w| w.size);
         CacheRow { window, ..self.architecture.spec().cache_row(self, layer) }
+    }
+
+    /// Whether `layer` is a linear-attention layer with a recurrent state.
+    pub fn is_linear(&self, layer: usize) -> bool {
+        self.linear_attention.as_ref().is_some_and(|l| l.is_linear(layer))
+    }
+
+    /// Bytes one sequence's recurrent state takes in `layer` (0 unless it is linear).
+    pub fn linear_state_bytes(&self, layer: usize) -> u64 {
+        match &self.linear_attention {
+            Some(l) if l.is_linear(layer) => l.state_bytes(),
+            _ => 0,
+        }
     }
 
     /// Keys and values of every head, one row each per position: the usual cache.
@@ -430,6 +473,12 @@ impl Keys<'_> {
     pub fn arch_bools(&self, key: &str) -> Option<Vec<bool>> {
         let values = self.file.get(&self.arch_key(key))?.as_array()?;
         values.iter().map(|v| if let Value::Bool(b) = v { Some(*b) } else { None }).collect()
+    }
+
+    /// The architecture's array of non-negative integers `key`, when the file has one.
+    pub fn arch_integers(&self, key: &str) -> Option<Vec<u64>> {
+        let values = self.file.get(&self.arch_key(key))?.as_array()?;
+        values.iter().map(Value::as_u64).collect()
     }
 
     /// Whether the array `key` of the architecture's own has its first two entries above zero (how

@@ -52,6 +52,9 @@ pub struct LibraryModel {
     pub runnable: bool,
     /// Why it cannot be run or read, when it cannot.
     pub problem: Option<String>,
+    /// What shoal leaves out of a model it runs (its next-token-prediction layers), when anything.
+    #[serde(default)]
+    pub note: Option<String>,
     /// Set when the file is a shard (fetched with `shoal pull --layers`): only some layers are present.
     #[serde(default)]
     pub shard: Option<ShardSummary>,
@@ -267,6 +270,7 @@ pub fn describe(parts: Vec<PathBuf>, source: ModelSource) -> LibraryModel {
         context_length: None,
         runnable: false,
         problem: None,
+        note: None,
         shard: None,
     };
     if !path.exists() {
@@ -330,6 +334,15 @@ pub fn describe(parts: Vec<PathBuf>, source: ModelSource) -> LibraryModel {
             model.runnable = true;
             // The model's own layers (GLM files also count their next-token-prediction layers).
             model.layers = Some(opened.config().layers as u64);
+            model.note = match opened.config().skipped_layers {
+                0 => None,
+                n => Some(format!(
+                    "its {n} next-token-prediction layer{} after layer {} {} skipped: not loaded, not counted",
+                    if n == 1 { "" } else { "s" },
+                    opened.config().layers - 1,
+                    if n == 1 { "is" } else { "are" }
+                )),
+            };
         }
         Err(e) => model.problem = Some(e.to_string()),
     }

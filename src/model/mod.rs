@@ -6,6 +6,7 @@ pub mod config;
 pub mod gguf;
 pub mod layout;
 pub mod library;
+mod linear_attention;
 pub mod names;
 pub mod peer_copy;
 pub mod pull;
@@ -16,8 +17,8 @@ mod tokenizer;
 
 pub use chat_template::{ChatMessage, ChatTemplate, ReplyFormat};
 pub use config::{
-    Architecture, CacheRow, ExpertActivation, ExpertGroups, Gating, LatentAttention, ModelConfig, MoeParams,
-    RopeConfig, SlidingWindow,
+    Architecture, CacheRow, ExpertActivation, ExpertGroups, Gating, LatentAttention, LinearAttention, ModelConfig,
+    MoeParams, RopeConfig, SlidingWindow,
 };
 pub use gguf::{GgufFile, GgufHeader, TensorInfo, Value};
 pub use layout::ModelLayout;

@@ -103,12 +103,14 @@ impl ModelNeeds {
         let context = context.max(1).div_ceil(CACHE_BLOCK) * CACHE_BLOCK;
         // Each layer's F16 cache row (keys and values, or DeepSeek's latent) per position it holds: the
         // context, or for a sliding-window layer a ring of its window's positions.
+        // A linear-attention layer keeps a recurrent state per sequence instead, whatever the context.
         let rows: Vec<_> = (0..c.layers).map(|l| c.cache_row(l)).collect();
         let kv_per_layer = rows
             .iter()
-            .map(|row| {
+            .enumerate()
+            .map(|(layer, row)| {
                 let held = crate::engine::kv_cache_positions(row, context, batch);
-                row.bytes_per_position() * held as u64 * sequences.max(1) as u64
+                (row.bytes_per_position() * held as u64 + c.linear_state_bytes(layer)) * sequences.max(1) as u64
             })
             .collect();
         // What each further position costs: the layers that see the whole context.
@@ -118,10 +120,15 @@ impl ModelNeeds {
         // A mixture-of-experts layer holds each token's chosen experts' activations side by side, and
         // its router's scores for every expert.
         let experts_wide = c.moe.map_or(0, |m| m.experts_used * m.expert_feed_forward + m.experts);
-        let widest = c.feed_forward.max(c.embedding).max(experts_wide) as u64;
+        let linear_wide = c.linear_attention.as_ref().map_or(0, |l| 2 * l.conv_channels());
+        let widest = c.feed_forward.max(c.embedding).max(experts_wide).max(linear_wide) as u64;
         // On the CPU a step of many rows widens Q5_0 weights to Q8_0 in the compute buffer, one at a time.
         let widened = if batch as i64 >= crate::ggml::WIDEN_FROM_ROWS { largest_widened(model) } else { 0 };
-        let compute = batch as u64 * (16 * widest + 2 * context as u64) + (1 << 20) + widened;
+        // A linear-attention layer's step reads and writes each sequence's state in the compute buffer
+        // (zeros for a sequence it begins, the delta rule's state after the step).
+        let linear_states =
+            c.linear_attention.as_ref().map_or(0, |l| 3 * l.state_bytes() * sequences.clamp(1, batch) as u64);
+        let compute = batch as u64 * (16 * widest + 2 * context as u64) + (1 << 20) + widened + linear_states;
         let experts = expert_bytes(model);
         let divider = Divider::of(model);
         let groups = (2..=MAX_GROUP)

@@ -9,6 +9,7 @@ pub mod oracle;
 pub mod random_model;
 pub mod split_gguf;
 pub mod tensor_table;
+pub mod vocabulary;
 
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -176,4 +177,24 @@ fn generate_with(
     };
     let stats = engine::generate(&mut pipeline, &tokenizer, &request, |_| true).unwrap();
     tokenizer.decode(&stats.tokens)
+}
+
+/// The layer a tensor name belongs to (`blk.N.…`).
+pub fn layer_of(name: &str) -> Option<usize> {
+    name.strip_prefix("blk.").and_then(|r| r.split('.').next()?.parse::<usize>().ok())
+}
+
+/// Bytes in `file` of the tensors a stage of `range` maps: its layers', the token embeddings on the
+/// first stage, the final norm and the (tied) head on the last of a model of `layers` layers.
+pub fn stage_tensor_bytes(file: &shoal::model::Model, range: &std::ops::Range<usize>, layers: usize) -> u64 {
+    file.file()
+        .tensors()
+        .iter()
+        .filter(|t| {
+            layer_of(&t.name).is_some_and(|l| range.contains(&l))
+                || (range.start == 0 && t.name == "token_embd.weight")
+                || (range.end == layers && (t.name == "output_norm.weight" || t.name == "token_embd.weight"))
+        })
+        .map(|t| t.bytes)
+        .sum()
 }

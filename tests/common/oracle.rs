@@ -164,7 +164,7 @@ pub fn check_prefill_logits_with(
 /// EPYC a random gpt-oss logit of 30.10 came out 30.06 (MXFP4 experts), and a Gemma 3 270M logit of
 /// -25.73 came out -26.62 (Q4_K). The tight check runs on the recording kernels only; elsewhere a wrong
 /// operation still shows (it moves logits by several units), a rounding difference does not.
-fn tolerance(same_kernels: bool) -> f32 {
+pub fn tolerance(same_kernels: bool) -> f32 {
     if same_kernels {
         1e-3
     } else {
@@ -174,7 +174,7 @@ fn tolerance(same_kernels: bool) -> f32 {
 
 /// Checks one position's logits against llama.cpp's ten largest (`top`) and, where its first is clearly
 /// ahead, its argmax; returns the largest difference.
-fn check_position(at: &str, logits: &[f32], top: &[(u32, f32)], relative: f32) -> f32 {
+pub fn check_position(at: &str, logits: &[f32], top: &[(u32, f32)], relative: f32) -> f32 {
     let mut largest = 0f32;
     for &(id, value) in top {
         let got = logits[id as usize];

@@ -29,7 +29,23 @@ pub struct RandomModel {
     pub sliding_window: usize,
     /// DeepSeek's latent attention (then `head_dim` is the cached key width).
     pub mla: Option<RandomMla>,
+    /// Qwen3.5's linear attention in all layers but every `interval`-th.
+    pub linear: Option<RandomLinear>,
     pub seed: u64,
+}
+
+/// A `qwen35` model's gated delta-net: its convolution, heads, and how often a full-attention layer
+/// comes; with experts (`qwen35moe`) a shared expert of `shared_width` behind a sigmoid gate.
+#[derive(Clone, Copy, Debug)]
+pub struct RandomLinear {
+    pub conv_kernel: usize,
+    pub head_width: usize,
+    pub key_heads: usize,
+    pub value_heads: usize,
+    pub interval: usize,
+    /// RoPE sections (pairs turned by each of the four position sections).
+    pub sections: [u32; 4],
+    pub shared_width: usize,
 }
 
 /// A `deepseek2` model's own shape: its attention, YaRN, and how its experts are routed.
@@ -68,6 +84,7 @@ pub fn qwen3moe() -> RandomModel {
         rope_dims: 16,
         sliding_window: 0,
         mla: None,
+        linear: None,
         seed: 0x5eed_0001,
     }
 }
@@ -92,6 +109,7 @@ pub fn glm4moe() -> RandomModel {
         rope_dims: 8,
         sliding_window: 0,
         mla: None,
+        linear: None,
         seed: 0x5eed_0002,
     }
 }
@@ -116,6 +134,7 @@ pub fn gemma3() -> RandomModel {
         rope_dims: 32,
         sliding_window: 5,
         mla: None,
+        linear: None,
         seed: 0x5eed_0003,
     }
 }
@@ -198,6 +217,48 @@ pub fn gpt_oss() -> RandomModel {
     }
 }
 
+/// Qwen3.5 in miniature: 6 layers, each third full attention (gated, 4 heads of 32 with interleaved
+/// M-RoPE on 16 of their values), the others a gated delta-net of 2 key heads and 4 value heads of 16
+/// with a 4-wide convolution.
+pub fn qwen35() -> RandomModel {
+    RandomModel {
+        architecture: "qwen35",
+        layers: 6,
+        head_dim: 32,
+        experts: 0,
+        experts_used: 0,
+        expert_feed_forward: 0,
+        rope_dims: 16,
+        linear: Some(RandomLinear {
+            conv_kernel: 4,
+            head_width: 16,
+            key_heads: 2,
+            value_heads: 4,
+            interval: 3,
+            sections: [3, 3, 2, 0],
+            shared_width: 0,
+        }),
+        seed: 0x5eed_000b,
+        ..qwen3moe()
+    }
+}
+
+/// Qwen3.5-MoE in miniature: 4 layers alternating linear and full attention, 16 experts of which 4 are
+/// used, and a shared expert 48 wide behind its sigmoid gate.
+pub fn qwen35moe() -> RandomModel {
+    let dense = qwen35();
+    RandomModel {
+        architecture: "qwen35moe",
+        layers: 4,
+        experts: 16,
+        experts_used: 4,
+        expert_feed_forward: 32,
+        linear: Some(RandomLinear { interval: 2, shared_width: 48, ..dense.linear.unwrap() }),
+        seed: 0x5eed_000c,
+        ..dense
+    }
+}
+
 /// A DeepSeek V3 large enough to measure (about 420 MB): 6 layers (the first dense), 64 experts in 8
 /// groups of which 4 are searched and 8 experts used, a query bottleneck of 192 and a latent of 128.
 /// Not used by the tests; `benches/compare-llama-bench --suite` writes and measures it.
@@ -263,6 +324,34 @@ pub fn qwen3moe_bench() -> RandomModel {
         rope_dims: 64,
         seed: 0x5eed_0004,
         ..qwen3moe()
+    }
+}
+
+/// A Qwen3.5-MoE large enough to measure (about 300 MB): 8 layers (every fourth full attention, as
+/// the real ones), 64 experts of which 8 are used, 512 wide, a delta-net of 4 key heads and 8 value
+/// heads of 64. Not used by the tests; `benches/compare-llama-bench --suite` writes and measures it.
+pub fn qwen35moe_bench() -> RandomModel {
+    RandomModel {
+        layers: 8,
+        embedding: 512,
+        heads: 8,
+        kv_heads: 2,
+        head_dim: 64,
+        rope_dims: 16,
+        experts: 64,
+        experts_used: 8,
+        expert_feed_forward: 256,
+        linear: Some(RandomLinear {
+            conv_kernel: 4,
+            head_width: 64,
+            key_heads: 4,
+            value_heads: 8,
+            interval: 4,
+            sections: [3, 3, 2, 0],
+            shared_width: 512,
+        }),
+        seed: 0x5eed_000d,
+        ..qwen35moe()
     }
 }
 
@@ -383,6 +472,9 @@ impl RandomModel {
                 .meta(&k("expert_weights_scale"), Meta::F32(2.5))
                 .meta(&k("expert_weights_norm"), Meta::Value(shoal::model::Value::Bool(true)));
         }
+        if let Some(linear) = self.linear {
+            g = linear_metadata(g, self, &linear);
+        }
         if self.experts > 0 {
             g = g
                 .meta(&k("expert_count"), Meta::U32(self.experts as u32))
@@ -405,6 +497,10 @@ impl RandomModel {
         let (n_exp, f, ff) = (self.experts as u64, self.expert_feed_forward as u64, self.feed_forward as u64);
         for l in 0..self.layers + self.nextn_layers {
             let n = |part: &str| format!("blk.{l}.{part}");
+            if let Some(linear) = self.linear {
+                g = linear_layer(g, self, &linear, l, &mut w);
+                continue;
+            }
             if let Some(mla) = self.mla {
                 g = mla_attention(g, self, &mla, l, &mut w);
             } else {
@@ -493,6 +589,85 @@ impl RandomModel {
             None => self.head_dim,
         }
     }
+}
+
+/// A `qwen35` model's own metadata: its gated delta-net, where full attention comes, RoPE sections.
+fn linear_metadata(mut g: GgufWriter, model: &RandomModel, linear: &RandomLinear) -> GgufWriter {
+    use shoal::model::Value;
+    let k = |key: &str| format!("{}.{key}", model.architecture);
+    let sections = Value::Array(linear.sections.iter().map(|&n| Value::I32(n as i32)).collect());
+    g = g
+        .meta(&k("ssm.conv_kernel"), Meta::U32(linear.conv_kernel as u32))
+        .meta(&k("ssm.inner_size"), Meta::U32((linear.value_heads * linear.head_width) as u32))
+        .meta(&k("ssm.state_size"), Meta::U32(linear.head_width as u32))
+        .meta(&k("ssm.group_count"), Meta::U32(linear.key_heads as u32))
+        .meta(&k("ssm.time_step_rank"), Meta::U32(linear.value_heads as u32))
+        .meta(&k("full_attention_interval"), Meta::U32(linear.interval as u32))
+        .meta(&k("rope.dimension_sections"), Meta::Value(sections));
+    if linear.shared_width > 0 {
+        g = g.meta(&k("expert_shared_feed_forward_length"), Meta::U32(linear.shared_width as u32));
+    }
+    g
+}
+
+/// Layer `l` of a `qwen35` model: a gated delta-net, or every `interval`-th layer gated full
+/// attention; then a dense feed-forward, or experts with a gated shared expert.
+fn linear_layer(
+    mut g: GgufWriter,
+    model: &RandomModel,
+    linear: &RandomLinear,
+    l: usize,
+    w: &mut Weights,
+) -> GgufWriter {
+    let n = |part: &str| format!("blk.{l}.{part}");
+    let e = model.embedding as u64;
+    let proj = |fan_in: u64| 1.0 / (fan_in as f32).sqrt() * 1.7;
+    g = g.f32_values(&n("attn_norm.weight"), &[e], &w.around_one(e, 0.1)).f32_values(
+        &n("post_attention_norm.weight"),
+        &[e],
+        &w.around_one(e, 0.1),
+    );
+    if !(l + 1).is_multiple_of(linear.interval) {
+        let (s, hk, hv) = (linear.head_width as u64, linear.key_heads as u64, linear.value_heads as u64);
+        let (inner, channels, kernel) = (s * hv, 2 * s * hk + s * hv, linear.conv_kernel as u64);
+        let decay: Vec<f32> = w.uniform(hv, 0.7).into_iter().map(|v| v - 0.8).collect();
+        g = g
+            .f16_values(&n("attn_qkv.weight"), &[e, channels], &w.uniform(e * channels, proj(e)))
+            .f16_values(&n("attn_gate.weight"), &[e, inner], &w.uniform(e * inner, proj(e)))
+            .f32_values(&n("ssm_conv1d.weight"), &[kernel, channels], &w.uniform(kernel * channels, 0.6))
+            .f32_values(&n("ssm_dt.bias"), &[hv], &w.uniform(hv, 0.5))
+            .f32_values(&n("ssm_a"), &[hv], &decay)
+            .f16_values(&n("ssm_beta.weight"), &[e, hv], &w.uniform(e * hv, proj(e)))
+            .f16_values(&n("ssm_alpha.weight"), &[e, hv], &w.uniform(e * hv, proj(e)))
+            .f32_values(&n("ssm_norm.weight"), &[s], &w.around_one(s, 0.1))
+            .f16_values(&n("ssm_out.weight"), &[inner, e], &w.uniform(inner * e, proj(inner)));
+    } else {
+        let hd = model.head_dim as u64;
+        let (q, kv) = (model.heads as u64 * hd, model.kv_heads as u64 * hd);
+        g = g
+            .f16_values(&n("attn_q.weight"), &[e, 2 * q], &w.uniform(e * 2 * q, proj(e)))
+            .f16_values(&n("attn_k.weight"), &[e, kv], &w.uniform(e * kv, proj(e)))
+            .f16_values(&n("attn_v.weight"), &[e, kv], &w.uniform(e * kv, proj(e)))
+            .f16_values(&n("attn_output.weight"), &[q, e], &w.uniform(q * e, proj(q)))
+            .f32_values(&n("attn_q_norm.weight"), &[hd], &w.around_one(hd, 0.1))
+            .f32_values(&n("attn_k_norm.weight"), &[hd], &w.around_one(hd, 0.1));
+    }
+    if model.experts == 0 {
+        let ff = model.feed_forward as u64;
+        return g
+            .f16_values(&n("ffn_gate.weight"), &[e, ff], &w.uniform(e * ff, proj(e)))
+            .f16_values(&n("ffn_up.weight"), &[e, ff], &w.uniform(e * ff, proj(e)))
+            .f16_values(&n("ffn_down.weight"), &[ff, e], &w.uniform(ff * e, proj(ff)));
+    }
+    let (n_exp, f, sw) = (model.experts as u64, model.expert_feed_forward as u64, linear.shared_width as u64);
+    g.f16_values(&n("ffn_gate_inp.weight"), &[e, n_exp], &w.uniform(e * n_exp, proj(e) * 2.0))
+        .f16_values(&n("ffn_gate_exps.weight"), &[e, f, n_exp], &w.uniform(e * f * n_exp, proj(e)))
+        .f16_values(&n("ffn_up_exps.weight"), &[e, f, n_exp], &w.uniform(e * f * n_exp, proj(e)))
+        .f16_values(&n("ffn_down_exps.weight"), &[f, e, n_exp], &w.uniform(f * e * n_exp, proj(f)))
+        .f32_values(&n("ffn_gate_inp_shexp.weight"), &[e], &w.uniform(e, proj(e) * 2.0))
+        .f16_values(&n("ffn_gate_shexp.weight"), &[e, sw], &w.uniform(e * sw, proj(e)))
+        .f16_values(&n("ffn_up_shexp.weight"), &[e, sw], &w.uniform(e * sw, proj(e)))
+        .f16_values(&n("ffn_down_shexp.weight"), &[sw, e], &w.uniform(sw * e, proj(sw)))
 }
 
 /// A `deepseek2` model's own metadata.

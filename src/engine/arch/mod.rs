@@ -10,6 +10,7 @@ mod gemma3;
 mod glm4moe;
 mod gpt_oss;
 mod llama;
+mod qwen35;
 mod qwen3moe;
 
 use super::blocks::StepContext;
@@ -162,5 +163,7 @@ pub fn spec(architecture: Architecture) -> &'static dyn ArchSpec {
         Architecture::Gemma3 => &gemma3::GEMMA3,
         Architecture::Deepseek2 => &deepseek2::DEEPSEEK2,
         Architecture::GptOss => &gpt_oss::GPT_OSS,
+        Architecture::Qwen35 => &qwen35::QWEN35,
+        Architecture::Qwen35Moe => &qwen35::QWEN35MOE,
     }
 }

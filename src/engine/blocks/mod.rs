@@ -6,12 +6,15 @@
 
 mod attention;
 mod feed_forward;
+mod linear_attention;
 
 pub(super) use attention::{attend, attend_segments, concat_rows, CachedKeys};
 pub use attention::{attention, attention_block, AttentionParams};
 pub use feed_forward::{feed_forward, gated_feed_forward, moe_feed_forward, sparse_or_dense_feed_forward, Activation};
+pub use linear_attention::gated_delta_net;
 
 use super::kv_cache::KvCache;
+use super::recurrent_state::RecurrentState;
 use crate::ggml::{Collective, DType, GraphBuilder, SetTensorRef, Tensor};
 use crate::model::{ModelConfig, TensorSlice};
 use std::ops::Range;
@@ -22,6 +25,8 @@ pub(super) mod input {
     pub const TOKENS: &str = "tokens";
     pub const HIDDEN: &str = "hidden";
     pub const POSITIONS: &str = "positions";
+    /// Four positions per token, section after section, for RoPE by sections (Qwen3.5's M-RoPE).
+    pub const POSITION_SECTIONS: &str = "position_sections";
     pub const CACHE_ROWS: &str = "cache_rows";
     /// The rows of the sliding layers' rings.
     pub const CACHE_ROWS_SLIDING: &str = "cache_rows_sliding";
@@ -145,9 +150,13 @@ pub struct StepContext<'a, 'g> {
     pub config: &'a ModelConfig,
     pub(super) layers: Range<usize>,
     pub(super) cache: &'a KvCache,
+    /// The recurrent state of the stage's linear-attention layers.
+    pub(super) state: &'a RecurrentState,
     pub(super) shape: GraphShape,
     pub(super) rope_mode: i32,
     pub(super) positions: Tensor<'g>,
+    /// The step's positions by sections, when the model turns RoPE by sections.
+    pub(super) position_sections: Option<Tensor<'g>>,
     /// Where the step's positions go in the cache, when a layer of the stage sees the whole context.
     pub(super) cache_rows: Option<Tensor<'g>>,
     /// Where the step's positions go in the sliding layers' rings, when a layer of the stage slides.

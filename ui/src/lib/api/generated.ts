@@ -697,6 +697,10 @@ runnable: boolean,
  */
 problem: string | null, 
 /**
+ * What shoal leaves out of a model it runs (its next-token-prediction layers), when anything.
+ */
+note: string | null, 
+/**
  * Set when the file is a shard (fetched with `shoal pull --layers`): only some layers are present.
  */
 shard: ShardSummary | null, };
@@ -772,6 +776,10 @@ runnable: boolean,
  * Why it cannot be run or read, when it cannot.
  */
 problem: string | null, 
+/**
+ * What shoal leaves out of a model it runs (its next-token-prediction layers), when anything.
+ */
+note: string | null, 
 /**
  * Set when the file is a shard (fetched with `shoal pull --layers`): only some layers are present.
  */

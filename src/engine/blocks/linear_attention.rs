@@ -1,0 +1,122 @@
+//! Linear attention with a recurrent state: the gated delta-net of Qwen3.5 / 3.6, as llama.cpp's
+//! `src/models/qwen35.cpp` (`build_layer_attn_linear`) and `delta-net-base.cpp` compute it with ggml's
+//! fused `gated_delta_net`. The projections and gates run over every row of the step at once; the
+//! short convolution and the delta rule run per sequence, each from the state its previous step left
+//! (see [`crate::engine::recurrent_state`]).
+
+use super::{linear, norm, StepContext};
+use crate::engine::weights::LayerWeights;
+use crate::ggml::{GraphBuilder, Tensor};
+use crate::model::LinearAttention;
+
+/// The gated delta-net of layer `layer` over `x` (the normed input, [embedding, tokens]), with the
+/// tensors `attn_qkv` (queries, keys and values mixed), `attn_gate` (the output gate z), `ssm_conv1d`,
+/// `ssm_dt.bias`, `ssm_a`, `ssm_beta`, `ssm_alpha`, `ssm_norm` and `ssm_out`. Returns [embedding,
+/// tokens].
+pub fn gated_delta_net<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    layer: usize,
+    w: &LayerWeights,
+    x: Tensor<'g>,
+) -> Tensor<'g> {
+    let c = step.config;
+    let shape = c.linear_attention.as_ref().expect("a linear layer's model declares its linear attention");
+    let t = step.tokens();
+    let (head, value_heads) = (shape.head_width as i64, shape.value_heads as i64);
+    let mixed = linear(g, w.req("attn_qkv.weight"), None, x);
+    let z = linear(g, w.req("attn_gate.weight"), None, x);
+    let beta = g.sigmoid(linear(g, w.req("ssm_beta.weight"), None, x));
+    // The decay: -exp(A_log) (stored as `ssm_a`) times softplus(alpha + dt_bias).
+    let alpha = g.add(linear(g, w.req("ssm_alpha.weight"), None, x), g.stored(w.req("ssm_dt.bias")));
+    let decay = g.mul(g.softplus(alpha), g.stored(w.req("ssm_a")));
+    let kernel = g.stored(w.req("ssm_conv1d.weight"));
+    let local = layer - step.layers.start;
+    let outputs: Vec<Tensor<'g>> = step
+        .shape
+        .segments
+        .iter()
+        .zip(step.shape.row_offsets())
+        .map(|(segment, row)| {
+            let rows = SegmentRows { row, tokens: segment.tokens };
+            let inputs = SegmentInputs { mixed: rows.of(g, mixed), decay: rows.of(g, decay), beta: rows.of(g, beta) };
+            sequence_step(g, step, shape, (local, segment.seq, segment.fresh), kernel, inputs)
+        })
+        .collect();
+    let attended = super::concat_rows(g, &outputs);
+    let z = g.reshape_3d(z, head, value_heads, t);
+    let gated = g.mul(norm(g, attended, w.req("ssm_norm.weight"), c.rms_epsilon), g.silu(z));
+    let merged = g.reshape_2d(gated, head * value_heads, t);
+    g.mul_mat(g.stored(w.req("ssm_out.weight")), merged)
+}
+
+/// One segment's rows of a [width, tokens] tensor of the step.
+#[derive(Clone, Copy)]
+struct SegmentRows {
+    row: usize,
+    tokens: usize,
+}
+
+impl SegmentRows {
+    fn of<'g>(self, g: &'g GraphBuilder, a: Tensor<'g>) -> Tensor<'g> {
+        let width = a.shape()[0];
+        let stride = a.strides()[1];
+        g.view(a, &[width, self.tokens as i64], &[stride], self.row * stride)
+    }
+}
+
+/// One segment's rows of the step-wide projections: `mixed` [channels, tokens], `decay` and `beta`
+/// [value heads, tokens].
+struct SegmentInputs<'g> {
+    mixed: Tensor<'g>,
+    decay: Tensor<'g>,
+    beta: Tensor<'g>,
+}
+
+/// The convolution and the delta rule of one sequence's segment (`at`: the stage's layer index, the
+/// sequence, whether the segment begins it). Writes the sequence's states after the segment and
+/// returns its outputs [head, value heads, tokens].
+fn sequence_step<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    shape: &LinearAttention,
+    (local, seq, fresh): (usize, usize, bool),
+    kernel: Tensor<'g>,
+    SegmentInputs { mixed, decay, beta }: SegmentInputs<'g>,
+) -> Tensor<'g> {
+    let n = mixed.shape()[1];
+    let channels = shape.conv_channels() as i64;
+    let (head, key_heads, value_heads) = (shape.head_width as i64, shape.key_heads as i64, shape.value_heads as i64);
+    let state = step.state;
+    // The convolution sees each channel's last inputs before the segment, then the segment's.
+    let before = state.conv_before(g, local, seq, fresh);
+    let columns = g.permute(g.reshape_3d(mixed, channels, n, 1), [1, 0, 2, 3]);
+    let input = g.concat(before, columns, 0);
+    let kept = shape.conv_kernel as i64 - 1;
+    let conv_after = g.view(input, &[kept, channels, 1], &[input.strides()[1], input.strides()[2]], n as usize * 4);
+    let conv = g.silu(g.ssm_conv(input, kernel));
+    // Queries, keys and values of the convolved channels, in that order.
+    let row = conv.strides()[1];
+    let part = |heads: i64, offset: i64| {
+        g.view(conv, &[head, heads, n, 1], &[head as usize * 4, row, row * n as usize], (offset * head) as usize * 4)
+    };
+    let eps = step.config.rms_epsilon;
+    let q = l2_norm(g, part(key_heads, 0), eps);
+    let k = l2_norm(g, part(key_heads, key_heads), eps);
+    let v = part(value_heads, 2 * key_heads);
+    let as_gate = |a: Tensor<'g>| g.reshape_4d(a, [1, value_heads, n, 1]);
+    let delta_before = state.delta_before(g, local, seq, fresh);
+    let result = g.gated_delta_net(q, k, v, as_gate(decay), as_gate(beta), delta_before);
+    let out_values = (head * value_heads * n) as usize;
+    let output = g.view(result, &[head, value_heads, n], &[head as usize * 4, (head * value_heads) as usize * 4], 0);
+    let delta_after = g.view(result, &[(head * head * value_heads)], &[], out_values * 4);
+    state.store(g, local, seq, conv_after, delta_after);
+    output
+}
+
+/// Each head of `x` scaled to unit length, as llama.cpp's `build_gdn_l2_norm` computes it: an RMS norm
+/// with the epsilon divided by the width, then 1/√width.
+fn l2_norm<'g>(g: &'g GraphBuilder, x: Tensor<'g>, eps: f32) -> Tensor<'g> {
+    let width = x.shape()[0] as f32;
+    g.scale(g.rms_norm(x, eps / width), 1.0 / width.sqrt())
+}

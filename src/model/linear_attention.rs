@@ -1,0 +1,81 @@
+//! Linear attention with a recurrent state (Qwen3.5 / 3.6's gated delta-net): its hyper-parameters as
+//! the GGUF declares them (`ssm.*`), which layers use it, and the state one sequence keeps per such
+//! layer in place of KV rows — constant in the context length.
+
+use super::config::Keys;
+use super::ModelError;
+
+/// A gated delta-net's hyper-parameters (llama.cpp's `ssm_d_conv`, `ssm_d_inner`, `ssm_d_state`,
+/// `ssm_n_group`, `ssm_dt_rank`), and which layers are linear.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct LinearAttention {
+    /// Width of the short causal convolution over positions.
+    pub conv_kernel: usize,
+    /// Width of the values of all value heads together.
+    pub inner: usize,
+    /// Width of one key (and value) head.
+    pub head_width: usize,
+    /// Key heads (each shared by `value_heads / key_heads` value heads).
+    pub key_heads: usize,
+    pub value_heads: usize,
+    /// For each layer: whether it is linear (the others attend over the KV cache).
+    pub layers: Vec<bool>,
+}
+
+impl LinearAttention {
+    /// Reads the `ssm.*` keys and which of the `layers` are linear: `attention.recurrent_layers` when the
+    /// file lists them, else every layer but each `full_attention_interval`-th (4 unless given).
+    pub fn read(keys: &Keys<'_>, layers: usize) -> Result<LinearAttention, ModelError> {
+        let conv_kernel = keys.arch_count("ssm.conv_kernel")?;
+        let inner = keys.arch_count("ssm.inner_size")?;
+        let head_width = keys.arch_count("ssm.state_size")?;
+        let key_heads = keys.arch_count("ssm.group_count")?;
+        let value_heads = keys.arch_count("ssm.time_step_rank")?;
+        if !value_heads.is_multiple_of(key_heads) {
+            return Err(keys.arch_invalid("ssm.group_count", "does not divide ssm.time_step_rank (the value heads)"));
+        }
+        if inner != value_heads * head_width {
+            return Err(keys.arch_invalid(
+                "ssm.inner_size",
+                &format!("is {inner}, not ssm.time_step_rank × ssm.state_size = {}", value_heads * head_width),
+            ));
+        }
+        if conv_kernel < 2 {
+            return Err(keys.arch_invalid("ssm.conv_kernel", "is less than 2"));
+        }
+        let flags = match keys.arch_bools("attention.recurrent_layers") {
+            Some(flags) if flags.len() >= layers => flags[..layers].to_vec(),
+            Some(_) => return Err(keys.arch_invalid("attention.recurrent_layers", "has fewer entries than layers")),
+            None => {
+                let interval = keys.arch_optional_count("full_attention_interval")?.unwrap_or(4);
+                (0..layers).map(|l| !(l + 1).is_multiple_of(interval)).collect()
+            }
+        };
+        Ok(LinearAttention { conv_kernel, inner, head_width, key_heads, value_heads, layers: flags })
+    }
+
+    /// Whether `layer` is linear.
+    pub fn is_linear(&self, layer: usize) -> bool {
+        self.layers.get(layer).copied().unwrap_or(false)
+    }
+
+    /// Channels of the convolution: the keys and queries of every key head and the values.
+    pub fn conv_channels(&self) -> usize {
+        2 * self.key_heads * self.head_width + self.inner
+    }
+
+    /// Values of one sequence's convolution state: each channel's last `conv_kernel - 1` inputs.
+    pub fn conv_state_values(&self) -> usize {
+        (self.conv_kernel - 1) * self.conv_channels()
+    }
+
+    /// Values of one sequence's delta-rule state: a head-width square matrix per value head.
+    pub fn delta_state_values(&self) -> usize {
+        self.head_width * self.head_width * self.value_heads
+    }
+
+    /// Bytes one sequence's state takes in one linear layer (F32, as llama.cpp keeps it).
+    pub fn state_bytes(&self) -> u64 {
+        4 * (self.conv_state_values() + self.delta_state_values()) as u64
+    }
+}

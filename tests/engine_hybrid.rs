@@ -1,0 +1,150 @@
+//! Hybrid attention against llama.cpp: random-weight `qwen35` and `qwen35moe` models (linear-attention
+//! layers with a recurrent state between gated full-attention layers; tests/common/random_model.rs)
+//! give llama.cpp's logits at every position fed a token at a time, prefilled in one step and prefilled
+//! in chunks; greedy tokens equal llama.cpp's and equal split at every layer; a stage's memory is its
+//! layers' bytes plus the KV rows of its full-attention layers and the state of its linear ones, as
+//! placement counts them; a sequence cannot be taken back to a position its state has passed.
+
+mod common;
+
+use common::oracle;
+use common::random_model::{self, RandomModel};
+use shoal::engine::{LocalPipeline, Stage, StageInput, StageOptions, WireFormat};
+use shoal::model::Model;
+use std::path::PathBuf;
+
+/// The recording of `model` by llama.cpp built for x86-64-v3 (as release builds are), after checking
+/// that the model written now is the file llama.cpp read. Only builds with those kernels compare
+/// greedy tokens exactly and logits tightly; others check the logits within the loose tolerance.
+fn recorded(model: &RandomModel) -> Vec<oracle::Recorded> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/oracle/random");
+    let want = std::fs::read_to_string(dir.join(format!("{}.sha256", model.name()))).unwrap();
+    let have = shoal::model::pull::sha256_of(&model.write()).unwrap();
+    assert_eq!(have, want.trim(), "the random {} model changed since llama.cpp recorded it", model.name());
+    oracle::read(&dir.join(format!("{}-x86-64-v3.jsonl", model.name())))
+}
+
+/// Whether this build has the kernels of the recording.
+fn same_kernels() -> bool {
+    oracle::runs_the_x86_64_v3_kernels()
+}
+
+fn models() -> [RandomModel; 2] {
+    [random_model::qwen35(), random_model::qwen35moe()]
+}
+
+#[test]
+fn qwen35_gives_llama_cpp_logits_at_every_position_a_token_at_a_time() {
+    for model in models() {
+        let cases = recorded(&model);
+        let longest = cases.iter().map(|c| c.prompt_ids.len()).max().unwrap();
+        assert!(longest > model.linear.unwrap().conv_kernel, "a prompt must be longer than the convolution");
+        let file = Model::open(&model.path()).unwrap();
+        oracle::check_logits_recorded_here(&file, &model.name(), &cases, same_kernels(), &oracle::options());
+    }
+}
+
+#[test]
+fn qwen35_prefilled_in_one_step_gives_llama_cpp_logits() {
+    for model in models() {
+        let cases = recorded(&model);
+        let file = Model::open(&model.path()).unwrap();
+        oracle::check_prefill_logits_with(&file, &model.name(), &cases, 1, same_kernels(), &oracle::options());
+    }
+}
+
+/// Prompts prefilled in chunks of 3 tokens (each chunk continues the state the one before left) give
+/// llama.cpp's logits at every chunk's last position, as fed a token at a time.
+#[test]
+fn qwen35_prefilled_in_chunks_continues_its_state() {
+    for model in models() {
+        let cases = recorded(&model);
+        let file = Model::open(&model.path()).unwrap();
+        let mut pipeline = LocalPipeline::load(&file, &[], &oracle::options(), WireFormat::F32).unwrap();
+        let relative = oracle::tolerance(false);
+        for case in &cases {
+            pipeline.truncate(0, 0);
+            for (i, chunk) in case.prompt_ids.chunks(3).enumerate() {
+                let start = 3 * i;
+                let logits = pipeline.forward(0, start, chunk).unwrap();
+                let last = start + chunk.len() - 1;
+                let at = format!("{} prompt {:?} chunk ending at {last}", model.name(), case.prompt);
+                oracle::check_position(&at, logits, &case.top[last], relative);
+            }
+        }
+    }
+}
+
+/// Split at every layer: between two linear layers, after a linear layer before a full one, and after
+/// a full one.
+#[test]
+fn qwen35_greedy_tokens_are_llama_cpp_and_equal_split_at_every_layer() {
+    for model in models() {
+        let cases = recorded(&model);
+        let file = Model::open(&model.path()).unwrap();
+        let mut split_sets: Vec<Vec<usize>> = (1..model.layers).map(|l| vec![l]).collect();
+        split_sets.push((1..model.layers).collect());
+        for case in &cases {
+            let whole = oracle::greedy(&file, &[], &case.prompt_ids, case.greedy.len());
+            if same_kernels() {
+                assert_eq!(whole, case.greedy, "{} greedy tokens of {:?}", model.name(), case.prompt);
+            }
+            for splits in &split_sets {
+                let split = oracle::greedy(&file, splits, &case.prompt_ids, case.greedy.len());
+                assert_eq!(split, whole, "{} split at {splits:?}", model.name());
+            }
+        }
+    }
+}
+
+/// A stage holds KV rows for its full-attention layers only and, per sequence, a fixed state for each
+/// linear layer (the convolution's last inputs and a head-width square per value head, F32); placement
+/// counts the same bytes, and the weights are exactly the stage's layers' tensors.
+#[test]
+fn a_qwen35_stage_holds_kv_rows_for_full_layers_and_a_state_for_linear_ones() {
+    let options = StageOptions { context: 512, sequences: 3, threads: 2, ..StageOptions::default() };
+    for model in models() {
+        let file = Model::open(&model.write()).unwrap();
+        let linear = model.linear.unwrap();
+        let (s, hk, hv, k) = (linear.head_width, linear.key_heads, linear.value_heads, linear.conv_kernel);
+        let state_bytes = 4 * ((k - 1) * (2 * s * hk + s * hv) + s * s * hv) as u64;
+        let kv_bytes = 2 * 2 * (model.kv_heads * model.head_dim) as u64 * 512;
+        let needs = shoal::placement::ModelNeeds::of(&file, options.context, options.sequences, options.batch);
+        for range in [0..1, 0..2, 1..3, 2..model.layers, 0..model.layers] {
+            let full = range.clone().filter(|l| (l + 1).is_multiple_of(linear.interval)).count() as u64;
+            let want = (full * kv_bytes + (range.len() as u64 - full) * state_bytes) * options.sequences as u64;
+            let stage = Stage::load(&file, range.clone(), options.clone()).unwrap();
+            assert_eq!(stage.memory().kv_cache, want, "{} layers {range:?}", model.name());
+            assert_eq!(needs.stage(range.clone()).kv_cache, want, "{} layers {range:?}", model.name());
+            assert!(needs.stage(range.clone()).compute >= stage.memory().compute, "{} layers {range:?}", model.name());
+            let in_file = common::stage_tensor_bytes(&file, &range, model.layers);
+            assert_eq!(stage.weights().mapped_bytes(), in_file, "{} layers {range:?}", model.name());
+            assert_eq!(file.layout().stage_bytes(range.clone()), in_file, "{} layers {range:?}", model.name());
+        }
+    }
+}
+
+/// A linear layer's state has passed the positions before it: a step may continue a sequence or start
+/// it again from 0, not go back. Starting again gives the same logits as the first time (the state is
+/// not carried over from the earlier request).
+#[test]
+fn a_qwen35_sequence_continues_or_starts_again_but_does_not_go_back() {
+    let model = random_model::qwen35();
+    let file = Model::open(&model.write()).unwrap();
+    let mut stage = Stage::load(&file, 0..model.layers, oracle::options()).unwrap();
+    let prompt = [1u32, 2, 3, 4, 5, 6, 7];
+    let first = stage.forward(0, 0, StageInput::Tokens(&prompt)).unwrap().to_vec();
+    stage.forward(0, 7, StageInput::Tokens(&[8])).unwrap();
+    let error = stage.forward(0, 3, StageInput::Tokens(&[4])).unwrap_err().to_string();
+    assert!(error.contains("cannot go back to position 3") && error.contains("start the sequence again"), "{error}");
+    let again = stage.forward(0, 0, StageInput::Tokens(&prompt)).unwrap().to_vec();
+    assert_eq!(again, first, "a sequence started again reads a zero state");
+}
+
+/// A tensor-parallel group is refused with the reason, before anything loads.
+#[test]
+fn qwen35_is_refused_across_tensor_parallel_ranks_with_the_reason() {
+    let file = Model::open(&random_model::qwen35().write()).unwrap();
+    let reason = file.config().architecture.spec().splits_across_ranks().unwrap_err();
+    assert!(reason.contains("--parallel pipeline"), "{reason}");
+}
