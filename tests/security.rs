@@ -9,38 +9,16 @@ mod common;
 
 use common::cluster::{Network, TestCluster};
 use common::gguf_writer::{GgufWriter, Meta};
+use common::{one_loopback_node, raw_http};
 use serde_json::{json, Value};
 use shoal::cluster::messages::{self, ControlMessage, MAX_CONTROL_FRAME};
 use shoal::cluster::MemberRecord;
 use shoal::net::{secure, ConnectionKind, SecureReader, SecureWriter};
 use shoal::node::NodeId;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// Sends `head` (request line and headers, without the blank line) and `body` to `addr`; returns the
-/// status and the JSON body (Null when it is not JSON).
-fn raw_http(addr: &str, head: &str, body: &str) -> (u16, Value) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let request = format!("{head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    let text = String::from_utf8_lossy(&answer);
-    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
-}
-
-fn one_loopback_node(extra: &[&str]) -> (TestCluster, String) {
-    let mut c = TestCluster::with_network(1, Network::Loopback);
-    c.start(0, extra);
-    c.wait_ready(0);
-    let api = format!("127.0.0.1:{}", c.nodes[0].api_port);
-    (c, api)
-}
 
 #[test]
 fn web_pages_cannot_drive_the_api_by_rebinding_or_cross_site_posts() {
@@ -352,16 +330,16 @@ fn strangers_can_neither_block_joins_nor_revoke_a_valid_code() {
             let mut seen: Vec<String> = Vec::new();
             loop {
                 let me = MemberRecord { id: NodeId::random(), name: "guess".into(), control: vec![], api_port: 1 };
-                match runtime.block_on(shoal::cluster::join::request(control, &right, me)) {
-                    Err(shoal::cluster::join::JoinError::Refused(why)) => {
-                        if seen.last().map(String::as_str) != Some(why) {
-                            seen.push(why.to_string());
-                        }
-                        if why.contains("wrong join code too often") {
-                            return seen;
-                        }
-                    }
+                let why = match runtime.block_on(shoal::cluster::join::request(control, &right, me)) {
+                    Err(shoal::cluster::join::JoinError::Refused(why)) => why.to_string(),
+                    Err(e @ shoal::cluster::join::JoinError::RateLimited) => e.to_string(),
                     other => panic!("a stranger that guessed wrong three times got in with the right code: {other:?}"),
+                };
+                if seen.last() != Some(&why) {
+                    seen.push(why.clone());
+                }
+                if why.contains("wrong join code too often") {
+                    return seen;
                 }
                 assert!(Instant::now() < deadline, "the stranger was never told it guessed too often: {seen:?}");
                 std::thread::sleep(Duration::from_millis(500));

@@ -4,12 +4,14 @@
 use super::{ApiError, ApiState};
 use crate::cluster::{ClusterSnapshot, JoinTarget};
 use axum::extract::rejection::JsonRejection;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
+use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::Json;
 use futures_util::stream::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use tokio_stream::wrappers::BroadcastStream;
 
 pub async fn health(State(state): State<ApiState>) -> Json<serde_json::Value> {
@@ -29,14 +31,25 @@ pub async fn snapshot(State(state): State<ApiState>) -> Json<ClusterSnapshot> {
 
 /// Every change as a server-sent event named by its type; the data is the event as JSON. A client that
 /// falls behind gets a `lagged` event and should fetch `/api/cluster` again.
-pub async fn events(State(state): State<ApiState>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let stream = BroadcastStream::new(state.agent.subscribe()).map(|item| {
+/// A stream without the API token takes a place in the budget of such streams (see
+/// [`super::streams`]) for as long as it is open; 429 when there is none.
+pub async fn events(
+    State(state): State<ApiState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let permit = match state.carries_token(&headers) {
+        true => None,
+        false => Some(state.streams.admit(peer.ip()).map_err(ApiError::too_many)?),
+    };
+    let stream = BroadcastStream::new(state.agent.subscribe()).map(move |item| {
+        let _held_while_the_stream_lives = &permit;
         Ok(match item {
             Ok(event) => Event::default().event(event.name()).json_data(&event).unwrap_or_default(),
             Err(_) => Event::default().event("lagged").data("{}"),
         })
     });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
 #[derive(Serialize, ts_rs::TS)]

@@ -82,6 +82,16 @@ impl ApiError {
         }
     }
 
+    /// A client holds more of something than its budget allows (event streams): 429.
+    pub fn too_many(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            kind: "rate_limit_error",
+            code: Some("too_many_streams"),
+            ..ApiError::bad_request(message)
+        }
+    }
+
     pub fn unprocessable(message: impl Into<String>) -> ApiError {
         ApiError { status: StatusCode::UNPROCESSABLE_ENTITY, ..ApiError::bad_request(message) }
     }

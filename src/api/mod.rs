@@ -9,6 +9,7 @@
 mod anthropic;
 #[cfg(test)]
 mod bindings;
+pub mod body;
 mod cluster;
 mod copy;
 mod error;
@@ -23,6 +24,7 @@ mod quit;
 mod rdma;
 mod reply;
 pub mod server;
+mod streams;
 mod tools;
 pub mod ui;
 
@@ -57,6 +59,19 @@ pub struct ApiState {
     /// The address the API listens on (a `Host` naming it is this node).
     pub listen: SocketAddr,
     pub quit: crate::desktop::quit::QuitSwitch,
+    /// Event streams open without the token (see [`streams`]).
+    pub streams: Arc<streams::StreamBudget>,
+}
+
+impl ApiState {
+    /// Whether `headers` carry this node's API token (as `Authorization: Bearer` or `x-api-key`).
+    pub fn carries_token(&self, headers: &axum::http::HeaderMap) -> bool {
+        let Some(token) = &self.token else { return false };
+        let bearer =
+            headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+        let api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+        [bearer, api_key].into_iter().flatten().any(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
+    }
 }
 
 pub fn router(state: ApiState) -> Router {
@@ -89,9 +104,14 @@ pub fn router(state: ApiState) -> Router {
 
 /// `router` behind the token and the guard (see [`guard`]).
 fn guarded(router: Router<ApiState>, state: ApiState) -> Router {
+    // The last layer is the outermost: framing is refused on every answer, refusals included, and a
+    // body is read only for a request that passed the guard and the token.
     router
+        .layer(middleware::from_fn(body::read_in_time))
+        .layer(body::extractor_limit())
         .layer(middleware::from_fn_with_state(state.clone(), require_token))
         .layer(middleware::from_fn_with_state(state.clone(), refuse_forged))
+        .layer(middleware::from_fn(body::refuse_framing))
         .with_state(state)
 }
 
@@ -117,7 +137,8 @@ pub async fn serve(instances: Arc<Instances>, config: ApiConfig) -> anyhow::Resu
     let addr = listener.local_addr()?;
     let token: Option<Arc<str>> = config.token.map(Into::into);
     let agent = instances.agent.clone();
-    let state = ApiState { agent, instances, token, listen: addr, quit: config.quit };
+    let streams = Arc::default();
+    let state = ApiState { agent, instances, token, listen: addr, quit: config.quit, streams };
     tokio::spawn(server::run(listener, router(state.clone())));
     if let Some(listener) = ollama {
         let state = ApiState { listen: listener.local_addr()?, ..state };
@@ -144,15 +165,10 @@ async fn refuse_forged(State(state): State<ApiState>, request: Request, next: Ne
 /// With a token configured, every request that changes something must carry it: as
 /// `Authorization: Bearer TOKEN` (OpenAI's and Ollama's clients), or as `x-api-key: TOKEN` (Anthropic's).
 async fn require_token(State(state): State<ApiState>, request: Request, next: Next) -> Response {
-    let Some(token) = &state.token else { return next.run(request).await };
-    if request.method() == Method::GET || request.method() == Method::HEAD {
+    if state.token.is_none() || request.method() == Method::GET || request.method() == Method::HEAD {
         return next.run(request).await;
     }
-    let headers = request.headers();
-    let bearer =
-        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    let api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
-    if [bearer, api_key].into_iter().flatten().any(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+    if state.carries_token(request.headers()) {
         next.run(request).await
     } else {
         ApiError::unauthorized().into_response_as(Dialect::of_path(request.uri().path()))

@@ -52,7 +52,9 @@ pub async fn run(listener: TcpListener, app: Router) {
         let busy = Arc::new(AtomicUsize::new(0));
         let router = TowerToHyperService::new(app.clone());
         let handling = busy.clone();
-        let service = hyper::service::service_fn(move |request| {
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            // Handlers that budget by address read it as axum's `ConnectInfo`.
+            request.extensions_mut().insert(axum::extract::ConnectInfo(from));
             let guard = Busy::new(&handling);
             let call = hyper::service::Service::call(&router, request);
             async move {

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use shoal::engine::{self, GenerateRequest, LocalPipeline, SamplingParams, StageOptions, WireFormat};
-use shoal::model::{ChatMessage, Model};
+use shoal::model::{ChatMessage, Literals, Markup, Model};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
@@ -66,17 +66,20 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     };
     let model = Model::open(&args.model)?;
     let tokenizer = model.tokenizer()?;
+    // A chat's messages are text: only the template's own markup becomes control tokens.
+    let mut literals = Literals::default();
     let text = if args.chat {
         let mut messages = Vec::new();
         if let Some(system) = &args.system {
             messages.push(ChatMessage::new("system", system));
         }
         messages.push(ChatMessage::new("user", &prompt));
+        let messages = Markup::of(&tokenizer).guard_messages(&messages, &mut literals);
         model.chat_template(&tokenizer)?.render(&messages)?
     } else {
         prompt
     };
-    let prompt_ids = tokenizer.encode(&text)?;
+    let prompt_ids = tokenizer.encode_guarded(&text, &literals)?;
     let context = args.ctx_size.unwrap_or(model.config().training_context.min(4096));
     let options = args.device.apply(StageOptions {
         context,

@@ -19,6 +19,10 @@ const MAX_JOIN_FRAME: usize = 1 << 20;
 pub enum JoinError {
     #[error("{0}")]
     Refused(&'static str),
+    /// The member refused for the rate of join attempts it gets (someone may be flooding it): worth
+    /// trying again shortly.
+    #[error("{}", Refusal::RateLimited.explain())]
+    RateLimited,
     #[error("the join code is wrong or has expired (the key exchange with {0} failed); check the code shown by `shoal code`")]
     WrongCode(SocketAddr),
     #[error("could not reach {addr}: {source}")]
@@ -62,8 +66,11 @@ pub async fn request(
     let reply = match reply {
         Ok(reply) => reply,
         Err(code) => {
-            return Err(Refusal::from_byte(code)
-                .map_or_else(|| protocol(format!("unknown refusal {code}")), |r| JoinError::Refused(r.explain())))
+            return Err(match Refusal::from_byte(code) {
+                Some(Refusal::RateLimited) => JoinError::RateLimited,
+                Some(refusal) => JoinError::Refused(refusal.explain()),
+                None => protocol(format!("unknown refusal {code}")),
+            })
         }
     };
     let key = pairing::finish(state, &reply).ok_or_else(|| protocol("malformed key exchange".into()))?;

@@ -87,6 +87,11 @@ impl JoinCode {
     pub fn failures(&self) -> u32 {
         self.failures
     }
+
+    /// Addresses that gave a wrong code (as far as they are tracked).
+    pub fn failing_addresses(&self) -> usize {
+        self.failures_by_address.len()
+    }
 }
 
 /// Canonical form of a typed code: case and dashes or spaces do not matter, and the letters people
@@ -153,9 +158,12 @@ impl Refusal {
     }
 }
 
-/// Join attempts allowed per address, and in all, in each window.
+/// Join attempts allowed per address, and in all, in each window. Guessing is bounded by the wrong
+/// attempts a code survives ([`MAX_FAILURES`]), not by this rate, so the bound in all only keeps the key
+/// exchanges' work small: high enough that a few flooding addresses (each held to its own three) leave
+/// room for a joiner with the right code, whose node tries again a while when refused for the rate.
 const PER_ADDRESS: usize = 3;
-const IN_ALL: usize = 10;
+const IN_ALL: usize = 100;
 const WINDOW: Duration = Duration::from_secs(10);
 
 #[derive(Default)]

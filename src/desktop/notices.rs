@@ -122,6 +122,10 @@ impl NoticeBoard {
                     _ => None,
                 }
             }
+            // A code that ran its time out is no news; one revoked by wrong attempts is.
+            ClusterEvent::CodeRevoked { reason } if reason != "expired" => {
+                Some(Notice::new("The join code was revoked", reason))
+            }
             ClusterEvent::InstanceFailed { instance, model, error } => {
                 let before = self.instance_states.insert(instance.clone(), InstanceState::Failed);
                 (before != Some(InstanceState::Failed)).then(|| Notice::new(format!("{model} stopped working"), error))

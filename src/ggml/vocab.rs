@@ -139,6 +139,30 @@ impl Vocab {
         id < self.len() as u32 && unsafe { sys::llama_vocab_is_eog(self.raw(), id as i32) }
     }
 
+    /// The text of every token that `tokenize` with `parse_special` makes out of its text: control tokens
+    /// (chat markers such as `<|im_start|>`, EOS) and user-defined ones that look like markup (`<`, `[`
+    /// or `|` in them: a vocabulary's added markers, not the whitespace runs some define), as (id, text).
+    pub fn markup_tokens(&self) -> Vec<(u32, String)> {
+        let mut found = Vec::new();
+        for id in 0..self.len() as u32 {
+            // SAFETY: the vocab is alive and the id inside it.
+            let attr = unsafe { sys::llama_vocab_get_attr(self.raw(), id as i32) };
+            let control = attr & sys::LLAMA_TOKEN_ATTR_CONTROL != 0;
+            let user_defined = attr & sys::LLAMA_TOKEN_ATTR_USER_DEFINED != 0;
+            if !control && !user_defined {
+                continue;
+            }
+            let mut bytes = Vec::new();
+            self.piece(id, true, &mut bytes);
+            let Ok(text) = String::from_utf8(bytes) else { continue };
+            let looks_like_markup = text.contains(['<', '[', '|']);
+            if !text.trim().is_empty() && (control || looks_like_markup) {
+                found.push((id, text));
+            }
+        }
+        found
+    }
+
     /// Whether `id` is a control token (not text).
     pub fn is_control(&self, id: u32) -> bool {
         // SAFETY: as above.

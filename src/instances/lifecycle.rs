@@ -127,9 +127,11 @@ fn check_context(model: &Model, request: &LaunchRequest) -> Result<(), LaunchErr
 /// The plan a launch would use.
 pub async fn preview(instances: &Arc<Instances>, request: &LaunchRequest) -> Result<(Plan, String), LaunchError> {
     let path = request.model.clone();
-    let model = tokio::task::spawn_blocking(move || Model::open(&path))
-        .await
-        .map_err(|e| LaunchError::Invalid(e.to_string()))??;
+    // A model whose chat template cannot render is refused here, not by its workers after placement.
+    let model =
+        tokio::task::spawn_blocking(move || Model::open(&path).and_then(|m| m.check_chat_template().map(|_| m)))
+            .await
+            .map_err(|e| LaunchError::Invalid(e.to_string()))??;
     check_context(&model, request)?;
     check_batch(request)?;
     remember_in_library(instances, &request.model).await;
@@ -205,6 +207,9 @@ pub async fn preview_fetches(
 /// another instance runs under the same name: clients name models by it, so the second would never
 /// be reached.
 pub async fn launch(instances: &Arc<Instances>, request: LaunchRequest) -> Result<InstanceInfo, LaunchError> {
+    if let Some(name) = instance_name(&request) {
+        super::validate::model_name(&name).map_err(LaunchError::Invalid)?;
+    }
     check_name_free(instances, &request)?;
     launch_as(instances, request, None).await
 }

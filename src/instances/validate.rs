@@ -31,6 +31,21 @@ pub fn instance_id(id: &str) -> Result<(), String> {
     ok.then_some(()).ok_or_else(|| format!("{:?} is not an instance id", id.chars().take(80).collect::<String>()))
 }
 
+/// The name clients call an instance's model by: not empty, at most [`MAX_NAME`] bytes, and printable
+/// (`shoal ps`, the dashboard and the logs print it: no escape sequences, bells or line breaks).
+pub fn model_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_NAME {
+        return Err(format!("an instance's name has 1 to {MAX_NAME} bytes, not {}", name.len()));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(format!(
+            "the name {:?} has control characters (escape, bell, line breaks, NUL…); choose a printable name (--name)",
+            name.chars().take(80).collect::<String>()
+        ));
+    }
+    Ok(())
+}
+
 /// A stage an owner asks this node to run.
 pub fn stage_spec(spec: &StageSpec) -> Result<(), String> {
     instance_id(&spec.instance)?;
@@ -134,9 +149,7 @@ pub fn instance(
     if info.stages.is_empty() || info.stages.len() > MAX_STAGES {
         return Err(format!("{} stages (an instance has 1 to {MAX_STAGES})", info.stages.len()));
     }
-    if info.model.is_empty() || info.model.len() > MAX_NAME {
-        return Err("its model name is empty or too long".into());
-    }
+    model_name(&info.model)?;
     if info.stages.iter().any(|s| s.layers.start >= s.layers.end || s.layers.end > MAX_LAYERS) {
         return Err("a stage has no layers".into());
     }

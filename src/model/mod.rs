@@ -14,6 +14,7 @@ pub mod shard;
 pub mod slice;
 pub mod split;
 mod tokenizer;
+mod user_text;
 
 pub use chat_template::{ChatMessage, ChatTemplate, ReplyFormat};
 pub use config::{
@@ -24,6 +25,7 @@ pub use gguf::{GgufFile, GgufHeader, TensorInfo, Value};
 pub use layout::ModelLayout;
 pub use slice::{SliceSource, TensorSlice};
 pub use tokenizer::{TextStream, Tokenizer};
+pub use user_text::{Literals, Markup};
 
 use crate::ggml::VocabError;
 use std::ops::Range;
@@ -178,6 +180,11 @@ impl Model {
     /// The model's chat template, or its architecture's usual one, or ChatML when neither exists.
     pub fn chat_template(&self, tokenizer: &Tokenizer) -> Result<ChatTemplate, ModelError> {
         ChatTemplate::new(self.chat_template_source(), tokenizer.bos_text(), tokenizer.eos_text())
+    }
+
+    /// Whether the model's chat template compiles and finishes rendering (see [`ChatTemplate::new`]).
+    pub fn check_chat_template(&self) -> Result<(), ModelError> {
+        self.chat_template(&self.tokenizer()?).map(drop)
     }
 
     /// The source of the model's chat template, or of its architecture's usual one (None: ChatML).

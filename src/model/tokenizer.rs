@@ -28,6 +28,23 @@ impl Tokenizer {
         Ok(self.vocab.tokenize(text, false, false)?)
     }
 
+    /// The texts of the vocabulary's markup tokens: what `encode` turns into control tokens (see
+    /// [`Vocab::markup_tokens`]).
+    pub fn markup_texts(&self) -> Vec<String> {
+        self.vocab.markup_tokens().into_iter().map(|(_, text)| text).collect()
+    }
+
+    /// Token ids of one part of a prompt: with BOS when `add_special` (and the model asks for it), the
+    /// text of special tokens parsed when `parse_special`.
+    pub(super) fn encode_part(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<u32>, ModelError> {
+        Ok(self.vocab.tokenize(text, add_special, parse_special)?)
+    }
+
     /// Appends the bytes of token `id` to `out`. Control tokens (EOS, chat markers) give no bytes.
     pub fn token_bytes(&self, id: u32, out: &mut Vec<u8>) {
         self.vocab.piece(id, false, out);

@@ -12,6 +12,7 @@ pub mod tensor_table;
 pub mod vocabulary;
 
 use serde::Deserialize;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -177,6 +178,30 @@ fn generate_with(
     };
     let stats = engine::generate(&mut pipeline, &tokenizer, &request, |_| true).unwrap();
     tokenizer.decode(&stats.tokens)
+}
+
+/// Sends `head` (request line and headers, without the blank line) and `body` to `addr`; returns the
+/// status and the JSON body (Null when it is not JSON).
+pub fn raw_http(addr: &str, head: &str, body: &str) -> (u16, serde_json::Value) {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    let request = format!("{head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, serde_json::from_str(body).unwrap_or(serde_json::Value::Null))
+}
+
+/// One node on loopback, started with `extra` options and ready; its API address.
+pub fn one_loopback_node(extra: &[&str]) -> (cluster::TestCluster, String) {
+    let mut c = cluster::TestCluster::with_network(1, cluster::Network::Loopback);
+    c.start(0, extra);
+    c.wait_ready(0);
+    let api = format!("127.0.0.1:{}", c.nodes[0].api_port);
+    (c, api)
 }
 
 /// The layer a tensor name belongs to (`blk.N.…`).

@@ -20,7 +20,7 @@ impl Shared {
         };
         let mut last_error = None;
         for addr in candidates {
-            match join::request(addr, &target.code, self.my_record()).await {
+            match request_patiently(addr, &target.code, self.my_record()).await {
                 Ok((secret, members)) => {
                     let mut membership = Membership { secret, members: BTreeMap::new() };
                     for m in members {
@@ -102,6 +102,38 @@ impl Shared {
     }
 }
 
+/// Waits between join attempts a member refused for their rate (a flood of attempts from others may
+/// be using it up): about a minute and a half in all before giving up.
+const RATE_LIMITED_WAITS: [Duration; 5] = [
+    Duration::from_secs(2),
+    Duration::from_secs(5),
+    Duration::from_secs(10),
+    Duration::from_secs(20),
+    Duration::from_secs(40),
+];
+
+/// [`join::request`], tried again after each wait of [`RATE_LIMITED_WAITS`] while the member refuses
+/// for the rate of attempts.
+async fn request_patiently(
+    addr: SocketAddr,
+    code: &str,
+    me: MemberRecord,
+) -> Result<(crate::cluster::ClusterSecret, Vec<MemberRecord>), join::JoinError> {
+    for wait in RATE_LIMITED_WAITS {
+        match join::request(addr, code, me.clone()).await {
+            Err(join::JoinError::RateLimited) => {
+                tracing::warn!(
+                    "{addr} refused the join for the rate of attempts it gets (others may be flooding it); trying again in {} s",
+                    wait.as_secs()
+                );
+                tokio::time::sleep(wait).await;
+            }
+            done => return done,
+        }
+    }
+    join::request(addr, code, me).await
+}
+
 pub(super) async fn resolve(address: &str, default_port: u16) -> anyhow::Result<SocketAddr> {
     let with_port = if address.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
         address.to_string()
@@ -152,18 +184,23 @@ pub(super) async fn serve_join(shared: Agent, stream: TcpStream, from: SocketAdd
             Ok(())
         }
         Err(AcceptError::WrongCode) => {
-            let revoked = {
+            let revoked_after = {
                 let mut state = shared.state.locked();
                 let revoked = state.code.as_mut().is_some_and(|c| c.record_failure(from.ip()));
+                let addresses = state.code.as_ref().map_or(0, JoinCode::failing_addresses);
                 if revoked {
                     state.code = None;
                 }
-                revoked
+                revoked.then_some(addresses)
             };
             shared.emit(attempt(false, "wrong code"));
-            if revoked {
+            if let Some(addresses) = revoked_after {
                 shared.emit(ClusterEvent::CodeRevoked {
-                    reason: format!("{} wrong attempts; make a new code with `shoal code`", pairing::MAX_FAILURES),
+                    reason: format!(
+                        "{} wrong attempts from {addresses} addresses: someone may be guessing it. Make a new code \
+                         with `shoal code` when the node that should join is ready",
+                        pairing::MAX_FAILURES
+                    ),
                 });
             }
             Err(NetError::Handshake)

@@ -41,6 +41,11 @@ pub enum ReplyFormat {
 /// ChatML, used when a model has no template of its own.
 const CHATML: &str = "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
+/// Instructions one rendering may execute (minijinja's fuel). A conversation of thousands of messages
+/// with tools takes far fewer; a template whose loops run away stops here with an error instead of
+/// holding the worker, and one that cannot render a short conversation within it is refused.
+const RENDER_FUEL: u64 = 50_000_000;
+
 /// A compiled chat template.
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -73,6 +78,7 @@ impl ChatTemplate {
 
     fn build(source: Option<&str>, bos: String, eos: String, now_ms: Option<u64>) -> Result<ChatTemplate, ModelError> {
         let mut env = Environment::new();
+        env.set_fuel(Some(RENDER_FUEL));
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         // Hugging Face renders templates with both on, and templates are written for it.
@@ -96,7 +102,25 @@ impl ChatTemplate {
             Shape::Plain
         };
         let takes_tools = env.get_template("chat").is_ok_and(|t| t.undeclared_variables(false).contains("tools"));
-        Ok(ChatTemplate { env, bos, eos, format, takes_tools })
+        let template = ChatTemplate { env, bos, eos, format, takes_tools };
+        template.check_it_finishes()?;
+        Ok(template)
+    }
+
+    /// Refuses a template that does not finish rendering a short conversation within its fuel (other
+    /// errors are the conversation's: a template may refuse a role, say).
+    fn check_it_finishes(&self) -> Result<(), ModelError> {
+        let probe = ["system", "user", "assistant", "user"].map(|role| ChatMessage::new(role, "Hello."));
+        let template = self.env.get_template("chat").expect("added in build");
+        let context =
+            context! { messages => probe, add_generation_prompt => true, bos_token => self.bos, eos_token => self.eos };
+        match template.render(context) {
+            Err(e) if e.kind() == ErrorKind::OutOfFuel => Err(ModelError::ChatTemplate(format!(
+                "the model's chat template does not finish rendering a conversation of four short messages (it ran \
+                 past {RENDER_FUEL} steps); use a GGUF with a working template"
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// The prompt for `messages`, ending where the assistant's reply begins.
@@ -162,6 +186,15 @@ impl ChatTemplate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_template_that_runs_away_is_refused() {
+        let nested = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+        let err = ChatTemplate::new(Some(nested), String::new(), String::new()).err().expect("refused").to_string();
+        assert!(err.contains("does not finish rendering"), "{err}");
+        let picky = "{% if messages[0].role == 'system' %}{{ raise_exception('no system role') }}{% endif %}ok";
+        assert!(ChatTemplate::new(Some(picky), String::new(), String::new()).is_ok(), "other errors are a request's");
+    }
 
     #[test]
     fn chatml_fallback_renders_a_generation_prompt() {

@@ -9,7 +9,7 @@ use super::schedule::{self, Need};
 use super::Compute;
 use crate::engine::{self, FinishReason, Sampler, Segment, StageInput, TokenStream};
 use crate::links::RttWindow;
-use crate::model::{ChatTemplate, ModelError, ReplyFormat, Tokenizer};
+use crate::model::{ChatTemplate, Literals, Markup, ModelError, ReplyFormat, Tokenizer};
 use crate::transport::{Records, RingFrame, StepRows};
 use crate::util::LockExt;
 use crate::worker::protocol::{FrontEvent, FrontRequest, GenerationReport, PromptInput};
@@ -70,6 +70,8 @@ struct Waiting {
 pub struct Head {
     pub tokenizer: Tokenizer,
     pub template: ChatTemplate,
+    /// The vocabulary's markup, which a request's text may not produce (see [`Markup`]).
+    markup: Markup,
     /// Admitted requests, oldest first.
     active: Vec<Active>,
     /// Free KV slots, highest first: a request takes the lowest, so busy slots stay together and their
@@ -89,6 +91,7 @@ pub struct Head {
 impl Head {
     pub fn new(tokenizer: Tokenizer, template: ChatTemplate, slots: usize) -> Head {
         Head {
+            markup: Markup::of(&tokenizer),
             tokenizer,
             template,
             active: Vec::new(),
@@ -152,21 +155,30 @@ impl Compute {
     fn prompt_of(&mut self, request: &FrontRequest) -> Result<(Vec<u32>, ReplyFormat), String> {
         let context = self.stage.context();
         let head = self.head.as_mut().expect("stage 0");
-        let encode = |text: &str| head.tokenizer.encode(text).map_err(|e| e.to_string());
         let mut reply = ReplyFormat::Plain;
-        let mut templated = |rendered: Result<String, ModelError>| {
-            let text = rendered.map_err(|e| e.to_string())?;
-            reply = head.template.reply_format(&text);
-            encode(&text)
-        };
-        let prompt = match &request.prompt {
-            PromptInput::Text(t) => encode(t),
-            PromptInput::Messages(m) => templated(head.template.render(m)),
+        // A request's own text is guarded, so that only the template's markup becomes control tokens.
+        let mut literals = Literals::default();
+        let rendered = match &request.prompt {
+            PromptInput::Text(t) => Ok(t.clone()),
+            PromptInput::Messages(m) => head.template.render(&head.markup.guard_messages(m, &mut literals)),
             PromptInput::Conversation { messages, tools, variables } => {
-                templated(head.template.render_conversation(messages, tools, variables))
+                let markup = &head.markup;
+                let messages = markup.guard_values(messages, &mut literals);
+                let tools = markup.guard_values(tools, &mut literals);
+                let variables = markup.guard_map(variables, &mut literals);
+                head.template.render_conversation(&messages, &tools, &variables)
             }
-            PromptInput::Tokens(t) => Ok(t.clone()),
-        }?;
+            PromptInput::Tokens(_) => Ok(String::new()),
+        };
+        let text = rendered.map_err(|e: ModelError| e.to_string())?;
+        let prompt = match &request.prompt {
+            PromptInput::Tokens(t) => t.clone(),
+            PromptInput::Text(_) => head.tokenizer.encode(&text).map_err(|e| e.to_string())?,
+            _ => {
+                reply = head.template.reply_format(&text);
+                head.tokenizer.encode_guarded(&text, &literals).map_err(|e| e.to_string())?
+            }
+        };
         let vocabulary = head.tokenizer.vocabulary_size();
         if prompt.is_empty() {
             return Err("the prompt is empty".to_string());

@@ -1,0 +1,190 @@
+//! The API attacks of issue 46 (trust, second round), performed against a real node on loopback and
+//! each seen refused, with the node still answering: request bodies that never come or come a byte at a
+//! time, a body over the limit, the dashboard framed by another page, instance names that would print
+//! escape sequences, event streams without the token taking every connection, a chat template that
+//! runs away.
+
+mod common;
+
+use common::{one_loopback_node, raw_http};
+use serde_json::json;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// Sends a request's headers announcing a body of `length` bytes, then `drip` bytes of it one every
+/// `every`; returns the status the node answered with and how long it took.
+fn stalled_body(api: &str, length: usize, drip: usize, every: Duration) -> (u16, Duration) {
+    let mut stream = TcpStream::connect(api).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {api}\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    );
+    let started = Instant::now();
+    stream.write_all(head.as_bytes()).unwrap();
+    for _ in 0..drip {
+        std::thread::sleep(every);
+        // Stop once the node has answered (writing on would reset the connection before it is read).
+        stream.set_read_timeout(Some(Duration::from_millis(10))).unwrap();
+        let answered = stream.peek(&mut [0u8; 1]).is_ok();
+        stream.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+        if answered || stream.write_all(b" ").is_err() {
+            break;
+        }
+    }
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    (text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0), started.elapsed())
+}
+
+/// Bodies that never come (40 connections) and one that comes a byte every 5 s are each answered with
+/// 408 once the body deadline (30 s) has passed, not held open; meanwhile and after, the API answers.
+#[test]
+fn request_bodies_that_never_come_are_cut_off_and_the_api_keeps_answering() {
+    let (c, api) = one_loopback_node(&[]);
+    let stalled: Vec<_> = (0..40)
+        .map(|_| {
+            let api = api.clone();
+            std::thread::spawn(move || stalled_body(&api, 100_000, 0, Duration::ZERO))
+        })
+        .collect();
+    let dripping = {
+        let api = api.clone();
+        std::thread::spawn(move || stalled_body(&api, 100_000, 20, Duration::from_secs(5)))
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(c.status(0).is_some(), "the API does not answer beside stalled bodies\n{}", c.logs());
+    for handle in stalled.into_iter().chain([dripping]) {
+        let (status, took) = handle.join().unwrap();
+        assert_eq!(status, 408, "a body that never came");
+        assert!(took < Duration::from_secs(60), "a stalled body held its connection for {took:?}");
+    }
+    assert!(c.status(0).is_some(), "the API does not answer after the stalled bodies\n{}", c.logs());
+}
+
+/// A body over the limit is refused with 413 (before it is read), in each API's error shape.
+#[test]
+fn a_body_over_the_limit_is_refused_as_too_large() {
+    let (_c, api) = one_loopback_node(&[]);
+    for (path, shape) in [("/v1/chat/completions", "error"), ("/v1/messages", "type"), ("/api/chat", "error")] {
+        let mut stream = TcpStream::connect(&api).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {api}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            64 << 20
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        let text = String::from_utf8_lossy(&answer);
+        assert!(text.starts_with("HTTP/1.1 413"), "{path}: {text}");
+        let body: serde_json::Value = serde_json::from_str(text.split_once("\r\n\r\n").unwrap().1).unwrap();
+        assert!(body.get(shape).is_some(), "{path}: {body}");
+        assert!(body.to_string().contains("over the limit of 16 MiB"), "{path}: {body}");
+    }
+}
+
+/// Every answer forbids framing by another page: the dashboard, the API, a refusal.
+#[test]
+fn no_answer_may_be_framed_by_another_page() {
+    let (_c, api) = one_loopback_node(&[]);
+    let evil_host = "GET /api/health HTTP/1.1\r\nHost: evil.example";
+    for head in
+        [format!("GET / HTTP/1.1\r\nHost: {api}"), format!("GET /api/health HTTP/1.1\r\nHost: {api}"), evil_host.into()]
+    {
+        let mut stream = TcpStream::connect(&api).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        stream.write_all(format!("{head}\r\nConnection: close\r\n\r\n").as_bytes()).unwrap();
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        let text = String::from_utf8_lossy(&answer).to_lowercase();
+        let headers = text.split_once("\r\n\r\n").unwrap().0;
+        assert!(headers.contains("x-frame-options: deny"), "{head}: {headers}");
+        assert!(headers.contains("content-security-policy: frame-ancestors 'none'"), "{head}: {headers}");
+    }
+}
+
+/// An instance name with an escape sequence, a bell, a line break or NUL is refused with the reason,
+/// and nothing is launched.
+#[test]
+fn instance_names_with_control_characters_are_refused() {
+    let (c, api) = one_loopback_node(&[]);
+    let model = common::model_path();
+    for name in ["evil\u{1b}[31mred", "ring\u{7}", "two\nlines", "nul\u{0}"] {
+        let body = json!({ "model": model, "name": name, "context": 256 }).to_string();
+        let head = format!("POST /api/instances HTTP/1.1\r\nHost: {api}\r\nContent-Type: application/json");
+        let (status, answer) = raw_http(&api, &head, &body);
+        assert_eq!(status, 400, "{name:?}: {answer}");
+        assert!(answer.to_string().contains("control characters"), "{name:?}: {answer}");
+    }
+    assert_eq!(c.get_json(0, "/api/instances"), json!([]), "nothing was launched");
+}
+
+/// Opens an event stream; the status line's code, and the stream (open while it is held).
+fn event_stream(api: &str, token: Option<&str>) -> (u16, TcpStream) {
+    let mut stream = TcpStream::connect(api).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    stream
+        .write_all(
+            format!("GET /api/events HTTP/1.1\r\nHost: {api}\r\n{auth}Origin: http://evil.example\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while !line.ends_with(b"\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+        line.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&line);
+    (text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0), stream)
+}
+
+/// Event streams without the token have a budget of their own (16 from one address): the next is
+/// refused with 429 while a token holder's stream and requests are still served; a stream closed
+/// gives its place back.
+#[test]
+fn event_streams_without_the_token_cannot_take_every_connection() {
+    let (c, api) = one_loopback_node(&["--api-token", "s3cret"]);
+    let mut held: Vec<TcpStream> = (0..16)
+        .map(|i| {
+            let (status, stream) = event_stream(&api, None);
+            assert_eq!(status, 200, "stream {i}");
+            stream
+        })
+        .collect();
+    assert_eq!(event_stream(&api, None).0, 429, "a seventeenth stream from one address");
+    let (status, _token_holders) = event_stream(&api, Some("s3cret"));
+    assert_eq!(status, 200, "a stream with the token is not counted");
+    assert!(c.status(0).is_some(), "the API answers beside the streams\n{}", c.logs());
+    held.pop();
+    // The node notices the closed stream when its next event or keep-alive fails to send (every 15 s).
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let (status, stream) = event_stream(&api, None);
+        if status == 200 {
+            held.push(stream);
+            break;
+        }
+        assert!(Instant::now() < deadline, "a closed stream's place did not come back");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// A GGUF whose chat template nests two loops of 100,000 is refused at launch with the reason, before
+/// any worker starts; the node serves on.
+#[test]
+fn a_model_whose_template_runs_away_is_refused_at_launch() {
+    let (c, api) = one_loopback_node(&[]);
+    let nested = "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}";
+    let model = common::random_model::qwen3moe().write_with_chat_template("runaway-template", nested);
+    let body = json!({ "model": model, "context": 256 }).to_string();
+    let head = format!("POST /api/instances HTTP/1.1\r\nHost: {api}\r\nContent-Type: application/json");
+    let started = Instant::now();
+    let (status, answer) = raw_http(&api, &head, &body);
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.to_string().contains("does not finish rendering"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(15), "refusing took {:?}", started.elapsed());
+    assert_eq!(c.get_json(0, "/api/instances"), json!([]), "nothing was launched");
+    assert!(c.status(0).is_some(), "the node serves on\n{}", c.logs());
+}
