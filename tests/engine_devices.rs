@@ -99,7 +99,7 @@ fn a_pipeline_mixing_copied_and_mapped_stages_equals_the_model_whole() {
 fn other_devices() -> Vec<Device> {
     let others: Vec<Device> = Device::all().into_iter().filter(|d| d.kind() != DeviceKind::Cpu).collect();
     if others.is_empty() {
-        eprintln!("only the CPU here: no device to compare with it");
+        common::skipped("only the CPU here: no device to compare with it", common::AllowedSkip::NoGpuBackend);
     }
     others
 }
