@@ -235,6 +235,17 @@ fn output_format(value: &Value) -> Result<OutputFormat, ApiError> {
 
 /// Anthropic's `stop_reason` and `stop_sequence` for how a request ended (`tool_use` when it called
 /// tools).
+/// Anthropic's usage: `input_tokens` are those run, `cache_read_input_tokens` those the prompt cache
+/// gave back (the cache is automatic: nothing is written to it on request).
+fn usage(report: &GenerationReport) -> Value {
+    json!({
+        "input_tokens": report.prompt_tokens - report.cached_tokens,
+        "cache_read_input_tokens": report.cached_tokens,
+        "cache_creation_input_tokens": 0,
+        "output_tokens": report.generated_tokens,
+    })
+}
+
 fn stop(reason: FinishReason, report: &GenerationReport, called: bool) -> Value {
     let (stop, sequence) = match (reason, report.stop_sequence.as_deref()) {
         _ if called => ("tool_use", None),
@@ -370,7 +381,7 @@ async fn respond(state: ApiState, body: Result<Json<Value>, JsonRejection>) -> R
             "content": content,
             "stop_reason": stop["stop_reason"],
             "stop_sequence": stop["stop_sequence"],
-            "usage": { "input_tokens": report.prompt_tokens, "output_tokens": report.generated_tokens },
+            "usage": usage(&report),
         });
         return Ok(Json(body).into_response());
     }
@@ -399,8 +410,7 @@ async fn respond(state: ApiState, body: Result<Json<Value>, JsonRejection>) -> R
             rest.into_iter().for_each(|part| blocks.part(part, &mut out));
             blocks.finish(&calls, &mut out);
             let delta = stop(reason, &report, !calls.is_empty());
-            let usage = json!({ "output_tokens": report.generated_tokens });
-            out.push(("message_delta", json!({ "type": "message_delta", "delta": delta, "usage": usage })));
+            out.push(("message_delta", json!({ "type": "message_delta", "delta": delta, "usage": usage(&report) })));
             out.push(("message_stop", json!({ "type": "message_stop" })));
             out.into_iter().map(event).collect()
         }

@@ -323,7 +323,8 @@ fn answer(
             "done_reason": if reason == FinishReason::Length { "length" } else { "stop" },
             "total_duration": total,
             "load_duration": 0,
-            "prompt_eval_count": report.prompt_tokens,
+            // The tokens evaluated: not those the prompt cache gave back.
+            "prompt_eval_count": report.prompt_tokens - report.cached_tokens,
             "prompt_eval_duration": prompt_eval,
             "eval_count": report.generated_tokens,
             "eval_duration": total - prompt_eval,

@@ -224,11 +224,13 @@ fn finish_reason(r: FinishReason) -> &'static str {
     }
 }
 
+/// OpenAI's usage: the prompt's tokens count those the prompt cache gave back, which it names apart.
 fn usage(report: &GenerationReport) -> Value {
     json!({
         "prompt_tokens": report.prompt_tokens,
         "completion_tokens": report.generated_tokens,
         "total_tokens": report.prompt_tokens + report.generated_tokens,
+        "prompt_tokens_details": { "cached_tokens": report.cached_tokens },
     })
 }
 

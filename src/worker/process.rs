@@ -3,7 +3,7 @@
 //! A compute thread owns the stage; async tasks move frames to and from the neighbouring stages and
 //! (on stage 0) serve generation requests on localhost.
 
-use super::compute::{Compute, Head, Work};
+use super::compute::{Compute, Head, Reuse, Work};
 use super::protocol::{FrontEvent, FrontRequest, StageStats, WorkerCommand, WorkerEvent};
 use super::supervisor::TensorRank;
 use crate::engine::{self, Stage, StageOptions};
@@ -160,7 +160,12 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
     let head = if config.ring_place().0 == 0 && config.leads() {
         let tokenizer = model.tokenizer()?;
         let template = model.chat_template(&tokenizer)?;
-        Some(Head::new(tokenizer, template, config.sequences))
+        // SHOAL_PROMPT_CACHE=0 turns the prompt cache off (to measure what it saves).
+        let reuse = match std::env::var("SHOAL_PROMPT_CACHE").as_deref() {
+            Ok("0") => Reuse::Off,
+            _ => Reuse::of(stage.config(), stage.context(), stage.options().batch),
+        };
+        Some(Head::new(tokenizer, template, config.sequences, reuse))
     } else {
         None
     };

@@ -167,6 +167,9 @@ pub struct FrontRequest {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct GenerationReport {
     pub prompt_tokens: usize,
+    /// Of the prompt's tokens, those the prompt cache gave back (not run again).
+    #[serde(default)]
+    pub cached_tokens: usize,
     pub generated_tokens: usize,
     /// How long the request waited for a slot before its prompt ran (ms).
     #[serde(default)]

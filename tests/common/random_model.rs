@@ -327,7 +327,7 @@ pub fn qwen3moe_bench() -> RandomModel {
     }
 }
 
-/// A Qwen3.5-MoE large enough to measure (about 300 MB): 8 layers (every fourth full attention, as
+/// A Qwen3.5-MoE large enough to measure (about 480 MB): 8 layers (every fourth full attention, as
 /// the real ones), 64 experts of which 8 are used, 512 wide, a delta-net of 4 key heads and 8 value
 /// heads of 64. Not used by the tests; `benches/compare-llama-bench --suite` writes and measures it.
 pub fn qwen35moe_bench() -> RandomModel {

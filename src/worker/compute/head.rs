@@ -5,6 +5,7 @@
 //! text for the client, and each request ends on a stop, its length, the context's end, a
 //! cancellation or a failure, freeing its slot for the next in the queue.
 
+use super::prompt_cache::{Reuse, SlotHistory};
 use super::schedule::{self, Need};
 use super::Compute;
 use crate::engine::{self, FinishReason, Sampler, Segment, StageInput, TokenStream};
@@ -28,8 +29,10 @@ struct Active {
     max_tokens: usize,
     generated: usize,
     prompt: Vec<u32>,
-    /// Prompt tokens already run.
+    /// Prompt tokens already run (from the start: those the slot's cache gave back).
     prefilled: usize,
+    /// Prompt tokens the slot's cache gave back (see [`super::prompt_cache`]).
+    cached: usize,
     /// The chunks the prompt is cut into.
     chunk: usize,
     /// The token to feed next, once sampled; none while its step is on the ring.
@@ -74,9 +77,12 @@ pub struct Head {
     markup: Markup,
     /// Admitted requests, oldest first.
     active: Vec<Active>,
-    /// Free KV slots, highest first: a request takes the lowest, so busy slots stay together and their
-    /// decode rows attend as one batch (see `engine`'s attention runs).
+    /// Free KV slots, highest first: a request takes the one whose cache holds the most of its prompt,
+    /// else the lowest, so busy slots stay together and their decode rows attend as one batch (see
+    /// `engine`'s attention runs).
     free_slots: Vec<u32>,
+    /// What each slot's cache holds, for the prompt cache.
+    history: SlotHistory,
     waiting: VecDeque<Waiting>,
     queue_limit: usize,
     /// Whether prompts are cut into chunks that follow each other through the stages (else each runs
@@ -89,8 +95,9 @@ pub struct Head {
 }
 
 impl Head {
-    pub fn new(tokenizer: Tokenizer, template: ChatTemplate, slots: usize) -> Head {
+    pub fn new(tokenizer: Tokenizer, template: ChatTemplate, slots: usize, reuse: Reuse) -> Head {
         Head {
+            history: SlotHistory::new(slots, reuse),
             markup: Markup::of(&tokenizer),
             tokenizer,
             template,
@@ -103,6 +110,15 @@ impl Head {
             needs: Vec::new(),
             tokens: Vec::new(),
         }
+    }
+
+    /// Swaps `slot` (just taken) for the free slot whose cache holds the most of `prompt`; that slot and
+    /// how many of the prompt's tokens it gives back.
+    fn slot_for(&mut self, slot: u32, prompt: &[u32]) -> (u32, usize) {
+        self.free_slot(slot);
+        let (best, cached) = self.history.best(&self.free_slots, prompt).expect("a slot was just freed");
+        self.free_slots.retain(|&s| s != best);
+        (best, cached)
     }
 
     /// Returns `slot` to the free ones, keeping them highest first.
@@ -218,6 +234,7 @@ impl Compute {
                 return self.start_waiting();
             }
         };
+        let (slot, cached) = self.head.as_mut().expect("stage 0").slot_for(slot, &prompt);
         let _ = events.send(FrontEvent::Started { prompt_tokens: prompt.len(), reply });
         if let Some(s) = sampler.as_mut() {
             prompt.iter().for_each(|&t| s.accept(t));
@@ -233,7 +250,7 @@ impl Compute {
         }
         let head = self.head.as_mut().expect("stage 0");
         let pipeline = if head.pipelined_prefill { self.stages } else { 1 };
-        let chunk = schedule::prompt_chunk(prompt.len(), pipeline, self.stage.options().batch);
+        let chunk = schedule::prompt_chunk(prompt.len() - cached, pipeline, self.stage.options().batch);
         head.active.push(Active {
             id,
             slot,
@@ -243,7 +260,8 @@ impl Compute {
             generated: 0,
             pos: prompt.len(),
             prompt,
-            prefilled: 0,
+            prefilled: cached,
+            cached,
             chunk,
             next: None,
             queued,
@@ -281,6 +299,7 @@ impl Compute {
         head.tokens.clear();
         for &(i, tokens) in &picked {
             let a = &mut head.active[i];
+            let fed_from = head.tokens.len();
             let (start, sample) = match a.next.take() {
                 Some(token) => {
                     head.tokens.push(token);
@@ -293,6 +312,7 @@ impl Compute {
                     (a.prefilled - tokens, a.prefilled == a.prompt.len())
                 }
             };
+            head.history.ran(a.slot, start, &head.tokens[fed_from..]);
             self.segments.push(Segment { seq: a.slot as usize, start, tokens, logits: sample });
             self.rows.push(StepRows {
                 request: a.id,
@@ -308,6 +328,7 @@ impl Compute {
         let rows = std::mem::take(&mut self.rows);
         match result {
             Err(e) => {
+                // A failed step leaves its slots' caches in doubt; `finish` forgets them.
                 let message = e.to_string();
                 rows.iter().for_each(|r| self.finish(r.request, Err(message.clone())));
             }
@@ -391,6 +412,10 @@ impl Compute {
         let Some(index) = head.active.iter().position(|a| a.id == id) else { return };
         let mut a = head.active.remove(index);
         head.free_slot(a.slot);
+        if outcome.is_err() {
+            // A step of it failed somewhere along the ring: what the slot's caches hold is in doubt.
+            head.history.forget(a.slot);
+        }
         match outcome {
             Ok(reason) => {
                 if reason != FinishReason::Stop {
@@ -453,10 +478,11 @@ fn report(a: &Active) -> GenerationReport {
     let decode = now.duration_since(a.first_token.unwrap_or(now));
     GenerationReport {
         prompt_tokens: a.prompt.len(),
+        cached_tokens: a.cached,
         generated_tokens: a.generated,
         queue_ms: a.queued.as_secs_f64() * 1000.0,
         time_to_first_token_ms: ttft.as_secs_f64() * 1000.0,
-        prefill_tokens_per_second: engine::rate(a.prompt.len(), prefill),
+        prefill_tokens_per_second: engine::rate(a.prompt.len() - a.cached, prefill),
         decode_tokens_per_second: engine::rate(a.generated.saturating_sub(1), decode),
         hop_p50_us: a.hops.quantile(0.5).map(|d| d.as_micros() as u64),
         stop_sequence: a.stream.stop_sequence().map(str::to_string),

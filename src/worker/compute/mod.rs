@@ -7,9 +7,11 @@
 //! ring at once, so that no stage waits.
 
 mod head;
+mod prompt_cache;
 mod schedule;
 
 pub use head::Head;
+pub use prompt_cache::Reuse;
 
 use super::protocol::{FrontEvent, FrontRequest, StageStats};
 use crate::engine::{self, HiddenStates, Sampler, Segment, Stage, StageInput, WireFormat};

@@ -509,7 +509,11 @@ fetches: Array<ShareNeed | null>, };
 /**
  * Counts and rates of one finished request.
  */
-export type GenerationReport = { prompt_tokens: number, generated_tokens: number, 
+export type GenerationReport = { prompt_tokens: number, 
+/**
+ * Of the prompt's tokens, those the prompt cache gave back (not run again).
+ */
+cached_tokens: number, generated_tokens: number, 
 /**
  * How long the request waited for a slot before its prompt ran (ms).
  */

@@ -1,0 +1,167 @@
+//! The prompt cache at stage 0: every stage keeps, for each slot, the keys and values (or recurrent
+//! state) of the tokens its last request ran, and stage 0 remembers those tokens. A new request goes to
+//! the free slot that holds the longest prefix of its prompt and runs only the rest — so an agent's
+//! next turn, which resends the whole conversation, prefills only what is new, and requests that share
+//! a system prompt share its rows. Matching is by token ids, within one instance (a slot's rows are its
+//! model's and stages' own); nothing is copied between slots.
+//!
+//! What a slot may give back depends on what its layers keep: rows per position can be cut back to any
+//! prefix; a sliding-window ring only while it still holds the positions the next token sees; a
+//! recurrent state (Qwen3.5's linear attention) only whole, since it cannot be taken back — so there a
+//! prompt must extend everything the slot ran.
+
+use crate::engine::kv_cache_positions;
+use crate::model::ModelConfig;
+
+/// What a slot's cache can give back to a new request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reuse {
+    /// Any prefix (rows per position).
+    AnyPrefix,
+    /// A prefix whose next token still finds its window in the ring of the last `ring` positions.
+    Window { window: usize, ring: usize },
+    /// Only everything the slot ran (a recurrent state).
+    Whole,
+    /// Nothing (the cache is turned off).
+    Off,
+}
+
+impl Reuse {
+    /// The rule for a model of `config` whose stages hold `context` positions and take steps of `batch`.
+    pub fn of(config: &ModelConfig, context: usize, batch: usize) -> Reuse {
+        if config.linear_attention.is_some() {
+            return Reuse::Whole;
+        }
+        match &config.sliding_window {
+            Some(w) => {
+                let row = crate::model::CacheRow {
+                    key_width: 1,
+                    value_width: 1,
+                    values_in_keys: false,
+                    window: Some(w.size),
+                };
+                Reuse::Window { window: w.size, ring: kv_cache_positions(&row, context, batch) }
+            }
+            None => Reuse::AnyPrefix,
+        }
+    }
+}
+
+/// The tokens each slot's cache holds, in order from position 0.
+pub struct SlotHistory {
+    tokens: Vec<Vec<u32>>,
+    /// For each slot, one past the highest position written since it last started at 0: a ring may
+    /// hold later positions of an earlier request there (as the stages count it, `KvCache`).
+    high_water: Vec<usize>,
+    reuse: Reuse,
+}
+
+impl SlotHistory {
+    pub fn new(slots: usize, reuse: Reuse) -> SlotHistory {
+        SlotHistory { tokens: vec![Vec::new(); slots], high_water: vec![0; slots], reuse }
+    }
+
+    /// How many of `prompt`'s first tokens `slot` can give back: at most all but the last (whose
+    /// logits the request needs), and as its rule allows.
+    pub fn reusable(&self, slot: u32, prompt: &[u32]) -> usize {
+        let held = &self.tokens[slot as usize];
+        let common = held.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len().saturating_sub(1));
+        match self.reuse {
+            Reuse::Off => 0,
+            Reuse::AnyPrefix => common,
+            Reuse::Window { window, ring } => {
+                let sees_from = common.saturating_sub(window.saturating_sub(1));
+                let holds_from = self.high_water[slot as usize].saturating_sub(ring);
+                if sees_from >= holds_from {
+                    common
+                } else {
+                    0
+                }
+            }
+            Reuse::Whole if common == held.len() => common,
+            Reuse::Whole => 0,
+        }
+    }
+
+    /// Of the `free` slots, the one that gives back the most of `prompt` (the lowest of equals), and how
+    /// much.
+    pub fn best(&self, free: &[u32], prompt: &[u32]) -> Option<(u32, usize)> {
+        free.iter()
+            .map(|&slot| (slot, self.reusable(slot, prompt)))
+            .max_by_key(|&(slot, n)| (n, std::cmp::Reverse(slot)))
+    }
+
+    /// Records that a step ran `tokens` of `slot` from position `start` (later positions are gone).
+    pub fn ran(&mut self, slot: u32, start: usize, tokens: &[u32]) {
+        let held = &mut self.tokens[slot as usize];
+        held.truncate(start);
+        if held.len() == start {
+            held.extend_from_slice(tokens);
+            let end = start + tokens.len();
+            let high = &mut self.high_water[slot as usize];
+            *high = if start == 0 { end } else { (*high).max(end) };
+        } else {
+            // A step that does not follow what the slot holds: nothing it holds can be trusted.
+            self.forget(slot);
+        }
+    }
+
+    /// Forgets what `slot` holds (a step of it failed somewhere along the ring).
+    pub fn forget(&mut self, slot: u32) {
+        self.tokens[slot as usize].clear();
+        self.high_water[slot as usize] = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn history(reuse: Reuse) -> SlotHistory {
+        let mut h = SlotHistory::new(3, reuse);
+        h.ran(0, 0, &[1, 2, 3, 4, 5]);
+        h.ran(1, 0, &[1, 2, 9]);
+        h
+    }
+
+    #[test]
+    fn the_slot_with_the_longest_prefix_is_chosen_and_the_last_token_always_runs() {
+        let h = history(Reuse::AnyPrefix);
+        assert_eq!(h.best(&[0, 1, 2], &[1, 2, 3, 7]), Some((0, 3)));
+        assert_eq!(h.best(&[1, 2], &[1, 2, 3, 7]), Some((1, 2)));
+        assert_eq!(h.best(&[0, 1, 2], &[1, 2, 3, 4, 5]), Some((0, 4)), "the prompt's last token runs again");
+        assert_eq!(h.best(&[0, 1, 2], &[8]), Some((0, 0)), "no match: the lowest slot");
+        assert_eq!(history(Reuse::Off).best(&[0, 1], &[1, 2, 3, 7]), Some((0, 0)));
+    }
+
+    #[test]
+    fn a_recurrent_state_is_given_back_only_whole() {
+        let h = history(Reuse::Whole);
+        assert_eq!(h.reusable(0, &[1, 2, 3, 4, 5, 6]), 5);
+        assert_eq!(h.reusable(0, &[1, 2, 3, 7]), 0, "the state has passed position 3");
+    }
+
+    #[test]
+    fn a_ring_gives_back_a_prefix_only_while_it_holds_the_window() {
+        let mut h = SlotHistory::new(1, Reuse::Window { window: 4, ring: 8 });
+        h.ran(0, 0, &(0..20).collect::<Vec<_>>());
+        // The ring holds positions 12..20; the next token at 17 sees 14..17, at 10 it would see 7..10.
+        assert_eq!(h.reusable(0, &(0..17).chain([99]).collect::<Vec<_>>()), 17);
+        assert_eq!(h.reusable(0, &(0..10).chain([99]).collect::<Vec<_>>()), 0);
+        // A shorter request from position 17 leaves the ring holding the earlier one's later positions.
+        h.ran(0, 17, &[99]);
+        assert_eq!(h.reusable(0, &(0..17).chain([99, 5]).collect::<Vec<_>>()), 18);
+        assert_eq!(h.reusable(0, &(0..11).chain([98]).collect::<Vec<_>>()), 0);
+    }
+
+    #[test]
+    fn steps_extend_or_cut_back_what_a_slot_holds() {
+        let mut h = history(Reuse::AnyPrefix);
+        h.ran(0, 2, &[7]);
+        assert_eq!(h.tokens[0], [1, 2, 7]);
+        h.ran(0, 9, &[1]);
+        assert!(h.tokens[0].is_empty(), "a step beyond what the slot holds");
+        h.forget(1);
+        assert!(h.tokens[1].is_empty());
+    }
+}

@@ -1,0 +1,118 @@
+//! The prompt cache through real nodes (issue 47): a request whose prompt begins with what a slot ran
+//! before runs only the rest, and answers exactly as one process without a cache does — a second
+//! request extending the first, one diverging in the middle of the cached prefix, on one node and on a
+//! pipeline of three netns nodes, and for a hybrid model (Qwen3.5's recurrent state, given back only
+//! whole). The APIs count what the cache gave back: OpenAI's `prompt_tokens_details.cached_tokens`,
+//! Anthropic's `cache_read_input_tokens`, Ollama's `prompt_eval_count` (tokens evaluated).
+
+mod common;
+
+use common::cluster::TestCluster;
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// Launches `model` on node 0 of `c` with these options; the name the APIs serve it by.
+fn launch(c: &TestCluster, model: &Path, extra: &[&str]) -> String {
+    let path = model.to_str().unwrap();
+    let args = [&["run", path, "--context", "512", "--sequences", "1", "--threads", "1"][..], extra].concat();
+    let out = c.cli(0, &args);
+    assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+    c.get_json(0, "/v1/models")["data"][0]["id"].as_str().unwrap().to_string()
+}
+
+/// A greedy completion of `prompt`: its text and usage.
+fn complete(c: &TestCluster, name: &str, prompt: &str, max_tokens: usize) -> (String, Value) {
+    let body =
+        json!({ "model": name, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": true });
+    let (status, answer) = c.post_json(0, "/v1/completions", body);
+    assert_eq!(status, 200, "{answer}\n{}", c.logs());
+    (answer["choices"][0]["text"].as_str().unwrap().to_string(), answer["usage"].clone())
+}
+
+fn cached(usage: &Value) -> u64 {
+    usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap()
+}
+
+/// A prompt, then one extending it with its answer and a new question, then one that leaves the cached
+/// prefix in the middle: each answers as one process without a cache, and the later ones run only what
+/// the slot did not hold.
+fn check_prefixes_are_reused_and_answers_unchanged(c: &TestCluster, model: &Path, name: &str) {
+    let first = "The capital of France is";
+    let (text, usage) = complete(c, name, first, 12);
+    assert_eq!(text, common::single_process_of(model, first, 12), "the first request");
+    let first_tokens = usage["prompt_tokens"].as_u64().unwrap();
+
+    let second = format!("{first}{text} The capital of Germany is");
+    let (text, usage) = complete(c, name, &second, 12);
+    assert_eq!(text, common::single_process_of(model, &second, 12), "a request extending the first");
+    assert!(cached(&usage) >= first_tokens, "the first request's prompt and answer were given back: {usage}");
+    assert!(cached(&usage) < usage["prompt_tokens"].as_u64().unwrap(), "{usage}");
+
+    let third = "The capital of Spain is";
+    let (text, usage) = complete(c, name, third, 12);
+    assert_eq!(text, common::single_process_of(model, third, 12), "a request diverging in the prefix");
+    assert!(cached(&usage) > 0 && cached(&usage) < first_tokens, "only the common start: {usage}");
+}
+
+#[test]
+fn one_node_reuses_cached_prefixes_and_answers_as_without_a_cache() {
+    let (c, _api) = common::one_loopback_node(&[]);
+    let model = common::model_path();
+    let name = launch(&c, &model, &[]);
+    check_prefixes_are_reused_and_answers_unchanged(&c, &model, &name);
+
+    // Anthropic's and Ollama's usage count the same: a conversation sent twice, the second time longer.
+    // Agents mark what to cache (`cache_control`); the cache is automatic, and the mark accepted.
+    let marked = json!([{ "type": "text", "text": "Name a colour.", "cache_control": { "type": "ephemeral" } }]);
+    let messages = json!([{ "role": "user", "content": marked }]);
+    let body = |messages: &Value| json!({ "model": name, "max_tokens": 4, "temperature": 0, "messages": messages });
+    let (status, answer) = c.post_json(0, "/v1/messages", body(&messages));
+    assert_eq!(status, 200, "{answer}");
+    let reply = answer["content"][0]["text"].as_str().unwrap_or_default().to_string();
+    let longer =
+        json!([messages[0], { "role": "assistant", "content": reply }, { "role": "user", "content": "Another?" }]);
+    let (status, answer) = c.post_json(0, "/v1/messages", body(&longer));
+    assert_eq!(status, 200, "{answer}");
+    let usage = &answer["usage"];
+    assert!(usage["cache_read_input_tokens"].as_u64().unwrap() > 0, "{usage}");
+    assert_eq!(usage["cache_creation_input_tokens"], 0, "{usage}");
+    let ollama = json!({ "model": name, "prompt": "The capital of France is", "stream": false, "raw": true,
+                         "options": { "temperature": 0, "num_predict": 2 } });
+    let (status, answer) = c.post_json(0, "/api/generate", ollama.clone());
+    assert_eq!(status, 200, "{answer}");
+    let (_, again) = c.post_json(0, "/api/generate", ollama);
+    let evaluated = again["prompt_eval_count"].as_u64().unwrap();
+    assert_eq!(evaluated, 1, "the same prompt again evaluates only its last token: {again}");
+}
+
+/// Qwen3.5's recurrent state is given back only whole: a prompt that extends everything the slot ran
+/// reuses it, one that leaves it in the middle runs from the start; both answer as one process.
+#[test]
+fn a_hybrid_model_reuses_its_state_only_whole() {
+    let (c, _api) = common::one_loopback_node(&[]);
+    let model = common::random_model::qwen35().write();
+    let name = launch(&c, &model, &[]);
+    let first = "The capital of France is";
+    let (_, usage) = complete(&c, &name, first, 1);
+    let first_tokens = usage["prompt_tokens"].as_u64().unwrap();
+    let second = format!("{first} a city");
+    let (text, usage) = complete(&c, &name, &second, 8);
+    assert_eq!(text, common::single_process_of(&model, &second, 8), "a request extending the first");
+    assert_eq!(cached(&usage), first_tokens, "the whole state was given back: {usage}");
+    let third = "The capital of Spain is";
+    let (text, usage) = complete(&c, &name, third, 8);
+    assert_eq!(text, common::single_process_of(&model, third, 8), "a request leaving the cached prefix");
+    assert_eq!(cached(&usage), 0, "a state cannot be taken back to the common start: {usage}");
+}
+
+/// Three stages on three netns nodes: every stage keeps its layers' rows of the cached prefix, and the
+/// first decides the match.
+#[test]
+fn a_pipeline_of_three_nodes_reuses_cached_prefixes_and_answers_as_without_a_cache() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let mut c = TestCluster::new(3);
+    c.form(&[]);
+    let model = common::model_path();
+    let name = launch(&c, &model, &["--layers", "node0:0-9,node1:10-19,node2:20-29"]);
+    check_prefixes_are_reused_and_answers_unchanged(&c, &model, &name);
+}
