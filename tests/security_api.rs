@@ -2,7 +2,7 @@
 //! each seen refused, with the node still answering: request bodies that never come or come a byte at a
 //! time, a body over the limit, the dashboard framed by another page, instance names that would print
 //! escape sequences, event streams without the token taking every connection, a chat template that
-//! runs away.
+//! runs away, the library's paths shown to a reader without the token.
 
 mod common;
 
@@ -187,4 +187,40 @@ fn a_model_whose_template_runs_away_is_refused_at_launch() {
     assert!(started.elapsed() < Duration::from_secs(15), "refusing took {:?}", started.elapsed());
     assert_eq!(c.get_json(0, "/api/instances"), json!([]), "nothing was launched");
     assert!(c.status(0).is_some(), "the node serves on\n{}", c.logs());
+}
+
+/// On a node with a token, a reader without it sees the library's files by name, not where they are on
+/// the machine (its folders, its user's name) — in the list, the fit check and a damaged file's reason;
+/// with the token the paths are there.
+#[test]
+fn a_reader_without_the_token_sees_file_names_not_paths() {
+    let mut c = common::cluster::TestCluster::with_network(1, common::cluster::Network::Loopback);
+    let models = c.nodes[0].data_dir.join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    std::fs::write(models.join("broken.gguf"), b"GGUF\x03\x00\x00\x00 not a model").unwrap();
+    let model = std::fs::canonicalize(common::model_path()).unwrap();
+    let added = common::shoal()
+        .args(["models", "add"])
+        .arg(&model)
+        .arg("--data-dir")
+        .arg(&c.nodes[0].data_dir)
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "shoal models add: {}", String::from_utf8_lossy(&added.stderr));
+    c.start(0, &["--api-token", "s3cret"]);
+    c.wait_ready(0);
+    let api = format!("127.0.0.1:{}", c.nodes[0].api_port);
+    let folders = [models.display().to_string(), model.parent().unwrap().display().to_string()];
+    for path in ["/api/models", "/api/models/fit"] {
+        let head = format!("GET {path} HTTP/1.1\r\nHost: {api}");
+        let (status, stranger) = raw_http(&api, &head, "");
+        assert_eq!(status, 200, "{stranger}");
+        assert_eq!(stranger.as_array().unwrap().len(), 2, "{stranger}");
+        for folder in &folders {
+            assert!(!stranger.to_string().contains(folder), "{path} shows {folder} to a reader without the token");
+        }
+        assert!(stranger.to_string().contains("broken.gguf"), "{stranger}");
+        let (_, holder) = raw_http(&api, &format!("{head}\r\nAuthorization: Bearer s3cret"), "");
+        assert!(folders.iter().all(|f| holder.to_string().contains(f)), "{path} with the token: {holder}");
+    }
 }

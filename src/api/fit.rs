@@ -7,6 +7,7 @@ use super::{ApiError, ApiState};
 use crate::instances::{Fit, PoolOffers};
 use crate::model::library::{Library, LibraryModel};
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::Json;
 
 #[derive(serde::Serialize, serde::Deserialize, ts_rs::TS)]
@@ -17,7 +18,9 @@ pub struct ModelFit {
     pub fit: Option<Fit>,
 }
 
-pub async fn list(State(state): State<ApiState>) -> Result<Json<Vec<ModelFit>>, ApiError> {
+/// As `GET /api/models`, a reader without the token of a node that has one sees file names only.
+pub async fn list(State(state): State<ApiState>, headers: HeaderMap) -> Result<Json<Vec<ModelFit>>, ApiError> {
+    let stranger = state.token.is_some() && !state.carries_token(&headers);
     let library = Library::new(&state.agent.config.data_dir);
     let pool = PoolOffers::now(&state.agent);
     let check = move || {
@@ -29,7 +32,14 @@ pub async fn list(State(state): State<ApiState>) -> Result<Json<Vec<ModelFit>>, 
             }
         };
         let models = library.list().into_iter();
-        models.map(|model| ModelFit { fit: if model.runnable { fit(&model) } else { None }, model }).collect()
+        let with_fit = |mut model: LibraryModel| {
+            let fit = if model.runnable { fit(&model) } else { None };
+            if stranger {
+                super::models::by_file_name(&mut model);
+            }
+            ModelFit { fit, model }
+        };
+        models.map(with_fit).collect::<Vec<_>>()
     };
     tokio::task::spawn_blocking(check)
         .await

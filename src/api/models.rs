@@ -11,16 +11,38 @@ use crate::model::pull::{self, Hub, PullProgress, PullRequest, PullState};
 use crate::model::shard::{self, StageShare};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::Json;
 use std::time::{Duration, Instant};
 
-/// The models this node has.
-pub async fn list(State(state): State<ApiState>) -> Result<Json<Vec<LibraryModel>>, ApiError> {
+/// The models this node has (to a reader without the token of a node that has one, by file name only:
+/// see [`for_reader`]).
+pub async fn list(State(state): State<ApiState>, headers: HeaderMap) -> Result<Json<Vec<LibraryModel>>, ApiError> {
     let library = Library::new(&state.agent.config.data_dir);
+    let stranger = state.token.is_some() && !state.carries_token(&headers);
     tokio::task::spawn_blocking(move || library.list())
         .await
-        .map(Json)
+        .map(|mut models| {
+            if stranger {
+                models.iter_mut().for_each(by_file_name);
+            }
+            Json(models)
+        })
         .map_err(|e| ApiError::failed(format!("listing the models failed: {e}")))
+}
+
+/// `model` as a reader without the API token of a node that has one sees it: the files by name, not
+/// by where they are on this machine (its folders and user name are none of a stranger's business),
+/// in the problem too. Launching one takes the token anyway.
+pub(super) fn by_file_name(model: &mut LibraryModel) {
+    let name = |path: &std::path::Path| std::path::PathBuf::from(path.file_name().unwrap_or_default());
+    if let Some(problem) = &mut model.problem {
+        for path in model.parts.iter().chain([&model.path]) {
+            *problem = problem.replace(&path.display().to_string(), &name(path).display().to_string());
+        }
+    }
+    model.path = name(&model.path);
+    model.parts = model.parts.iter().map(|p| name(p)).collect();
 }
 
 #[derive(serde::Serialize, ts_rs::TS)]
