@@ -133,6 +133,10 @@ pub struct LaunchRequest {
     /// many. A larger batch takes a larger compute buffer on every stage.
     #[serde(default)]
     pub batch: Option<usize>,
+    /// The KV cache's element type on every stage (default f16; q8_0 and q4_0 hold about twice and
+    /// four times the context in the same memory).
+    #[serde(default)]
+    pub kv_type: Option<crate::engine::KvType>,
     /// The name clients use (default: the file name without `.gguf`).
     #[serde(default)]
     pub name: Option<String>,

@@ -67,6 +67,7 @@ pub fn typescript() -> String {
         placement::Alternative,
         placement::Plan,
         records::InstanceInfo,
+        engine::KvType,
         records::LaunchRequest,
         instances::ShareNeed,
         api::instances::Preview,

@@ -1,6 +1,7 @@
 //! `shoal devices`: the devices this build of shoal can compute on (the CPU; a GPU where ggml was built
-//! with one), their memory, and which one a stage takes by default; and the `--device` and
-//! `--copy-weights`, `--no-repack` and `--no-huge-pages` flags of the commands that run a model here.
+//! with one), their memory, and which one a stage takes by default; and the `--device`,
+//! `--copy-weights`, `--no-repack`, `--no-huge-pages` and `--kv-type` flags of the commands that run a
+//! model here.
 
 use shoal::engine::StageOptions;
 use shoal::ggml::{Device, WeightPlacement};
@@ -13,7 +14,7 @@ pub struct DevicesArgs {
     json: bool,
 }
 
-/// Where a model runs on this machine.
+/// Where and how a model runs on this machine.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct DeviceArgs {
     /// The device to run on, as `shoal devices` names it (default: the first GPU, else the CPU).
@@ -34,6 +35,10 @@ pub struct DeviceArgs {
     /// mapped pages would). Loads faster, computes slower.
     #[arg(long, conflicts_with_all = ["copy_weights", "no_repack"])]
     no_huge_pages: bool,
+    /// The KV cache's element type: f16, q8_0 or q4_0 (about half and a quarter of f16's memory, with
+    /// their rounding), as llama.cpp's -ctk/-ctv.
+    #[arg(long, default_value = "f16")]
+    kv_type: shoal::engine::KvType,
 }
 
 impl DeviceArgs {
@@ -43,7 +48,7 @@ impl DeviceArgs {
             Device::named(name).map_err(anyhow::Error::msg)?;
         }
         let weights = WeightPlacement::chosen(self.copy_weights, self.no_repack, self.no_huge_pages);
-        Ok(StageOptions { device: self.device.clone(), weights, ..options })
+        Ok(StageOptions { device: self.device.clone(), weights, kv_type: self.kv_type, ..options })
     }
 }
 

@@ -43,6 +43,10 @@ pub struct RunArgs {
     /// larger batch takes more memory on every stage.
     #[arg(long, value_parser = super::at_least_one)]
     batch: Option<usize>,
+    /// The KV cache's element type on every stage: f16 (default), q8_0 or q4_0 (about half and a quarter
+    /// of the memory per token of context, with their rounding).
+    #[arg(long)]
+    kv_type: Option<shoal::engine::KvType>,
     /// The name clients use (default: the model's own).
     #[arg(long)]
     name: Option<String>,
@@ -69,7 +73,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let model = std::fs::canonicalize(&args.model).unwrap_or(args.model.clone());
     let body = serde_json::json!({
         "model": model, "layers": args.layers, "context": args.context, "sequences": args.sequences,
-        "threads": args.threads, "batch": args.batch, "name": args.name, "parallel": args.parallel,
+        "threads": args.threads, "batch": args.batch, "kv_type": args.kv_type, "name": args.name, "parallel": args.parallel,
         "nodes": (!args.nodes.is_empty()).then_some(&args.nodes),
     });
     if args.replace {

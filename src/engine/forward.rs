@@ -60,6 +60,8 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: &GraphShape) -> T
     let slides = p.layers.clone().any(|l| c.is_sliding(l));
     let sees_all = p.layers.clone().any(|l| !c.is_sliding(l) && !c.is_linear(l));
     let mask_len = |sliding| shape.mask_offsets(sliding).1 as i64;
+    let rotations =
+        if sees_all || slides { p.cache.kv_type().rotations(c.head_dim, c.value_dim) } else { (None, None) };
     let step = StepContext {
         config: c,
         layers: p.layers.clone(),
@@ -81,6 +83,8 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: &GraphShape) -> T
         // Only some rows' logits are wanted, so the model's last layer drops the other rows early.
         output_rows: (is_last && shape.outputs < shape.tokens)
             .then(|| g.input(input::OUTPUT_ROWS, DType::I32, &[shape.outputs as i64])),
+        rotate_keys: rotations.0.map(|n| g.input(input::ROTATE_KEYS, DType::F32, &[n as i64, n as i64])),
+        rotate_values: rotations.1.map(|n| g.input(input::ROTATE_VALUES, DType::F32, &[n as i64, n as i64])),
         parallel: p.group.map(|group| Parallel {
             slice: group.slice(),
             collective: group.collective(),

@@ -1,5 +1,6 @@
 //! A stage's key/value cache: for each of its layers, the keys and values of every position of every
-//! sequence it serves, in F16 as llama.cpp keeps them, each layer as wide as its architecture declares
+//! sequence it serves, in F16 as llama.cpp keeps them (or quantized to Q8_0 or Q4_0 on request, as
+//! llama.cpp's `-ctk`/`-ctv` do: see [`KvType`]), each layer as wide as its architecture declares
 //! (for DeepSeek's latent attention, one compressed latent per position that serves as keys and values).
 //! A sliding-window layer keeps only a ring of the last positions it can still see.
 
@@ -8,6 +9,119 @@ use crate::ggml::{DType, Device, GraphBuilder, SetTensor, SetTensorRef, Tensor, 
 use crate::model::CacheRow;
 use half::f16;
 use std::ops::Range;
+
+/// The element type of a KV cache: F16 (the default), or Q8_0 / Q4_0 blocks of 32 values — about half
+/// and a quarter of F16's bytes, for longer contexts in the same memory, at the cost of their rounding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, ts_rs::TS)]
+#[serde(rename_all = "snake_case")]
+pub enum KvType {
+    #[default]
+    F16,
+    Q8_0,
+    Q4_0,
+}
+
+impl KvType {
+    pub fn dtype(self) -> DType {
+        match self {
+            KvType::F16 => DType::F16,
+            KvType::Q8_0 => DType::Q8_0,
+            KvType::Q4_0 => DType::Q4_0,
+        }
+    }
+
+    /// Bytes of `values` values (a whole number of blocks for the quantized types: see
+    /// [`KvType::check_heads`]).
+    pub fn bytes(self, values: usize) -> u64 {
+        let dtype = self.dtype();
+        dtype.row_bytes(values as u64).unwrap_or_else(|| (values as u64).div_ceil(32) * dtype.block_bytes())
+    }
+
+    /// Whether a model of `config` can keep its cache in this type: not DeepSeek's latent attention
+    /// (not done yet), and heads as [`KvType::check_heads`] says.
+    pub fn check_model(self, config: &crate::model::ModelConfig) -> Result<(), String> {
+        if self != KvType::F16 && config.latent_attention.is_some() {
+            return Err(format!(
+                "a {} KV cache for latent attention (DeepSeek) is not done yet; use --kv-type f16",
+                self.name()
+            ));
+        }
+        self.check_heads(config.head_dim, config.value_dim)
+    }
+
+    /// Whether a cache of this type can hold heads `key_head` and `value_head` values wide: the quantized
+    /// types store blocks of 32 values, and attention reads a head at a time.
+    pub fn check_heads(self, key_head: usize, value_head: usize) -> Result<(), String> {
+        if self == KvType::F16 || (key_head.is_multiple_of(32) && value_head.is_multiple_of(32)) {
+            return Ok(());
+        }
+        Err(format!(
+            "a {} KV cache stores blocks of 32 values, and this model's heads are {key_head} (keys) and \
+             {value_head} (values) wide; use --kv-type f16",
+            self.name()
+        ))
+    }
+
+    /// The widths of the Walsh-Hadamard rotations that keys (with the queries) and values take before a
+    /// cache of this type stores them, as llama.cpp rotates them (`n_rot_k`, `n_rot_v`): none for F16;
+    /// for a quantized cache, keys in the largest power of two from 64 that divides the head, values in
+    /// runs of 64 — where the heads are a multiple of 64 wide. Rotating spreads a head's outliers over
+    /// its blocks, so the blocks' scales lose less.
+    pub fn rotations(self, key_head: usize, value_head: usize) -> (Option<usize>, Option<usize>) {
+        if self == KvType::F16 {
+            return (None, None);
+        }
+        let key = key_head.is_multiple_of(64).then(|| {
+            let mut n = 64;
+            while key_head.is_multiple_of(2 * n) {
+                n *= 2;
+            }
+            n
+        });
+        (key, value_head.is_multiple_of(64).then_some(64))
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F16 => "f16",
+            KvType::Q8_0 => "q8_0",
+            KvType::Q4_0 => "q4_0",
+        }
+    }
+}
+
+/// The orthonormal Walsh-Hadamard matrix of width `n` (a power of two), row by row: every entry
+/// ±1/√n, built by doubling as llama.cpp builds it, so the two rotate alike. It is its own inverse.
+pub fn hadamard(n: usize) -> Vec<f32> {
+    let mut h = vec![0f32; n * n];
+    h[0] = 1.0 / (n as f32).sqrt();
+    let mut s = 1;
+    while s < n {
+        for i in 0..s {
+            for j in 0..s {
+                let v = h[i * n + j];
+                h[(i + s) * n + j] = v;
+                h[i * n + j + s] = v;
+                h[(i + s) * n + j + s] = -v;
+            }
+        }
+        s *= 2;
+    }
+    h
+}
+
+impl std::str::FromStr for KvType {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<KvType, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "f16" => Ok(KvType::F16),
+            "q8_0" => Ok(KvType::Q8_0),
+            "q4_0" => Ok(KvType::Q4_0),
+            other => Err(format!("{other:?} is not a KV cache type: f16, q8_0 or q4_0")),
+        }
+    }
+}
 
 /// Positions in the cache are counted in blocks of this many, so a decode graph keeps the same shape
 /// (and can be reused) for that many tokens. llama.cpp pads the same way.
@@ -24,6 +138,12 @@ pub fn positions_held(row: &CacheRow, context: usize, batch: usize) -> usize {
     }
 }
 
+/// Bytes one position of a layer caching `row` takes in a cache of `kv_type`.
+pub fn bytes_per_position(row: &CacheRow, kv_type: KvType) -> u64 {
+    let values = if row.values_in_keys { 0 } else { kv_type.bytes(row.value_width) };
+    kv_type.bytes(row.key_width) + values
+}
+
 pub struct KvCache {
     /// None when no layer of the stage caches positions (only linear-attention layers).
     set: Option<TensorSet>,
@@ -38,6 +158,7 @@ pub struct KvCache {
     sliding: Option<(usize, usize)>,
     /// Positions per sequence (a multiple of [`CACHE_BLOCK`]).
     context: usize,
+    kv_type: KvType,
     sequences: usize,
     /// Filled positions of each sequence.
     lengths: Vec<usize>,
@@ -47,15 +168,16 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// A zeroed cache on `device` for layers holding `rows` per position (one entry per layer), `context`
-    /// positions (rounded up to a whole block) for each of `sequences` sequences, written in steps of at
-    /// most `batch` tokens.
+    /// A zeroed cache of `kv_type` on `device` for layers holding `rows` per position (one entry per
+    /// layer), `context` positions (rounded up to a whole block) for each of `sequences` sequences,
+    /// written in steps of at most `batch` tokens.
     pub fn new(
         rows: &[CacheRow],
         context: usize,
         sequences: usize,
         batch: usize,
         device: Device,
+        kv_type: KvType,
     ) -> Result<KvCache, EngineError> {
         let context = context.max(1).div_ceil(CACHE_BLOCK) * CACHE_BLOCK;
         let sequences = sequences.max(1);
@@ -68,7 +190,7 @@ impl KvCache {
             }
         }
         let tensors: Vec<SetTensor<'_>> =
-            specs.iter().map(|(name, shape)| SetTensor { name, dtype: DType::F16, shape }).collect();
+            specs.iter().map(|(name, shape)| SetTensor { name, dtype: kv_type.dtype(), shape }).collect();
         let set = match tensors.is_empty() {
             true => None,
             false => Some(
@@ -87,10 +209,15 @@ impl KvCache {
             rows: rows.to_vec(),
             sliding,
             context,
+            kv_type,
             sequences,
             lengths: vec![0; sequences],
             high_water: vec![0; sequences],
         })
+    }
+
+    pub fn kv_type(&self) -> KvType {
+        self.kv_type
     }
 
     /// Bytes of the cache.
@@ -225,12 +352,13 @@ impl KvCache {
         let sequences = seqs.len() as i64;
         // `width` values of each head, heads `head_width` apart in rows of `row_width`; one sequence's rows
         // `held` rows after the one before's.
+        let bytes = |values: usize| self.kv_type.bytes(values) as usize;
         let of = |cache: Tensor<'g>, width: usize, head_width: usize, row_width: usize| {
-            let row_bytes = row_width * 2;
+            let row_bytes = bytes(row_width);
             g.view(
                 cache,
                 &[width as i64, (row_width / head_width) as i64, attended as i64, sequences],
-                &[head_width * 2, row_bytes, held * row_bytes],
+                &[bytes(head_width), row_bytes, held * row_bytes],
                 seqs.start * held * row_bytes,
             )
         };
@@ -251,7 +379,7 @@ mod tests {
     fn sliding_cache(window: usize, batch: usize) -> KvCache {
         let row = CacheRow { key_width: 2, value_width: 2, values_in_keys: false, window: Some(window) };
         let full = CacheRow { window: None, ..row };
-        KvCache::new(&[row, full], 2048, 1, batch, Device::cpu()).unwrap()
+        KvCache::new(&[row, full], 2048, 1, batch, Device::cpu(), KvType::F16).unwrap()
     }
 
     /// Over a long sequence taken in steps of every size up to the batch, each token sees through the
@@ -289,6 +417,24 @@ mod tests {
                 step = step % batch + 1;
             }
         }
+    }
+
+    #[test]
+    fn the_hadamard_matrix_is_orthonormal_and_its_own_inverse() {
+        for n in [64, 128, 256] {
+            let h = hadamard(n);
+            for i in 0..n {
+                for j in 0..n {
+                    let dot: f32 = (0..n).map(|k| h[i * n + k] * h[k * n + j]).sum();
+                    let want = if i == j { 1.0 } else { 0.0 };
+                    assert!((dot - want).abs() < 1e-5, "n {n}: (H·H)[{i}][{j}] = {dot}");
+                }
+            }
+        }
+        assert_eq!(KvType::Q8_0.rotations(64, 64), (Some(64), Some(64)));
+        assert_eq!(KvType::Q4_0.rotations(256, 256), (Some(256), Some(64)));
+        assert_eq!(KvType::Q8_0.rotations(192, 96), (Some(64), None));
+        assert_eq!(KvType::F16.rotations(128, 128), (None, None));
     }
 
     #[test]

@@ -25,7 +25,9 @@ mod weights;
 pub use constraint::{Constraint, Grammars, OutputFormat};
 pub use generate::{generate, rate, FinishReason, GenerateRequest, GenerationStats, TokenStream};
 pub use hidden::{HiddenStates, WireFormat};
-pub use kv_cache::{positions_held as kv_cache_positions, CACHE_BLOCK};
+pub use kv_cache::{
+    bytes_per_position as kv_bytes_per_position, positions_held as kv_cache_positions, KvType, CACHE_BLOCK,
+};
 pub use pipeline::{split_ranges, LocalPipeline};
 pub use sampler::{argmax, Sampler, SamplingParams};
 pub use stage::{Segment, Stage, StageInput, StageMemory, StageOptions};

@@ -82,6 +82,10 @@ pub struct Stage {
     output_rows: Vec<i32>,
     /// The leader of a tensor-parallel group assembles the ranks' logits here.
     gathered: Vec<f32>,
+    /// With a quantized KV cache: the Walsh-Hadamard matrices that rotate keys and values (empty when
+    /// they are not rotated).
+    rotate_keys: Vec<f32>,
+    rotate_values: Vec<f32>,
 }
 
 impl Stage {
@@ -151,8 +155,10 @@ impl Stage {
             Some(group) => ModelConfig { kv_heads: group.slice().kv_heads.len(), ..config.clone() },
             None => config.clone(),
         };
+        let kv_type = options.kv_type;
+        kv_type.check_model(&config).map_err(EngineError::Unsupported)?;
         let rows: Vec<_> = layers.clone().map(|l| cache_config.cache_row(l)).collect();
-        let cache = KvCache::new(&rows, options.context, options.sequences, options.batch, device)?;
+        let cache = KvCache::new(&rows, options.context, options.sequences, options.batch, device, kv_type)?;
         let state = RecurrentState::new(&cache_config, layers.clone(), options.sequences, device)?;
         // Where stages share the machine's cores, a thread without work sleeps rather than polling.
         let sharing_cores = device.kind() == DeviceKind::Cpu && Cores::machine().is_some();
@@ -180,7 +186,12 @@ impl Stage {
             token_ids: Vec::new(),
             output_rows: Vec::new(),
             gathered: Vec::new(),
+            rotate_keys: Vec::new(),
+            rotate_values: Vec::new(),
         };
+        let (keys, values) = kv_type.rotations(stage.config.head_dim, stage.config.value_dim);
+        stage.rotate_keys = keys.map(super::kv_cache::hadamard).unwrap_or_default();
+        stage.rotate_values = values.map(super::kv_cache::hadamard).unwrap_or_default();
         let worst = stage.worst_shapes();
         let mut graphs: Vec<Graph> = worst.iter().map(|shape| stage.build(shape)).collect();
         if let Some(repacking) = Repacking::for_device(device).filter(|_| stage.options.weights.repacks()) {
@@ -477,6 +488,12 @@ impl Stage {
         }
         if graph.has_input(input::MASK_SLIDING) {
             backend.set_input(graph, input::MASK_SLIDING, &self.mask_sliding);
+        }
+        if graph.has_input(input::ROTATE_KEYS) {
+            backend.set_input(graph, input::ROTATE_KEYS, &self.rotate_keys);
+        }
+        if graph.has_input(input::ROTATE_VALUES) {
+            backend.set_input(graph, input::ROTATE_VALUES, &self.rotate_values);
         }
         if is_last && shape.outputs < tokens {
             backend.set_input(graph, input::OUTPUT_ROWS, &self.output_rows);

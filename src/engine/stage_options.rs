@@ -1,6 +1,7 @@
-//! How a stage is sized and run: its context, sequences, batch, threads and device, and the default
+//! How a stage is sized and run: its context, sequences, batch, threads, device and KV cache type, and the default
 //! number of compute threads on this machine.
 
+use super::kv_cache::KvType;
 use super::EngineError;
 use crate::ggml::{Device, WeightPlacement};
 
@@ -20,6 +21,8 @@ pub struct StageOptions {
     pub device: Option<String>,
     /// Where the weights live on the device.
     pub weights: WeightPlacement,
+    /// The element type of the KV cache.
+    pub kv_type: KvType,
 }
 
 impl Default for StageOptions {
@@ -31,6 +34,7 @@ impl Default for StageOptions {
             batch: 512,
             device: None,
             weights: WeightPlacement::Automatic,
+            kv_type: KvType::F16,
         }
     }
 }

@@ -1,5 +1,6 @@
-//! Graph ops particular to some architectures: attention sinks and per-expert biases (gpt-oss), and
-//! gpt-oss's clamped SwiGLU. Split from `graph.rs`, which holds the builder and the common ops.
+//! Graph ops particular to some architectures or caches: attention sinks and per-expert biases
+//! (gpt-oss), gpt-oss's clamped SwiGLU, and the Walsh-Hadamard rotation of heads a quantized KV cache
+//! stores. Split from `graph.rs`, which holds the builder and the common ops.
 
 use super::graph::{GraphBuilder, Tensor};
 use super::sys;
@@ -20,6 +21,23 @@ impl GraphBuilder {
         self.reserve(1);
         // SAFETY: all belong to this graph or outlive it; ggml asserts the shapes.
         self.adopt(unsafe { sys::ggml_add_id(self.ctx(), a.raw.as_ptr(), biases.raw.as_ptr(), ids.raw.as_ptr()) })
+    }
+
+    /// `x` rotated by `rotation` (an orthonormal Walsh-Hadamard matrix, F32 [n, n]) in every run of `n`
+    /// values, shaped as `x` was: what llama.cpp does to queries, keys and values around a quantized KV
+    /// cache (`llama_mul_mat_hadamard`), marked so that ggml's CPU computes it as a fast transform.
+    pub fn mul_mat_hadamard<'g>(&'g self, rotation: Tensor<'g>, x: Tensor<'g>) -> Tensor<'g> {
+        let n = rotation.shape()[0];
+        let shape = x.shape();
+        let elements: i64 = shape.iter().product();
+        // SAFETY: a plain query of a tensor of this graph.
+        let contiguous = unsafe { sys::ggml_is_contiguous(x.raw.as_ptr()) };
+        let rows = if contiguous { x } else { self.cont(x) };
+        let rows = self.reshape_2d(rows, n, elements / n);
+        let rotated = self.mul_mat_as_stored(rotation, rows);
+        // SAFETY: `rotated` is the product just built; this sets one of its parameters.
+        unsafe { sys::ggml_mul_mat_set_hint(rotated.raw.as_ptr(), sys::GGML_HINT_SRC0_IS_HADAMARD) };
+        self.reshape_4d(rotated, shape)
     }
 
     /// gpt-oss's gated activation: `(up + 1) · gate · σ(alpha · gate)` with the gate clamped above at

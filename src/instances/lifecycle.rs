@@ -83,7 +83,7 @@ pub(super) fn cluster_offers(
 pub(super) fn needs_for(model: &Model, request: &LaunchRequest) -> ModelNeeds {
     let context = request.context.unwrap_or(2048).clamp(16, model.config().training_context.max(16));
     let sequences = request.sequences.unwrap_or(4).clamp(1, 64);
-    ModelNeeds::of(model, context, sequences, batch_for(request))
+    ModelNeeds::of_kv(model, context, sequences, batch_for(request), request.kv_type.unwrap_or_default())
 }
 
 /// The batch of the request's stages.
@@ -134,6 +134,7 @@ pub async fn preview(instances: &Arc<Instances>, request: &LaunchRequest) -> Res
             .map_err(|e| LaunchError::Invalid(e.to_string()))??;
     check_context(&model, request)?;
     check_batch(request)?;
+    request.kv_type.unwrap_or_default().check_model(model.config()).map_err(LaunchError::Invalid)?;
     remember_in_library(instances, &request.model).await;
     super::measurement_wait::await_measurements(instances).await;
     let needs = needs_for(&model, request);
@@ -314,6 +315,7 @@ pub(super) async fn launch_as(
             context: info.context,
             sequences: info.sequences,
             batch: batch_for(&request),
+            kv_type: request.kv_type.unwrap_or_default(),
             threads: request.threads.unwrap_or(0),
             file: file.clone(),
             parts: parts.clone(),

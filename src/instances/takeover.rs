@@ -151,6 +151,7 @@ mod tests {
             sequences: Some(2),
             threads: Some(1_000_000),
             batch: Some(1 << 20),
+            kv_type: Some(crate::engine::KvType::Q8_0),
             name: Some("m".into()),
             parallel: Some(crate::placement::Parallelism::Tensor),
             nodes: Some(vec!["a".into(), "b".into()]),

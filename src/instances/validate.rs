@@ -188,6 +188,7 @@ mod tests {
             context: 256,
             sequences: 4,
             batch: 512,
+            kv_type: Default::default(),
             threads: 0,
             file: Some(OfferedFile {
                 name: "m.gguf".into(),

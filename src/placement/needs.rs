@@ -95,8 +95,20 @@ pub struct GroupNeeds {
 
 impl ModelNeeds {
     /// Needs of `model` with `context` positions for each of `sequences` concurrent requests, processing
-    /// prompts in steps of `batch` tokens.
+    /// prompts in steps of `batch` tokens, with an F16 KV cache.
     pub fn of(model: &Model, context: usize, sequences: usize, batch: usize) -> ModelNeeds {
+        Self::of_kv(model, context, sequences, batch, crate::engine::KvType::F16)
+    }
+
+    /// [`ModelNeeds::of`] with a KV cache of `kv_type` (its bytes; the decode rate is predicted as for
+    /// F16 rows).
+    pub fn of_kv(
+        model: &Model,
+        context: usize,
+        sequences: usize,
+        batch: usize,
+        kv_type: crate::engine::KvType,
+    ) -> ModelNeeds {
         let c = model.config();
         // The step size a stage uses: its batch, at most the context asked for (as `Stage::load` clamps it).
         let batch = batch.clamp(1, context.max(1));
@@ -110,11 +122,13 @@ impl ModelNeeds {
             .enumerate()
             .map(|(layer, row)| {
                 let held = crate::engine::kv_cache_positions(row, context, batch);
-                (row.bytes_per_position() * held as u64 + c.linear_state_bytes(layer)) * sequences.max(1) as u64
+                let rows = crate::engine::kv_bytes_per_position(row, kv_type) * held as u64;
+                (rows + c.linear_state_bytes(layer)) * sequences.max(1) as u64
             })
             .collect();
         // What each further position costs: the layers that see the whole context.
-        let kv_per_position = rows.iter().filter(|r| r.window.is_none()).map(CacheRow::bytes_per_position).sum();
+        let kv_per_position =
+            rows.iter().filter(|r| r.window.is_none()).map(|r| crate::engine::kv_bytes_per_position(r, kv_type)).sum();
         // Measured on ggml's CPU back end: about 4 activations of the widest projection per token,
         // plus the F16 attention mask, plus slack (an upper bound of what `Stage::load` reserves).
         // A mixture-of-experts layer holds each token's chosen experts' activations side by side, and

@@ -24,6 +24,9 @@ pub struct WorkerArgs {
     pub sequences: usize,
     #[arg(long, default_value_t = 512)]
     pub batch: usize,
+    /// The KV cache's element type: f16, q8_0 or q4_0.
+    #[arg(long, default_value = "f16")]
+    pub kv_type: crate::engine::KvType,
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// Address the data port listens on.
@@ -92,6 +95,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
         context: args.context,
         sequences: args.sequences,
         batch: args.batch,
+        kv_type: args.kv_type,
         threads: args.threads,
         listen: args.listen,
         device,

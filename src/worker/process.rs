@@ -41,6 +41,7 @@ pub struct WorkerConfig {
     pub context: usize,
     pub sequences: usize,
     pub batch: usize,
+    pub kv_type: engine::KvType,
     pub threads: usize,
     pub listen: IpAddr,
     pub device: StageDevice,
@@ -138,6 +139,7 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
         batch: config.batch,
         device: config.device.name.clone(),
         weights: config.device.weights,
+        kv_type: config.kv_type,
     };
     let group = match &config.tensor {
         Some(tensor) => {
@@ -476,6 +478,7 @@ mod tests {
             context: 256,
             sequences: 1,
             batch: 32,
+            kv_type: engine::KvType::F16,
             threads: 1,
             listen: IpAddr::from([127, 0, 0, 1]),
             device: StageDevice::default(),

@@ -25,6 +25,9 @@ pub struct StageSpec {
     pub context: usize,
     pub sequences: usize,
     pub batch: usize,
+    /// The KV cache's element type.
+    #[serde(default)]
+    pub kv_type: crate::engine::KvType,
     /// Compute threads (0: the node decides: its cores divided by the stages it runs).
     pub threads: usize,
     /// The model file as any node can find or fetch it (`model_path` is where the owner has it).
@@ -162,6 +165,7 @@ pub fn spawn(
         .args(["--stage", &place.stage.to_string(), "--stages", &place.stages.to_string()])
         .args(["--context", &spec.context.to_string(), "--sequences", &spec.sequences.to_string()])
         .args(["--batch", &spec.batch.to_string(), "--threads", &setup.threads.to_string()])
+        .args(["--kv-type", spec.kv_type.name()])
         .args(["--listen", &setup.listen.to_string()])
         .args(setup.device.args())
         .args(spec.tensor.iter().flat_map(TensorRank::args))

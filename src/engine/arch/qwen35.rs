@@ -191,6 +191,7 @@ fn gated_attention<'g>(
     let positions = step.position_sections.expect("a stage with full-attention layers has their positions");
     let q = g.rope_multi(q, positions, sections, &rope);
     let k = g.rope_multi(k, positions, sections, &rope);
+    let (q, k, v) = step.rotated_for_cache(g, q, k, v);
     let width = kv_heads * hd;
     let k_rows = g.view(k, &[width, t], &[k.strides()[2]], 0);
     let v_rows = g.view(v, &[width, t], &[v.strides()[2]], 0);
@@ -198,7 +199,8 @@ fn gated_attention<'g>(
     let local = layer - step.layers.start;
     step.cache.store(g, local, k_rows, Some(v_rows), rows);
     let keys = CachedKeys { layer: local, key_head: c.head_dim, value_head: c.head_dim, sliding: false };
-    let attended = g.reshape_2d(attend(g, step, q, keys, c.attention_scale, None), hd * heads, t);
+    let attended = step.unrotated_values(g, attend(g, step, q, keys, c.attention_scale, None));
+    let attended = g.reshape_2d(attended, hd * heads, t);
     let gated = g.mul(attended, g.sigmoid(gate));
     step.complete(g, g.mul_mat(g.stored(w.req("attn_output.weight")), gated))
 }

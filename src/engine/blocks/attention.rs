@@ -85,6 +85,7 @@ pub fn attention<'g>(
         Some(scale) => g.scale(q, scale),
         None => q,
     };
+    let (q, k, v) = step.rotated_for_cache(g, q, k, v);
 
     let width = (kv_heads * c.head_dim) as i64;
     let k_rows = g.view(k, &[width, t], &[k.strides()[2]], 0);
@@ -97,7 +98,7 @@ pub fn attention<'g>(
     step.cache.store(g, local, k_rows, Some(v_rows), rows);
     let sinks = w.get("attn_sinks.weight").map(|s| g.stored(s));
     let keys = CachedKeys { layer: local, key_head: c.head_dim, value_head: c.head_dim, sliding: params.sliding };
-    let attended = attend(g, step, q, keys, params.kq_scale, sinks);
+    let attended = step.unrotated_values(g, attend(g, step, q, keys, params.kq_scale, sinks));
     let merged = g.reshape_2d(attended, hd * heads as i64, t);
     // The output projection of a rank's heads is its part of the sum; the bias is added once, to the sum.
     let projected = step.complete(g, g.mul_mat(g.stored(w.req("attn_output.weight")), merged));

@@ -35,6 +35,9 @@ pub(super) mod input {
     pub const MASK_SLIDING: &str = "mask_sliding";
     /// On the last stage, the rows whose logits are wanted (when not every row's).
     pub const OUTPUT_ROWS: &str = "output_rows";
+    /// The Walsh-Hadamard rotations of keys (with queries) and of values before a quantized cache.
+    pub const ROTATE_KEYS: &str = "rotate_keys";
+    pub const ROTATE_VALUES: &str = "rotate_values";
 }
 
 /// One sequence's part of a step: its tokens are consecutive rows of the step, and its queries attend
@@ -170,6 +173,10 @@ pub struct StepContext<'a, 'g> {
     pub(super) output_rows: Option<Tensor<'g>>,
     /// On a rank of a tensor-parallel group: its share of the model and the group's sum.
     pub(super) parallel: Option<Parallel<'a>>,
+    /// With a quantized KV cache: the rotations of keys (and queries) and of values (see
+    /// [`crate::engine::KvType::rotations`]).
+    pub(super) rotate_keys: Option<Tensor<'g>>,
+    pub(super) rotate_values: Option<Tensor<'g>>,
 }
 
 /// A tensor-parallel rank's part in a graph: the heads, columns and experts it holds, and the sum over
@@ -184,6 +191,27 @@ pub(super) struct Parallel<'a> {
 }
 
 impl<'g> StepContext<'_, 'g> {
+    /// Queries and keys rotated (and values) as a quantized cache stores them, when it does.
+    pub fn rotated_for_cache(
+        &self,
+        g: &'g GraphBuilder,
+        q: Tensor<'g>,
+        k: Tensor<'g>,
+        v: Tensor<'g>,
+    ) -> (Tensor<'g>, Tensor<'g>, Tensor<'g>) {
+        let (q, k) = match self.rotate_keys {
+            Some(r) => (g.mul_mat_hadamard(r, q), g.mul_mat_hadamard(r, k)),
+            None => (q, k),
+        };
+        let v = self.rotate_values.map_or(v, |r| g.mul_mat_hadamard(r, v));
+        (q, k, v)
+    }
+
+    /// Attention's output rotated back, when the values were rotated (the rotation is its own inverse).
+    pub fn unrotated_values(&self, g: &'g GraphBuilder, out: Tensor<'g>) -> Tensor<'g> {
+        self.rotate_values.map_or(out, |r| g.mul_mat_hadamard(r, out))
+    }
+
     /// Tokens in this step.
     pub fn tokens(&self) -> i64 {
         self.shape.tokens as i64

@@ -51,6 +51,7 @@ fn a_relaunch_uses_the_original_options_and_this_nodes_copy() {
         sequences: Some(2),
         threads: Some(3),
         batch: Some(128),
+        kv_type: None,
         name: None,
         parallel: None,
         nodes: None,

@@ -444,6 +444,12 @@ replaced_by: string | null,
  */
 request: LaunchRequest | null, };
 
+/**
+ * The element type of a KV cache: F16 (the default), or Q8_0 / Q4_0 blocks of 32 values — about half
+ * and a quarter of F16's bytes, for longer contexts in the same memory, at the cost of their rounding.
+ */
+export type KvType = "f16" | "q8_0" | "q4_0";
+
 export type LaunchRequest = { 
 /**
  * Path of the GGUF file on the launching node (the other nodes find it in their library or fetch
@@ -471,6 +477,11 @@ threads?: number | null,
  * many. A larger batch takes a larger compute buffer on every stage.
  */
 batch?: number | null, 
+/**
+ * The KV cache's element type on every stage (default f16; q8_0 and q4_0 hold about twice and
+ * four times the context in the same memory).
+ */
+kv_type?: KvType | null, 
 /**
  * The name clients use (default: the file name without `.gguf`).
  */
