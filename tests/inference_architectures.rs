@@ -10,6 +10,7 @@ use common::cluster::TestCluster;
 use common::{random_model, split_gguf};
 use serde_json::json;
 use std::path::Path;
+use std::time::Duration;
 
 /// Three nodes run `model` with `layers` (a stage each) and complete two prompts greedily as one
 /// process does.
@@ -65,4 +66,33 @@ fn three_nodes_serve_gpt_oss_exactly_like_one_process() {
 fn three_nodes_serve_qwen35moe_exactly_like_one_process() {
     let _one_at_a_time = common::cluster::exclusive();
     check_three_nodes_answer_like_one_process(&random_model::qwen35moe().write(), "node0:0-0,node1:1-2,node2:3-3");
+}
+
+/// A node of a qwen35moe instance killed: the owner places the model again on the nodes left, each
+/// stage starting its recurrent state afresh, and it answers as one process does.
+#[test]
+fn a_killed_node_of_a_qwen35moe_instance_is_placed_again_and_answers_the_same() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let mut c = TestCluster::new(3);
+    c.form(&[]);
+    let model = random_model::qwen35moe().write();
+    let path = model.to_str().unwrap();
+    let args =
+        ["run", path, "--layers", "node0:0-1,node2:2-3", "--context", "256", "--sequences", "1", "--threads", "1"];
+    let out = c.cli(0, &args);
+    assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+    let old = c.get_json(0, "/api/instances")[0]["id"].as_str().unwrap().to_string();
+    c.kill(2);
+    c.wait_for(Duration::from_secs(60), "the model to be placed again and ready", || {
+        let instances = c.get_json(0, "/api/instances");
+        let list = instances.as_array().unwrap();
+        list.iter().any(|i| i["id"] == old.as_str() && i["state"] == "replaced")
+            && list.iter().any(|i| i["state"] == "ready")
+    });
+    let name = c.get_json(0, "/v1/models")["data"][0]["id"].as_str().unwrap().to_string();
+    let prompt = "The capital of France is";
+    let body = json!({ "model": name, "prompt": prompt, "max_tokens": 12, "temperature": 0, "ignore_eos": true });
+    let (status, answer) = c.post_json(0, "/v1/completions", body);
+    assert_eq!(status, 200, "{answer}\n{}", c.logs());
+    assert_eq!(answer["choices"][0]["text"].as_str().unwrap(), common::single_process_of(&model, prompt, 12));
 }
