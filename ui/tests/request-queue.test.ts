@@ -29,6 +29,7 @@ function busy(active: number, queued: number): InstanceInfo {
 function report(queueMs: number): GenerationReport {
   return {
     prompt_tokens: 12,
+    cached_tokens: 0,
     generated_tokens: 30,
     queue_ms: queueMs,
     time_to_first_token_ms: 80,
