@@ -133,9 +133,15 @@ pub const CACHE_BLOCK: usize = 256;
 pub fn positions_held(row: &CacheRow, context: usize, batch: usize) -> usize {
     let context = context.max(1).div_ceil(CACHE_BLOCK) * CACHE_BLOCK;
     match row.window {
-        Some(window) => ((window + batch.max(1) - 1).div_ceil(CACHE_BLOCK) * CACHE_BLOCK).min(context),
+        Some(window) => ring_positions(window, context, batch),
         None => context,
     }
+}
+
+/// Positions the ring of a sliding layer with `window` holds per sequence (see [`positions_held`]).
+pub fn ring_positions(window: usize, context: usize, batch: usize) -> usize {
+    let context = context.max(1).div_ceil(CACHE_BLOCK) * CACHE_BLOCK;
+    ((window + batch.max(1) - 1).div_ceil(CACHE_BLOCK) * CACHE_BLOCK).min(context)
 }
 
 /// Bytes one position of a layer caching `row` takes in a cache of `kv_type`.

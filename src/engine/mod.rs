@@ -26,7 +26,8 @@ pub use constraint::{Constraint, Grammars, OutputFormat};
 pub use generate::{generate, rate, FinishReason, GenerateRequest, GenerationStats, TokenStream};
 pub use hidden::{HiddenStates, WireFormat};
 pub use kv_cache::{
-    bytes_per_position as kv_bytes_per_position, positions_held as kv_cache_positions, KvType, CACHE_BLOCK,
+    bytes_per_position as kv_bytes_per_position, positions_held as kv_cache_positions, ring_positions, KvType,
+    CACHE_BLOCK,
 };
 pub use pipeline::{split_ranges, LocalPipeline};
 pub use sampler::{argmax, Sampler, SamplingParams};

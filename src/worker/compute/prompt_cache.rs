@@ -10,7 +10,7 @@
 //! recurrent state (Qwen3.5's linear attention) only whole, since it cannot be taken back — so there a
 //! prompt must extend everything the slot ran.
 
-use crate::engine::kv_cache_positions;
+use crate::engine::ring_positions;
 use crate::model::ModelConfig;
 
 /// What a slot's cache can give back to a new request.
@@ -33,15 +33,7 @@ impl Reuse {
             return Reuse::Whole;
         }
         match &config.sliding_window {
-            Some(w) => {
-                let row = crate::model::CacheRow {
-                    key_width: 1,
-                    value_width: 1,
-                    values_in_keys: false,
-                    window: Some(w.size),
-                };
-                Reuse::Window { window: w.size, ring: kv_cache_positions(&row, context, batch) }
-            }
+            Some(w) => Reuse::Window { window: w.size, ring: ring_positions(w.size, context, batch) },
             None => Reuse::AnyPrefix,
         }
     }
