@@ -145,6 +145,6 @@ fn a_qwen35_sequence_continues_or_starts_again_but_does_not_go_back() {
 #[test]
 fn qwen35_is_refused_across_tensor_parallel_ranks_with_the_reason() {
     let file = Model::open(&random_model::qwen35().write()).unwrap();
-    let reason = file.config().architecture.spec().splits_across_ranks().unwrap_err();
+    let reason = file.config().architecture.declaration().splits_across_ranks().unwrap_err();
     assert!(reason.contains("--parallel pipeline"), "{reason}");
 }

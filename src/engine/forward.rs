@@ -50,7 +50,7 @@ pub(super) fn build(parts: &StageParts<'_>, shape: &GraphShape) -> Graph {
 
 fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: &GraphShape) -> Tensor<'g> {
     let c = p.config;
-    let spec = c.architecture.spec();
+    let graph = super::arch::graph(c.architecture);
     let t = shape.tokens as i64;
     let mut x = blocks::stage_input(g, p.weights.embedding.as_ref(), c.embedding, t);
     if let (Some(scale), Some(_)) = (c.embedding_scale, &p.weights.embedding) {
@@ -68,7 +68,7 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: &GraphShape) -> T
         cache: p.cache,
         state: p.state,
         shape: shape.clone(),
-        rope_mode: spec.rope_mode(),
+        rope_mode: c.architecture.declaration().rope_mode(),
         positions: g.input(input::POSITIONS, DType::I32, &[t]),
         position_sections: (c.rope_sections.is_some() && sees_all)
             .then(|| g.input(input::POSITION_SECTIONS, DType::I32, &[4 * t])),
@@ -92,7 +92,7 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: &GraphShape) -> T
         }),
     };
     for (i, layer) in p.layers.clone().enumerate() {
-        x = spec.layer(g, &step, layer, &p.weights.layers[i], x);
+        x = graph.layer(g, &step, layer, &p.weights.layers[i], x);
     }
     match (&p.weights.output_norm, &p.weights.output) {
         (Some(norm_weight), Some(head)) => {

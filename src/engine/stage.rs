@@ -273,7 +273,7 @@ impl Stage {
             fresh: self.state.is_present(),
         };
         let mut shapes = vec![GraphShape { tokens: batch, segments: vec![segment(0, batch)], outputs: 1 }];
-        if self.config().architecture.spec().attends_fresh_segments_apart(self.config()) {
+        if super::arch::graph(self.config().architecture).attends_fresh_segments_apart(self.config()) {
             // A whole batch that begins its sequence, attended in the architecture's own form.
             let first = SegmentShape {
                 attended: self.cache.attended(batch),

@@ -1,8 +1,10 @@
 //! The tensors one stage maps from the model file: its layers, and the embeddings or output head when
 //! it is the first or last stage. Nothing else of the file is bound, so nothing else becomes resident.
 
+use super::arch::{self, LayerWeights};
 use super::EngineError;
 use crate::ggml::{Device, GatheredTensor, MappedTensor, Repacking, SetTensorRef, TensorSet, WeightPlacement};
+use crate::model::arch::{Binder, Declared};
 use crate::model::layout::{self, OUTPUT, OUTPUT_NORM, ROPE_FREQS, TOKEN_EMBEDDING};
 use crate::model::{Model, ModelError, SliceSource, TensorSlice};
 use std::ops::Range;
@@ -10,23 +12,30 @@ use std::ops::Range;
 /// ggml's CPU buffers need tensors mapped in place to start on this boundary.
 const MAPPED_ALIGNMENT: u64 = 32;
 
-/// One layer's tensors, by their short names (`attn_q.weight` for `blk.N.attn_q.weight`), as its
-/// architecture declares them. Required tensors are always present: [`Model::open`] checked them.
-pub struct LayerWeights {
-    tensors: Vec<(String, SetTensorRef)>,
+/// Binds layer `layer`'s declared tensors to those mapped in `sets` (`blk.{layer}.{short name}`).
+/// Required tensors are always there: [`Model::open`] checked the file, and the stage mapped them.
+struct FromSets<'s> {
+    sets: &'s [TensorSet],
+    layer: usize,
 }
 
-impl LayerWeights {
-    /// An optional tensor of the layer.
-    pub fn get(&self, short_name: &str) -> Option<&SetTensorRef> {
-        self.tensors.iter().find(|(n, _)| n == short_name).map(|(_, t)| t)
+impl FromSets<'_> {
+    fn get(&self, name: &str) -> Option<SetTensorRef> {
+        let full = format!("blk.{}.{name}", self.layer);
+        self.sets.iter().find_map(|set| set.get(&full))
+    }
+}
+
+impl Binder<Declared, SetTensorRef, EngineError> for FromSets<'_> {
+    fn required(&mut self, name: &'static str, _: &Declared) -> Result<SetTensorRef, EngineError> {
+        self.get(name).ok_or_else(|| EngineError::Internal(format!("tensor blk.{}.{name} was not mapped", self.layer)))
     }
 
-    /// A tensor the architecture declares as required.
-    pub fn req(&self, short_name: &str) -> &SetTensorRef {
-        self.get(short_name).unwrap_or_else(|| {
-            panic!("the graph uses {short_name}, which its architecture does not declare as required")
-        })
+    fn optional(&mut self, name: &'static str, declared: &Declared) -> Result<Option<SetTensorRef>, EngineError> {
+        match self.get(name) {
+            None if declared.required => self.required(name, declared).map(Some),
+            found => Ok(found),
+        }
     }
 }
 
@@ -164,25 +173,11 @@ impl StageWeights {
         let get = |name: &str| sets.iter().find_map(|set| set.get(name));
         let need = |name: String| get(&name).ok_or(EngineError::Internal(format!("tensor {name} was not mapped")));
         let config = model.config();
-        let spec = config.architecture.spec();
-        let mut layer_weights = Vec::with_capacity(layers.len());
-        for l in layers.clone() {
-            let prefix = format!("blk.{l}.");
-            let mut tensors = Vec::new();
-            for t in spec.layer_tensors(config, l) {
-                match get(&t.name) {
-                    Some(mapped) => {
-                        let short = t.name.strip_prefix(&prefix).unwrap_or(&t.name).to_string();
-                        tensors.push((short, mapped));
-                    }
-                    None if t.required => {
-                        return Err(EngineError::Internal(format!("tensor {} was not mapped", t.name)))
-                    }
-                    None => {}
-                }
-            }
-            layer_weights.push(LayerWeights { tensors });
-        }
+        let graph = arch::graph(config.architecture);
+        let layer_weights = layers
+            .clone()
+            .map(|layer| graph.bind(config, layer, &mut FromSets { sets: &sets, layer }))
+            .collect::<Result<Vec<_>, _>>()?;
         let last = layers.end == config.layers;
         let output = match (last, model.layout().tied_output && slice.is_none()) {
             (false, _) => None,
@@ -255,7 +250,7 @@ impl StageWeights {
         };
         let globals = [&mut self.embedding, &mut self.output_norm, &mut self.output, &mut self.rope_factors];
         globals.into_iter().flatten().for_each(rebind);
-        self.layers.iter_mut().flat_map(|l| l.tensors.iter_mut()).for_each(|(_, t)| rebind(t));
+        self.layers.iter_mut().for_each(|l| l.tensors_mut(rebind));
         for set in &mut self.sets {
             weights.iter().for_each(|(name, _)| set.release(name));
         }

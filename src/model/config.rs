@@ -77,9 +77,9 @@ impl Architecture {
         }
     }
 
-    /// What the architecture declares: its own metadata, tensors and graph.
-    pub fn spec(self) -> &'static dyn crate::engine::arch::ArchSpec {
-        crate::engine::arch::spec(self)
+    /// What the architecture declares: its own metadata, tensors and caches.
+    pub fn declaration(self) -> &'static dyn super::arch::Declaration {
+        super::arch::declaration(self)
     }
 }
 
@@ -307,7 +307,7 @@ impl ModelConfig {
             None => return Err(keys.invalid(&p("attention.head_count"), "does not divide the embedding length")),
         };
         let value_dim = keys.optional_count(&p("attention.value_length"))?.unwrap_or(head_dim);
-        if value_dim != head_dim && !architecture.spec().values_may_differ() {
+        if value_dim != head_dim && !architecture.declaration().values_may_differ() {
             return Err(keys.invalid(
                 &p("attention.value_length"),
                 "differs from the key length, which this engine does not support",
@@ -319,7 +319,7 @@ impl ModelConfig {
         let rms_epsilon = keys.float(&p("attention.layer_norm_rms_epsilon"))? as f32;
         let training_context = keys.count(&p("context_length"))?;
         let rope_dims = keys.optional_count(&p("rope.dimension_count"))?.unwrap_or(head_dim);
-        if rope_dims > head_dim || (rope_dims != head_dim && !architecture.spec().partial_rotary()) {
+        if rope_dims > head_dim || (rope_dims != head_dim && !architecture.declaration().partial_rotary()) {
             return Err(keys.invalid(
                 &p("rope.dimension_count"),
                 "differs from the head size, which this engine does not support",
@@ -394,7 +394,7 @@ impl ModelConfig {
             rope_sections: None,
         };
         config.rope.attn_factor = config.rope.yarn_attn_factor(1.0, 0.0, file_attn_factor);
-        architecture.spec().hyper_parameters(&keys, &mut config)?;
+        architecture.declaration().hyper_parameters(&keys, &mut config)?;
         Ok(config)
     }
 
@@ -405,7 +405,7 @@ impl ModelConfig {
             return CacheRow { key_width: 0, value_width: 0, values_in_keys: false, window: None };
         }
         let window = self.sliding_window.as_ref().filter(|_| self.is_sliding(layer)).map(|w| w.size);
-        CacheRow { window, ..self.architecture.spec().cache_row(self, layer) }
+        CacheRow { window, ..self.architecture.declaration().cache_row(self, layer) }
     }
 
     /// Whether `layer` is a linear-attention layer with a recurrent state.

@@ -1,6 +1,6 @@
-//! Which tensors a model must have (as its architecture declares them, with the shared declarations of
-//! attention, feed-forward and expert tensors here), their expected shapes, and the exact bytes each
-//! layer, the embeddings and the output head occupy: the numbers a stage maps and placement budgets.
+//! Which tensors a model must have (as its architecture declares them in [`super::arch`]), their expected
+//! shapes, and the exact bytes each layer, the embeddings and the output head occupy: the numbers a
+//! stage maps and placement budgets.
 
 use super::config::ModelConfig;
 use super::gguf::GgufFile;
@@ -20,11 +20,6 @@ pub struct ExpectedTensor {
 }
 
 impl ExpectedTensor {
-    /// Tensor `short_name` of layer `layer` (`blk.{layer}.{short_name}`).
-    pub fn layer(layer: usize, short_name: &str, shape: &[usize], required: bool) -> ExpectedTensor {
-        tensor(format!("blk.{layer}.{short_name}"), shape, required)
-    }
-
     /// The same tensor, divided among a tensor-parallel group's ranks along dimension `dim` (ggml order:
     /// 0 is the row length) by their share of `part`.
     pub fn split(self, dim: usize, part: Part) -> ExpectedTensor {
@@ -66,59 +61,7 @@ pub enum Split {
 
 /// Tensors of layer `layer`, as its architecture declares them.
 pub fn layer_tensors(config: &ModelConfig, layer: usize) -> Vec<ExpectedTensor> {
-    config.architecture.spec().layer_tensors(config, layer)
-}
-
-/// The standard self-attention tensors of a layer: Q, K and V with optional biases, the output
-/// projection, and the per-head Q/K norms (`head_norms`: required, optional or absent).
-pub fn attention_tensors(config: &ModelConfig, layer: usize, head_norms: Option<bool>) -> Vec<ExpectedTensor> {
-    let (e, q, hd) = (config.embedding, config.heads * config.head_dim, config.head_dim);
-    let kv = config.kv_heads * config.head_dim;
-    let t = |part: &str, shape: &[usize], required: bool| ExpectedTensor::layer(layer, part, shape, required);
-    // A tensor-parallel rank holds whole heads: rows of Q, K and V, the matching inputs of the output
-    // projection (whose bias is added once, after the ranks' outputs are summed).
-    let mut list = vec![
-        t("attn_norm.weight", &[e], true),
-        t("attn_q.weight", &[e, q], true).split(1, Part::QueryHeads),
-        t("attn_k.weight", &[e, kv], true).split(1, Part::KvHeads),
-        t("attn_v.weight", &[e, kv], true).split(1, Part::KvHeads),
-        t("attn_q.bias", &[q], false).split(0, Part::QueryHeads),
-        t("attn_k.bias", &[kv], false).split(0, Part::KvHeads),
-        t("attn_v.bias", &[kv], false).split(0, Part::KvHeads),
-        t("attn_output.weight", &[q, e], true).split(0, Part::QueryHeads),
-        t("attn_output.bias", &[e], false),
-    ];
-    if let Some(required) = head_norms {
-        list.push(t("attn_q_norm.weight", &[hd], required));
-        list.push(t("attn_k_norm.weight", &[hd], required));
-    }
-    list
-}
-
-/// A dense SwiGLU feed-forward of inner width `inner` over tensors `ffn_{gate,up,down}{suffix}`; a
-/// tensor-parallel rank holds its share of the inner width (`ffn_shexp` tensors: of the shared experts').
-pub fn feed_forward_tensors(config: &ModelConfig, layer: usize, suffix: &str, inner: usize) -> Vec<ExpectedTensor> {
-    let e = config.embedding;
-    let t = |part: &str, shape: &[usize]| ExpectedTensor::layer(layer, &format!("{part}{suffix}.weight"), shape, true);
-    let share = if suffix == "_shexp" { Part::SharedFeedForward } else { Part::FeedForward };
-    vec![
-        t("ffn_gate", &[e, inner]).split(1, share),
-        t("ffn_up", &[e, inner]).split(1, share),
-        t("ffn_down", &[inner, e]).split(0, share),
-    ]
-}
-
-/// A mixture-of-experts feed-forward: the router and the 3-D expert tensors.
-pub fn expert_tensors(config: &ModelConfig, layer: usize, moe: &super::MoeParams) -> Vec<ExpectedTensor> {
-    let (e, f, n) = (config.embedding, moe.expert_feed_forward, moe.experts);
-    let t = |part: &str, shape: &[usize]| ExpectedTensor::layer(layer, part, shape, true);
-    // A tensor-parallel rank holds whole experts; every rank routes with the whole router.
-    vec![
-        t("ffn_gate_inp.weight", &[e, n]),
-        t("ffn_gate_exps.weight", &[e, f, n]).split(2, Part::Experts),
-        t("ffn_up_exps.weight", &[e, f, n]).split(2, Part::Experts),
-        t("ffn_down_exps.weight", &[f, e, n]).split(2, Part::Experts),
-    ]
+    config.architecture.declaration().layer_tensors(config, layer)
 }
 
 pub const TOKEN_EMBEDDING: &str = "token_embd.weight";
@@ -128,7 +71,7 @@ pub const ROPE_FREQS: &str = "rope_freqs.weight";
 
 /// Tensors outside the layers, as the model's architecture declares them.
 pub fn global_tensors(config: &ModelConfig) -> Vec<ExpectedTensor> {
-    config.architecture.spec().global_tensors(config)
+    config.architecture.declaration().global_tensors(config)
 }
 
 /// Which stages hold a tensor outside the layers.

@@ -1,6 +1,7 @@
 //! Models on disk: GGUF reading, architecture and hyper-parameters, per-layer tensor bytes, the tokenizer
 //! and chat templates. Opening a [`Model`] validates the whole file's structure, so later stages can trust it.
 
+pub mod arch;
 mod chat_template;
 pub mod config;
 pub mod gguf;
@@ -190,6 +191,6 @@ impl Model {
     /// The source of the model's chat template, or of its architecture's usual one (None: ChatML).
     pub fn chat_template_source(&self) -> Option<&str> {
         let source = self.file().get("tokenizer.chat_template").and_then(Value::as_str);
-        source.or_else(|| self.config.architecture.spec().default_chat_template())
+        source.or_else(|| self.config.architecture.declaration().default_chat_template())
     }
 }

@@ -1,92 +1,25 @@
-//! GLM-4.5, 4.6 and 4.7 (`glm4moe`), as llama.cpp's `src/models/glm4-moe.cpp` computes them: attention
-//! with biases on Q, K and V (and per-head Q/K norms in the files that have them), RoPE on the first
-//! `rope.dimension_count` values of each head; a `post_attention_norm` before the feed-forward, which
-//! is dense in the first `leading_dense_block_count` layers and elsewhere routed experts (sigmoid
-//! scores; `exp_probs_b` biases which experts are chosen, not their weights) plus a shared expert.
-//! The next-token-prediction layers at the end of the file are skipped.
+//! GLM-4.5's layer (`glm4moe`; declared in [`crate::model::arch::Glm4Moe`]), as llama.cpp's
+//! `src/models/glm4-moe.cpp` computes it: attention, then a dense feed-forward or routed and shared
+//! experts behind a `post_attention_norm`.
 
-use super::ArchSpec;
+use super::{Bound, Graph};
 use crate::engine::blocks::{self, StepContext};
-use crate::engine::weights::LayerWeights;
 use crate::ggml::{GraphBuilder, Tensor};
-use crate::model::config::Keys;
-use crate::model::layout::{self, ExpectedTensor};
-use crate::model::{ExpertActivation, Gating, ModelConfig, ModelError, MoeParams};
+use crate::model::arch::Glm4Moe;
 
-pub struct Glm4Moe;
-
-pub static GLM4MOE: Glm4Moe = Glm4Moe;
-
-impl ArchSpec for Glm4Moe {
-    fn hyper_parameters(&self, keys: &Keys<'_>, config: &mut ModelConfig) -> Result<(), ModelError> {
-        super::skip_next_token_layers(keys, config)?;
-        if keys.arch_sections_in_use("rope.dimension_sections") {
-            return Err(
-                keys.arch_invalid("rope.dimension_sections", "asks for multimodal RoPE, which shoal does not run")
-            );
-        }
-        let (experts, experts_used) = super::expert_counts(keys)?;
-        let expert_feed_forward = keys.arch_count("expert_feed_forward_length")?;
-        let gating = match keys.arch_optional_count("expert_gating_func")? {
-            None | Some(2) => Gating::Sigmoid,
-            Some(1) => Gating::Softmax,
-            Some(other) => {
-                return Err(keys.arch_invalid("expert_gating_func", &format!("is {other}, a gating shoal does not run")))
-            }
-        };
-        let leading_dense_layers = keys.arch_optional_count("leading_dense_block_count")?.unwrap_or(0);
-        config.moe = Some(MoeParams {
-            experts,
-            experts_used,
-            expert_feed_forward,
-            gating,
-            activation: ExpertActivation::Silu,
-            normalize: keys.arch_optional_bool("expert_weights_norm")?.unwrap_or(false),
-            scale: keys.arch_optional_float("expert_weights_scale")?.unwrap_or(0.0) as f32,
-            shared_experts: keys.arch_optional_count("expert_shared_count")?.unwrap_or(0),
-            leading_dense_layers: leading_dense_layers.min(config.layers),
-            groups: super::expert_groups(keys, experts)?,
-        });
-        Ok(())
-    }
-
-    fn partial_rotary(&self) -> bool {
-        true
-    }
-
-    fn rope_mode(&self) -> i32 {
-        2
-    }
-
-    fn layer_tensors(&self, config: &ModelConfig, layer: usize) -> Vec<ExpectedTensor> {
-        let mut list = layout::attention_tensors(config, layer, Some(false));
-        list.push(ExpectedTensor::layer(layer, "post_attention_norm.weight", &[config.embedding], true));
-        match &config.moe {
-            Some(moe) if moe.is_sparse(layer) => {
-                list.extend(layout::expert_tensors(config, layer, moe));
-                list.push(ExpectedTensor::layer(layer, "exp_probs_b.bias", &[moe.experts], true));
-                if moe.shared_experts > 0 {
-                    let width = moe.expert_feed_forward * moe.shared_experts;
-                    list.extend(layout::feed_forward_tensors(config, layer, "_shexp", width));
-                }
-            }
-            _ => list.extend(layout::feed_forward_tensors(config, layer, "", config.feed_forward)),
-        }
-        list
-    }
-
+impl Graph for Glm4Moe {
     fn layer<'g>(
         &self,
         g: &'g GraphBuilder,
         step: &StepContext<'_, 'g>,
         layer: usize,
-        w: &LayerWeights,
+        w: &Bound<Self>,
         x: Tensor<'g>,
     ) -> Tensor<'g> {
         let c = step.config;
         let moe = c.moe.as_ref().expect("glm4moe reads its expert parameters when the model opens");
-        let ffn_in = blocks::attention_block(g, step, layer, w, x);
-        let h = blocks::norm(g, ffn_in, w.req("post_attention_norm.weight"), c.rms_epsilon);
-        g.add(blocks::sparse_or_dense_feed_forward(g, step, w, moe, layer, h), ffn_in)
+        let ffn_in = blocks::attention_block(g, step, layer, &w.attn_norm, &w.attention, x);
+        let h = blocks::norm(g, ffn_in, &w.post_attention_norm, c.rms_epsilon);
+        g.add(blocks::sparse_or_dense_feed_forward(g, step, &w.feed_forward, moe, h), ffn_in)
     }
 }

@@ -1,156 +1,42 @@
-//! Qwen3.5 / 3.6 (`qwen35` dense, `qwen35moe` mixture-of-experts), as llama.cpp's
-//! `src/models/qwen35.cpp` and `qwen35moe.cpp` compute them: layers of linear attention with a
-//! recurrent state (the gated delta-net, [`blocks::gated_delta_net`]) and, every
-//! `full_attention_interval`-th layer, gated full attention — Q projected together with an output gate,
-//! per-head Q/K norms, interleaved M-RoPE on part of each head. Every layer has an RMS norm before its
-//! attention and one before its feed-forward (`post_attention_norm`). The MoE layers route each token
-//! to softmax-chosen experts and add a shared expert scaled by a sigmoid gate of its own. The files'
-//! next-token-prediction layers are skipped (not mapped, not counted).
+//! Qwen3.5 / 3.6's layer (`qwen35`, `qwen35moe`; declared in [`crate::model::arch::Qwen35`]), as
+//! llama.cpp's `src/models/qwen35.cpp` and `qwen35moe.cpp` compute it: the gated delta-net
+//! ([`blocks::gated_delta_net`]) or gated full attention, then a dense feed-forward or routed experts
+//! plus a sigmoid-gated shared expert, each behind an RMS norm and a residual.
 
-use super::ArchSpec;
+use super::{Bound, Graph};
 use crate::engine::blocks::{self, attend, linear, norm, CachedKeys, StepContext};
-use crate::engine::weights::LayerWeights;
-use crate::ggml::{GraphBuilder, RopeParams, Tensor};
-use crate::model::config::Keys;
-use crate::model::layout::{self, ExpectedTensor};
-use crate::model::{ExpertActivation, Gating, LinearAttention, ModelConfig, ModelError, MoeParams};
+use crate::ggml::{GraphBuilder, RopeParams, SetTensorRef, Tensor};
+use crate::model::arch::{GatedAttention, Qwen35, Qwen35FeedForward, Qwen35Mixer};
 
-pub struct Qwen35 {
-    experts: bool,
-}
-
-pub static QWEN35: Qwen35 = Qwen35 { experts: false };
-pub static QWEN35MOE: Qwen35 = Qwen35 { experts: true };
-
-/// ggml's interleaved multi-section RoPE (`GGML_ROPE_TYPE_IMROPE`).
-const ROPE_INTERLEAVED_SECTIONS: i32 = 40;
-
-impl ArchSpec for Qwen35 {
-    fn hyper_parameters(&self, keys: &Keys<'_>, config: &mut ModelConfig) -> Result<(), ModelError> {
-        super::skip_next_token_layers(keys, config)?;
-        config.linear_attention = Some(LinearAttention::read(keys, config.layers)?);
-        let sections = keys
-            .arch_integers("rope.dimension_sections")
-            .filter(|s| !s.is_empty() && s.len() <= 4 && s.iter().all(|&n| n <= 1 << 16))
-            .ok_or_else(|| {
-                keys.arch_invalid("rope.dimension_sections", "is missing or is not a list of up to four counts")
-            })?;
-        let mut four = [0i32; 4];
-        sections.iter().zip(&mut four).for_each(|(&n, slot)| *slot = n as i32);
-        config.rope_sections = Some(four);
-        if self.experts {
-            let (experts, experts_used) = super::expert_counts(keys)?;
-            let expert_feed_forward = keys.arch_count("expert_feed_forward_length")?;
-            config.moe = Some(MoeParams {
-                experts,
-                experts_used,
-                expert_feed_forward,
-                gating: Gating::Softmax,
-                activation: ExpertActivation::Silu,
-                normalize: true,
-                scale: keys.arch_optional_float("expert_weights_scale")?.unwrap_or(0.0) as f32,
-                shared_experts: 0,
-                leading_dense_layers: 0,
-                groups: None,
-            });
-            // The shared expert's width, when the file gives one (else the dense width, as llama.cpp).
-            match keys.arch_optional_count("expert_shared_feed_forward_length")? {
-                Some(width) => config.feed_forward = width,
-                None if config.feed_forward == 0 => {
-                    return Err(keys.arch_invalid(
-                        "expert_shared_feed_forward_length",
-                        "is missing, and so is feed_forward_length: the shared expert's width is unknown",
-                    ))
-                }
-                None => {}
-            }
-        }
-        Ok(())
-    }
-
-    fn partial_rotary(&self) -> bool {
-        true
-    }
-
-    fn rope_mode(&self) -> i32 {
-        ROPE_INTERLEAVED_SECTIONS
-    }
-
-    fn splits_across_ranks(&self) -> Result<(), String> {
-        Err("Qwen3.5's linear-attention layers are not divided among tensor-parallel ranks yet; \
-             use --parallel pipeline"
-            .into())
-    }
-
-    fn layer_tensors(&self, config: &ModelConfig, layer: usize) -> Vec<ExpectedTensor> {
-        let e = config.embedding;
-        let t = |name: &str, shape: &[usize]| ExpectedTensor::layer(layer, name, shape, true);
-        let mut list = vec![t("attn_norm.weight", &[e]), t("post_attention_norm.weight", &[e])];
-        match config.linear_attention.as_ref().filter(|l| l.is_linear(layer)) {
-            Some(l) => {
-                let (channels, heads) = (l.conv_channels(), l.value_heads);
-                list.extend([
-                    t("attn_qkv.weight", &[e, channels]),
-                    t("attn_gate.weight", &[e, l.inner]),
-                    t("ssm_conv1d.weight", &[l.conv_kernel, channels]),
-                    t("ssm_dt.bias", &[heads]),
-                    t("ssm_a", &[heads]),
-                    t("ssm_beta.weight", &[e, heads]),
-                    t("ssm_alpha.weight", &[e, heads]),
-                    t("ssm_norm.weight", &[l.head_width]),
-                    t("ssm_out.weight", &[l.inner, e]),
-                ]);
-            }
-            None => {
-                let (hd, q) = (config.head_dim, config.heads * config.head_dim);
-                let kv = config.kv_heads * hd;
-                list.extend([
-                    // Each head's queries and then its output gate.
-                    t("attn_q.weight", &[e, 2 * q]),
-                    t("attn_k.weight", &[e, kv]),
-                    t("attn_v.weight", &[e, kv]),
-                    t("attn_output.weight", &[q, e]),
-                    t("attn_q_norm.weight", &[hd]),
-                    t("attn_k_norm.weight", &[hd]),
-                ]);
-            }
-        }
-        match &config.moe {
-            Some(moe) => {
-                list.extend(layout::expert_tensors(config, layer, moe));
-                list.extend(layout::feed_forward_tensors(config, layer, "_shexp", config.feed_forward));
-                list.push(t("ffn_gate_inp_shexp.weight", &[e]));
-            }
-            None => list.extend(layout::feed_forward_tensors(config, layer, "", config.feed_forward)),
-        }
-        list
-    }
-
+impl Graph for Qwen35 {
     fn layer<'g>(
         &self,
         g: &'g GraphBuilder,
         step: &StepContext<'_, 'g>,
         layer: usize,
-        w: &LayerWeights,
+        w: &Bound<Self>,
         x: Tensor<'g>,
     ) -> Tensor<'g> {
         let c = step.config;
-        let normed = norm(g, x, w.req("attn_norm.weight"), c.rms_epsilon);
-        let h = match c.is_linear(layer) {
-            true => blocks::gated_delta_net(g, step, layer, w, normed),
-            false => gated_attention(g, step, layer, w, normed),
+        let normed = norm(g, x, &w.attn_norm, c.rms_epsilon);
+        let h = match &w.mixer {
+            Qwen35Mixer::Linear(net) => blocks::gated_delta_net(g, step, layer, net, normed),
+            Qwen35Mixer::Full(attention) => gated_attention(g, step, layer, attention, normed),
         };
         let (h, residual) = step.prune_last_layer(g, layer, h, x);
         let ffn_in = g.add(h, residual);
-        let h = norm(g, ffn_in, w.req("post_attention_norm.weight"), c.rms_epsilon);
-        let out = match &c.moe {
-            Some(moe) => {
-                let routed = blocks::moe_feed_forward(g, step, w, moe, h);
-                let shared = blocks::feed_forward(g, step, w, "_shexp", h);
-                let gate = g.sigmoid(g.mul_mat(g.stored(w.req("ffn_gate_inp_shexp.weight")), h));
+        let h = norm(g, ffn_in, &w.post_attention_norm, c.rms_epsilon);
+        let out = match (&w.feed_forward, &c.moe) {
+            (Qwen35FeedForward::Experts(experts), Some(moe)) => {
+                let routed = blocks::moe_feed_forward(g, step, &experts.routed, moe, h);
+                let shared = blocks::feed_forward(g, step, experts.shared.matrices(), h);
+                let gate = g.sigmoid(g.mul_mat(g.stored(&experts.shared_gate), h));
                 g.add(routed, g.mul(shared, gate))
             }
-            None => blocks::feed_forward(g, step, w, "", h),
+            (Qwen35FeedForward::Dense(ffn), _) => blocks::feed_forward(g, step, ffn.matrices(), h),
+            (Qwen35FeedForward::Experts(_), None) => {
+                unreachable!("experts are declared only with their parameters")
+            }
         };
         g.add(out, ffn_in)
     }
@@ -163,19 +49,19 @@ fn gated_attention<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
     layer: usize,
-    w: &LayerWeights,
+    w: &GatedAttention<SetTensorRef>,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
     let c = step.config;
     let (hd, t) = (c.head_dim as i64, step.tokens());
     let (heads, kv_heads) = (step.heads() as i64, step.kv_heads() as i64);
-    let both = g.reshape_3d(linear(g, w.req("attn_q.weight"), None, x), 2 * hd, heads, t);
+    let both = g.reshape_3d(linear(g, &w.q_and_gate, None, x), 2 * hd, heads, t);
     let half = |offset: usize| g.view(both, &[hd, heads, t], &[both.strides()[1], both.strides()[2]], offset);
-    let q = norm(g, half(0), w.req("attn_q_norm.weight"), c.rms_epsilon);
+    let q = norm(g, half(0), &w.q_norm, c.rms_epsilon);
     let gate = g.reshape_2d(g.cont(half(hd as usize * 4)), hd * heads, t);
-    let k = g.reshape_3d(linear(g, w.req("attn_k.weight"), None, x), hd, kv_heads, t);
-    let k = norm(g, k, w.req("attn_k_norm.weight"), c.rms_epsilon);
-    let v = g.reshape_3d(linear(g, w.req("attn_v.weight"), None, x), hd, kv_heads, t);
+    let k = g.reshape_3d(linear(g, &w.k, None, x), hd, kv_heads, t);
+    let k = norm(g, k, &w.k_norm, c.rms_epsilon);
+    let v = g.reshape_3d(linear(g, &w.v, None, x), hd, kv_heads, t);
     let rope = RopeParams {
         n_dims: c.rope.dimensions as i32,
         mode: step.rope_mode,
@@ -202,5 +88,5 @@ fn gated_attention<'g>(
     let attended = step.unrotated_values(g, attend(g, step, q, keys, c.attention_scale, None));
     let attended = g.reshape_2d(attended, hd * heads, t);
     let gated = g.mul(attended, g.sigmoid(gate));
-    step.complete(g, g.mul_mat(g.stored(w.req("attn_output.weight")), gated))
+    step.complete(g, g.mul_mat(g.stored(&w.output), gated))
 }

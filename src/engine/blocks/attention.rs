@@ -2,8 +2,8 @@
 //! run of the step's segments attending over its sequences' cached positions in one flash attention.
 
 use super::{linear, norm, AttentionRun, StepContext};
-use crate::engine::weights::LayerWeights;
-use crate::ggml::{GraphBuilder, RopeParams, Tensor};
+use crate::ggml::{GraphBuilder, RopeParams, SetTensorRef, Tensor};
+use crate::model::arch::groups::Attention;
 use crate::model::ModelConfig;
 use std::ops::Range;
 
@@ -31,29 +31,30 @@ impl AttentionParams {
 }
 
 /// The attention half of a pre-norm layer, as most architectures have it: `x + attention(norm(x))`
-/// with `attn_norm`, on the model's last layer only for the row whose logits are wanted. Its result
-/// is the feed-forward's input (and residual).
+/// with the norm's weight `attn_norm`, on the model's last layer only for the row whose logits are
+/// wanted. Its result is the feed-forward's input (and residual).
 pub fn attention_block<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
     layer: usize,
-    w: &LayerWeights,
+    attn_norm: &SetTensorRef,
+    w: &Attention<SetTensorRef>,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
-    let normed = norm(g, x, w.req("attn_norm.weight"), step.config.rms_epsilon);
+    let normed = norm(g, x, attn_norm, step.config.rms_epsilon);
     let h = attention(g, step, layer, w, normed, &AttentionParams::of(step.config, layer));
     let (h, residual) = step.prune_last_layer(g, layer, h, x);
     g.add(h, residual)
 }
 
-/// Self-attention of one layer with the standard tensor names (`attn_q`, `attn_k`, `attn_v` with
-/// optional biases, optional per-head `attn_q_norm`/`attn_k_norm`, `attn_output`): projections, RoPE,
-/// the cache write, attention over the cached positions and the output projection.
+/// Self-attention of one layer with the standard tensors (Q, K and V with optional biases, optional
+/// per-head Q/K norms and sinks, the output projection): projections, RoPE, the cache write,
+/// attention over the cached positions and the output projection.
 pub fn attention<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
     layer: usize,
-    w: &LayerWeights,
+    w: &Attention<SetTensorRef>,
     x: Tensor<'g>,
     params: &AttentionParams,
 ) -> Tensor<'g> {
@@ -61,10 +62,10 @@ pub fn attention<'g>(
     let (hd, t) = (c.head_dim as i64, step.tokens());
     let (heads, kv_heads) = (step.heads(), step.kv_heads());
     let local = layer - step.layers.start;
-    let mut q = g.reshape_3d(linear(g, w.req("attn_q.weight"), w.get("attn_q.bias"), x), hd, heads as i64, t);
-    let mut k = g.reshape_3d(linear(g, w.req("attn_k.weight"), w.get("attn_k.bias"), x), hd, kv_heads as i64, t);
-    let v = g.reshape_3d(linear(g, w.req("attn_v.weight"), w.get("attn_v.bias"), x), hd, kv_heads as i64, t);
-    if let (Some(qn), Some(kn)) = (w.get("attn_q_norm.weight"), w.get("attn_k_norm.weight")) {
+    let mut q = g.reshape_3d(linear(g, &w.q, w.q_bias.as_ref(), x), hd, heads as i64, t);
+    let mut k = g.reshape_3d(linear(g, &w.k, w.k_bias.as_ref(), x), hd, kv_heads as i64, t);
+    let v = g.reshape_3d(linear(g, &w.v, w.v_bias.as_ref(), x), hd, kv_heads as i64, t);
+    if let (Some(qn), Some(kn)) = (&w.q_norm, &w.k_norm) {
         q = norm(g, q, qn, c.rms_epsilon);
         k = norm(g, k, kn, c.rms_epsilon);
     }
@@ -96,13 +97,13 @@ pub fn attention<'g>(
         step.cache_rows.expect("a stage with global layers has their cache rows")
     };
     step.cache.store(g, local, k_rows, Some(v_rows), rows);
-    let sinks = w.get("attn_sinks.weight").map(|s| g.stored(s));
+    let sinks = w.sinks.as_ref().map(|s| g.stored(s));
     let keys = CachedKeys { layer: local, key_head: c.head_dim, value_head: c.head_dim, sliding: params.sliding };
     let attended = step.unrotated_values(g, attend(g, step, q, keys, params.kq_scale, sinks));
     let merged = g.reshape_2d(attended, hd * heads as i64, t);
     // The output projection of a rank's heads is its part of the sum; the bias is added once, to the sum.
-    let projected = step.complete(g, g.mul_mat(g.stored(w.req("attn_output.weight")), merged));
-    match w.get("attn_output.bias") {
+    let projected = step.complete(g, g.mul_mat(g.stored(&w.output), merged));
+    match &w.output_bias {
         Some(b) => g.add(projected, g.stored(b)),
         None => projected,
     }

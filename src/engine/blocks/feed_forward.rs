@@ -2,20 +2,21 @@
 //! mixture-of-experts feed-forward with its routing, and the two mixed as DeepSeek and GLM mix them.
 
 use super::{linear, StepContext};
-use crate::engine::weights::LayerWeights;
-use crate::ggml::{has_cpu_dot_product, GraphBuilder, Tensor};
+use crate::ggml::{has_cpu_dot_product, GraphBuilder, SetTensorRef, Tensor};
+use crate::model::arch::groups::{Experts, SparseOrDense};
 use crate::model::{ExpertActivation, ExpertGroups, Gating, MoeParams};
 
-/// The dense SwiGLU feed-forward `down(silu(gate·x) ⊙ up·x)` over the tensors `ffn_{gate,up,down}` +
-/// `suffix` (`""` for a dense layer's own, `"_shexp"` for a shared expert).
+/// A gated feed-forward's matrices: gate, up, down (`FeedForward::matrices`, `SharedExperts::matrices`).
+pub type GatedMatrices<'w> = [&'w SetTensorRef; 3];
+
+/// The dense SwiGLU feed-forward `down(silu(gate·x) ⊙ up·x)` (a dense layer's own, or shared experts').
 pub fn feed_forward<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
-    w: &LayerWeights,
-    suffix: &str,
+    w: GatedMatrices<'_>,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
-    gated_feed_forward(g, step, w, suffix, x, Activation::Silu)
+    gated_feed_forward(g, step, w, x, Activation::Silu)
 }
 
 /// The gate's activation in a gated feed-forward.
@@ -26,41 +27,40 @@ pub enum Activation {
     Gelu,
 }
 
-/// `down(act(gate·x) ⊙ up·x)` over `ffn_{gate,up,down}` + `suffix` (on a tensor-parallel rank, over
-/// its columns of the inner width, summed over the group).
+/// `down(act(gate·x) ⊙ up·x)` (on a tensor-parallel rank, over its columns of the inner width, summed
+/// over the group).
 pub fn gated_feed_forward<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
-    w: &LayerWeights,
-    suffix: &str,
+    w: GatedMatrices<'_>,
     x: Tensor<'g>,
     activation: Activation,
 ) -> Tensor<'g> {
-    step.complete(g, gated_part(g, w, suffix, x, activation))
+    step.complete(g, gated_part(g, w, x, activation))
 }
 
 /// [`gated_feed_forward`] before the group's sum: a tensor-parallel rank's part (the whole result on a
 /// stage that is not one).
-fn gated_part<'g>(g: &'g GraphBuilder, w: &LayerWeights, suffix: &str, x: Tensor<'g>, act: Activation) -> Tensor<'g> {
-    let up = g.mul_mat(g.stored(w.req(&format!("ffn_up{suffix}.weight"))), x);
-    let gate = g.mul_mat(g.stored(w.req(&format!("ffn_gate{suffix}.weight"))), x);
+fn gated_part<'g>(g: &'g GraphBuilder, w: GatedMatrices<'_>, x: Tensor<'g>, act: Activation) -> Tensor<'g> {
+    let [gate_weight, up_weight, down_weight] = w;
+    let up = g.mul_mat(g.stored(up_weight), x);
+    let gate = g.mul_mat(g.stored(gate_weight), x);
     let h = match act {
         Activation::Silu => g.swiglu(gate, up),
         Activation::Gelu => g.geglu(gate, up),
     };
-    g.mul_mat(g.stored(w.req(&format!("ffn_down{suffix}.weight"))), h)
+    g.mul_mat(g.stored(down_weight), h)
 }
 
-/// The mixture-of-experts feed-forward over `ffn_gate_inp` (the router) and the 3-D expert tensors
-/// `ffn_{gate,up,down}_exps`: route each token to its top `experts_used` experts, run only those
-/// experts' rows (`mul_mat_id`), and sum their outputs by weight. `exp_probs_b`, when the layer has it,
-/// biases the choice of experts but not their weights (DeepSeek V3, GLM-4.5). A tensor-parallel rank
+/// The mixture-of-experts feed-forward over the router and the 3-D expert tensors: route each token to
+/// its top `experts_used` experts, run only those experts' rows (`mul_mat_id`), and sum their outputs
+/// by weight. The selection bias (`exp_probs_b`), when the layer has it, biases the choice of experts but not their weights (DeepSeek V3, GLM-4.5). A tensor-parallel rank
 /// that holds some of the experts routes alike, runs only the chosen experts it holds (the others'
 /// weights zeroed; on the CPU their products are skipped) and sums with the group.
 pub fn moe_feed_forward<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
-    w: &LayerWeights,
+    w: &Experts<SetTensorRef>,
     p: &MoeParams,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
@@ -81,19 +81,19 @@ enum Routed<'g> {
 fn routed<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
-    w: &LayerWeights,
+    w: &Experts<SetTensorRef>,
     p: &MoeParams,
     x: Tensor<'g>,
 ) -> Routed<'g> {
     let [n_embd, tokens, ..] = x.shape();
     let (n_expert, n_used) = (p.experts as i64, p.experts_used as i64);
-    let logits = linear(g, w.req("ffn_gate_inp.weight"), w.get("ffn_gate_inp.bias"), x); // [experts, tokens]
+    let logits = linear(g, &w.router, w.router_bias.as_ref(), x); // [experts, tokens]
     let probs = match p.gating {
         Gating::Softmax => g.soft_max(logits),
         Gating::Sigmoid => g.sigmoid(logits),
         Gating::SoftmaxWeight => logits,
     };
-    let selection = match w.get("exp_probs_b.bias") {
+    let selection = match &w.selection_bias {
         Some(bias) => g.add(probs, g.stored(bias)),
         None => probs,
     };
@@ -131,26 +131,26 @@ fn routed<'g>(
     // rank computes only the slots of experts it holds (the others' weights are zero); elsewhere, or
     // for weights the CPU has no dot product for, `mul_mat_id` computes every slot (and the stage
     // reports what the device cannot compute).
-    let expert = |name: &str, input: Tensor<'g>| {
-        let matrix = g.stored(w.req(&format!("{name}.weight")));
+    let expert = |weight: &SetTensorRef, bias: Option<&SetTensorRef>, input: Tensor<'g>| {
+        let matrix = g.stored(weight);
         let y = match &held {
             Some((held, true)) if has_cpu_dot_product(matrix.dtype()) => {
                 g.held_experts_product(matrix, input, selected, held.clone())
             }
             _ => g.mul_mat_id(matrix, input, ids),
         };
-        match w.get(&format!("{name}.bias")) {
+        match bias {
             Some(bias) => g.add_id(y, g.stored(bias), ids),
             None => y,
         }
     };
-    let up = expert("ffn_up_exps", x); // [ff, used, tokens]
-    let gate = expert("ffn_gate_exps", x);
+    let up = expert(&w.up, w.up_bias.as_ref(), x); // [ff, used, tokens]
+    let gate = expert(&w.gate, w.gate_bias.as_ref(), x);
     let h = match p.activation {
         ExpertActivation::Silu => g.swiglu(gate, up),
         ExpertActivation::SwigluOai => g.swiglu_oai(gate, up, 1.702, 7.0),
     };
-    let experts = expert("ffn_down_exps", h); // [embd, used, tokens]
+    let experts = expert(&w.down, w.down_bias.as_ref(), h); // [embd, used, tokens]
     let experts = g.mul(experts, weights);
     g.expand(experts);
 
@@ -180,19 +180,17 @@ fn routed<'g>(
 pub fn sparse_or_dense_feed_forward<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
-    w: &LayerWeights,
+    w: &SparseOrDense<SetTensorRef>,
     moe: &MoeParams,
-    layer: usize,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
-    if !moe.is_sparse(layer) {
-        return feed_forward(g, step, w, "", x);
-    }
-    if moe.shared_experts == 0 {
-        return moe_feed_forward(g, step, w, moe, x);
-    }
-    let routed = routed(g, step, w, moe, x);
-    let shared = gated_part(g, w, "_shexp", x, Activation::Silu);
+    let experts = match w {
+        SparseOrDense::Dense(dense) => return feed_forward(g, step, dense.matrices(), x),
+        SparseOrDense::Sparse(experts) => experts,
+    };
+    let Some(shared) = &experts.shared else { return moe_feed_forward(g, step, &experts.routed, moe, x) };
+    let routed = routed(g, step, &experts.routed, moe, x);
+    let shared = gated_part(g, shared.matrices(), x, Activation::Silu);
     match routed {
         // A rank's parts of both are summed over the group at once: one sum per layer, not two.
         Routed::Part(part) => step.complete(g, g.add(part, shared)),

@@ -5,32 +5,30 @@
 //! (see [`crate::engine::recurrent_state`]).
 
 use super::{linear, norm, StepContext};
-use crate::engine::weights::LayerWeights;
-use crate::ggml::{GraphBuilder, Tensor};
+use crate::ggml::{GraphBuilder, SetTensorRef, Tensor};
+use crate::model::arch::GatedDeltaNet;
 use crate::model::LinearAttention;
 
-/// The gated delta-net of layer `layer` over `x` (the normed input, [embedding, tokens]), with the
-/// tensors `attn_qkv` (queries, keys and values mixed), `attn_gate` (the output gate z), `ssm_conv1d`,
-/// `ssm_dt.bias`, `ssm_a`, `ssm_beta`, `ssm_alpha`, `ssm_norm` and `ssm_out`. Returns [embedding,
-/// tokens].
+/// The gated delta-net of layer `layer` over `x` (the normed input, [embedding, tokens]). Returns
+/// [embedding, tokens].
 pub fn gated_delta_net<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
     layer: usize,
-    w: &LayerWeights,
+    w: &GatedDeltaNet<SetTensorRef>,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
     let c = step.config;
     let shape = c.linear_attention.as_ref().expect("a linear layer's model declares its linear attention");
     let t = step.tokens();
     let (head, value_heads) = (shape.head_width as i64, shape.value_heads as i64);
-    let mixed = linear(g, w.req("attn_qkv.weight"), None, x);
-    let z = linear(g, w.req("attn_gate.weight"), None, x);
-    let beta = g.sigmoid(linear(g, w.req("ssm_beta.weight"), None, x));
+    let mixed = linear(g, &w.qkv, None, x);
+    let z = linear(g, &w.gate, None, x);
+    let beta = g.sigmoid(linear(g, &w.beta, None, x));
     // The decay: -exp(A_log) (stored as `ssm_a`) times softplus(alpha + dt_bias).
-    let alpha = g.add(linear(g, w.req("ssm_alpha.weight"), None, x), g.stored(w.req("ssm_dt.bias")));
-    let decay = g.mul(g.softplus(alpha), g.stored(w.req("ssm_a")));
-    let kernel = g.stored(w.req("ssm_conv1d.weight"));
+    let alpha = g.add(linear(g, &w.alpha, None, x), g.stored(&w.dt_bias));
+    let decay = g.mul(g.softplus(alpha), g.stored(&w.a));
+    let kernel = g.stored(&w.conv);
     let local = layer - step.layers.start;
     let outputs: Vec<Tensor<'g>> = step
         .shape
@@ -45,9 +43,9 @@ pub fn gated_delta_net<'g>(
         .collect();
     let attended = super::concat_rows(g, &outputs);
     let z = g.reshape_3d(z, head, value_heads, t);
-    let gated = g.mul(norm(g, attended, w.req("ssm_norm.weight"), c.rms_epsilon), g.silu(z));
+    let gated = g.mul(norm(g, attended, &w.norm, c.rms_epsilon), g.silu(z));
     let merged = g.reshape_2d(gated, head * value_heads, t);
-    g.mul_mat(g.stored(w.req("ssm_out.weight")), merged)
+    g.mul_mat(g.stored(&w.output), merged)
 }
 
 /// One segment's rows of a [width, tokens] tensor of the step.

@@ -66,7 +66,7 @@ impl Divider {
     /// tensor-parallel form, or a tensor whose split dimension does not divide into its part's units.
     pub fn of(model: &Model) -> Result<Divider, String> {
         let config = model.config();
-        config.architecture.spec().splits_across_ranks()?;
+        config.architecture.declaration().splits_across_ranks()?;
         let declared = declared_tensors(model);
         let totals = totals(config, &declared);
         let mut align = [1usize; 6];
