@@ -170,7 +170,7 @@ pub fn gguf(data: &[u8]) {
     let opened = GgufFile::open(&path);
     let _ = std::fs::remove_file(&path); // the mapping outlives the name
     let Ok(file) = opened else { return };
-    let Ok(config) = ModelConfig::from_gguf(&file) else { return };
+    let Ok(config) = ModelConfig::from_gguf(&file, &|name| file.tensor(name).is_some()) else { return };
     for layer in 0..config.layers.min(256) {
         let _ = (config.is_sliding(layer), config.cache_row(layer));
         let _ = shoal::model::layout::layer_tensors(&config, layer);

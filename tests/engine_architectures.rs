@@ -284,6 +284,8 @@ fn write_the_random_models() {
         random_model::gpt_oss(),
         random_model::qwen35(),
         random_model::qwen35moe(),
+        random_model::qwen3next(),
+        random_model::qwen3next_fused(),
     ] {
         println!("random model: {}", model.write().display());
     }

@@ -1,4 +1,5 @@
-//! Hybrid attention against llama.cpp: random-weight `qwen35` and `qwen35moe` models (linear-attention
+//! Hybrid attention against llama.cpp: random-weight `qwen35`, `qwen35moe` and `qwen3next` (split and
+//! fused input) models (linear-attention
 //! layers with a recurrent state between gated full-attention layers; tests/common/random_model.rs)
 //! give llama.cpp's logits at every position fed a token at a time, prefilled in one step and prefilled
 //! in chunks; greedy tokens equal llama.cpp's and equal split at every layer; a stage's memory is its
@@ -29,8 +30,8 @@ fn same_kernels() -> bool {
     oracle::runs_the_x86_64_v3_kernels()
 }
 
-fn models() -> [RandomModel; 2] {
-    [random_model::qwen35(), random_model::qwen35moe()]
+fn models() -> [RandomModel; 4] {
+    [random_model::qwen35(), random_model::qwen35moe(), random_model::qwen3next(), random_model::qwen3next_fused()]
 }
 
 #[test]

@@ -31,7 +31,7 @@ pub(super) struct StageParts<'a> {
 fn tensors_per_layer(config: &ModelConfig, segments: usize) -> usize {
     // A linear-attention layer adds about 30 per sequence of the step (its convolution and delta rule
     // run per sequence).
-    let linear = config.linear_attention.as_ref().map_or(0, |_| 30 * segments + 30);
+    let linear = config.linear_attention.as_ref().map_or(0, |_| 36 * segments + 40);
     84 + config.moe.map_or(0, |m| 2 * m.experts_used + 56)
         + config.latent_attention.map_or(0, |_| 32)
         + 12 * segments

@@ -40,10 +40,14 @@ pub enum Architecture {
     /// a shared expert behind a sigmoid gate.
     #[serde(rename = "qwen35moe")]
     Qwen35Moe,
+    /// Qwen3-Next (`qwen3next`): Qwen3.5's hybrid layers before it, with value heads grouped by key
+    /// head, fused beta/alpha projections, partial NeoX RoPE, and experts plus a gated shared expert in
+    /// every layer.
+    Qwen3Next,
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, gemma3, deepseek2 (DeepSeek V2/V3, Kimi K2), gpt-oss, qwen35 and qwen35moe (Qwen3.5/3.6)";
+    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, gemma3, deepseek2 (DeepSeek V2/V3, Kimi K2), gpt-oss, qwen35 and qwen35moe (Qwen3.5/3.6), qwen3next (Qwen3-Next)";
 
     pub fn from_gguf_name(name: &str) -> Option<Architecture> {
         match name {
@@ -57,6 +61,7 @@ impl Architecture {
             "gpt-oss" => Some(Architecture::GptOss),
             "qwen35" => Some(Architecture::Qwen35),
             "qwen35moe" => Some(Architecture::Qwen35Moe),
+            "qwen3next" => Some(Architecture::Qwen3Next),
             _ => None,
         }
     }
@@ -74,6 +79,7 @@ impl Architecture {
             Architecture::GptOss => "gpt-oss",
             Architecture::Qwen35 => "qwen35",
             Architecture::Qwen35Moe => "qwen35moe",
+            Architecture::Qwen3Next => "qwen3next",
         }
     }
 
@@ -276,6 +282,24 @@ pub struct ExpertGroups {
 }
 
 impl MoeParams {
+    /// Qwen's routing (Qwen 3 MoE, Qwen3.5 MoE, Qwen3-Next): softmax gates, SiLU-gated experts, the
+    /// chosen experts' weights normalized, then multiplied by `scale` (0: unscaled); no leading dense
+    /// layers, no expert groups, no shared experts counted here (the shared expert is its own tensors).
+    pub fn qwen(experts: usize, experts_used: usize, expert_feed_forward: usize, scale: f32) -> MoeParams {
+        MoeParams {
+            experts,
+            experts_used,
+            expert_feed_forward,
+            gating: Gating::Softmax,
+            activation: ExpertActivation::Silu,
+            normalize: true,
+            scale,
+            shared_experts: 0,
+            leading_dense_layers: 0,
+            groups: None,
+        }
+    }
+
     /// Whether `layer` routes its tokens to experts (or is one of the leading dense layers).
     pub fn is_sparse(&self, layer: usize) -> bool {
         layer >= self.leading_dense_layers
@@ -283,9 +307,9 @@ impl MoeParams {
 }
 
 impl ModelConfig {
-    pub fn from_gguf(file: &GgufFile) -> Result<ModelConfig, ModelError> {
-        let arch_name = Keys { file, arch: String::new() }.string("general.architecture")?;
-        let keys = Keys { file, arch: arch_name.clone() };
+    pub fn from_gguf(file: &GgufFile, has_tensor: &dyn Fn(&str) -> bool) -> Result<ModelConfig, ModelError> {
+        let arch_name = Keys { file, arch: String::new(), has_tensor }.string("general.architecture")?;
+        let keys = Keys { file, arch: arch_name.clone(), has_tensor };
         let architecture = Architecture::from_gguf_name(&arch_name).ok_or_else(|| {
             ModelError::UnsupportedArchitecture { path: file.path().into(), architecture: arch_name.clone() }
         })?;
@@ -296,7 +320,7 @@ impl ModelConfig {
         // architecture reads the shared expert's width instead.
         let feed_forward = match keys.optional_count(&p("feed_forward_length"))? {
             Some(width) => width,
-            None if architecture == Architecture::Qwen35Moe => 0,
+            None if matches!(architecture, Architecture::Qwen35Moe | Architecture::Qwen3Next) => 0,
             None => return Err(keys.missing(&p("feed_forward_length"))),
         };
         let heads = keys.count(&p("attention.head_count"))?;
@@ -437,9 +461,17 @@ pub struct Keys<'a> {
     file: &'a GgufFile,
     /// The architecture's key prefix (`qwen3moe`).
     arch: String,
+    /// Whether the model (any part of a split set) has the tensor of this name.
+    has_tensor: &'a dyn Fn(&str) -> bool,
 }
 
 impl Keys<'_> {
+    /// Whether the model has tensor `name`: for architectures whose files come in more than one
+    /// layout (Qwen3-Next's fused or split input projection).
+    pub fn has_tensor(&self, name: &str) -> bool {
+        (self.has_tensor)(name)
+    }
+
     /// The full name of the architecture's key `key` (`expert_count` → `qwen3moe.expert_count`).
     pub fn arch_key(&self, key: &str) -> String {
         format!("{}.{key}", self.arch)

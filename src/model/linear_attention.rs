@@ -1,4 +1,4 @@
-//! Linear attention with a recurrent state (Qwen3.5 / 3.6's gated delta-net): its hyper-parameters as
+//! Linear attention with a recurrent state (the gated delta-net of Qwen3.5 / 3.6 and Qwen3-Next): its hyper-parameters as
 //! the GGUF declares them (`ssm.*`), which layers use it, and the state one sequence keeps per such
 //! layer in place of KV rows — constant in the context length.
 
@@ -20,6 +20,12 @@ pub struct LinearAttention {
     pub value_heads: usize,
     /// For each layer: whether it is linear (the others attend over the KV cache).
     pub layers: Vec<bool>,
+    /// Whether the value heads come grouped by the key head they share (Qwen3-Next: each key head
+    /// repeated for its group), rather than tiled (Qwen3.5: value head j reads key head j mod key heads).
+    pub value_heads_grouped: bool,
+    /// Whether queries, keys, values and the output gate come from one interleaved projection
+    /// (`ssm_in`, Qwen3-Next files converted before llama.cpp split it) instead of `attn_qkv` and `attn_gate`.
+    pub fused_input: bool,
 }
 
 impl LinearAttention {
@@ -51,7 +57,16 @@ impl LinearAttention {
                 (0..layers).map(|l| !(l + 1).is_multiple_of(interval)).collect()
             }
         };
-        Ok(LinearAttention { conv_kernel, inner, head_width, key_heads, value_heads, layers: flags })
+        Ok(LinearAttention {
+            conv_kernel,
+            inner,
+            head_width,
+            key_heads,
+            value_heads,
+            layers: flags,
+            value_heads_grouped: false,
+            fused_input: false,
+        })
     }
 
     /// Whether `layer` is linear.

@@ -91,7 +91,7 @@ impl Model {
     pub fn open(path: &Path) -> Result<Model, ModelError> {
         let parts = split::open_parts(GgufFile::open(path)?)?;
         let index = split::TensorIndex::new(&parts);
-        let config = ModelConfig::from_gguf(&parts[0])?;
+        let config = ModelConfig::from_gguf(&parts[0], &|name| index.find(&parts, name).is_some())?;
         let layout = ModelLayout::check(&parts, &index, &config)?;
         Ok(Model { parts, index, config, layout })
     }

@@ -43,9 +43,11 @@ pub struct RandomLinear {
     pub key_heads: usize,
     pub value_heads: usize,
     pub interval: usize,
-    /// RoPE sections (pairs turned by each of the four position sections).
+    /// RoPE sections (pairs turned by each of the four position sections; Qwen3.5 only).
     pub sections: [u32; 4],
     pub shared_width: usize,
+    /// Qwen3-Next: one interleaved `ssm_in` instead of `attn_qkv` and `attn_gate`.
+    pub fused_input: bool,
 }
 
 /// A `deepseek2` model's own shape: its attention, YaRN, and how its experts are routed.
@@ -237,6 +239,7 @@ pub fn qwen35() -> RandomModel {
             interval: 3,
             sections: [3, 3, 2, 0],
             shared_width: 0,
+            fused_input: false,
         }),
         seed: 0x5eed_000b,
         ..qwen3moe()
@@ -256,6 +259,23 @@ pub fn qwen35moe() -> RandomModel {
         linear: Some(RandomLinear { interval: 2, shared_width: 48, ..dense.linear.unwrap() }),
         seed: 0x5eed_000c,
         ..dense
+    }
+}
+
+/// Qwen3-Next in miniature: 4 layers alternating a gated delta-net (2 key heads, each shared by 2
+/// value heads, grouped) and gated full attention with NeoX RoPE on 8 of each head's 32 values; 16
+/// experts of which 4 are used and a gated shared expert 48 wide in every layer.
+pub fn qwen3next() -> RandomModel {
+    RandomModel { architecture: "qwen3next", rope_dims: 8, seed: 0x5eed_000e, ..qwen35moe() }
+}
+
+/// [`qwen3next`] as files converted before llama.cpp split its input projection: one `ssm_in`.
+pub fn qwen3next_fused() -> RandomModel {
+    let split = qwen3next();
+    RandomModel {
+        linear: Some(RandomLinear { fused_input: true, ..split.linear.unwrap() }),
+        seed: 0x5eed_000f,
+        ..split
     }
 }
 
@@ -349,6 +369,7 @@ pub fn qwen35moe_bench() -> RandomModel {
             interval: 4,
             sections: [3, 3, 2, 0],
             shared_width: 512,
+            fused_input: false,
         }),
         seed: 0x5eed_000d,
         ..qwen35moe()
@@ -389,6 +410,7 @@ impl RandomModel {
         match (self.architecture, self.experts) {
             ("llama", n) if n > 0 => "mixtral".into(),
             ("deepseek2", _) if self.mla.is_some_and(|m| !m.absorbed) => "deepseek2-legacy".into(),
+            ("qwen3next", _) if self.linear.is_some_and(|l| l.fused_input) => "qwen3next-fused".into(),
             (arch, _) if self.embedding > 64 => format!("{arch}-bench"),
             (arch, _) => arch.into(),
         }
@@ -602,8 +624,10 @@ fn linear_metadata(mut g: GgufWriter, model: &RandomModel, linear: &RandomLinear
         .meta(&k("ssm.state_size"), Meta::U32(linear.head_width as u32))
         .meta(&k("ssm.group_count"), Meta::U32(linear.key_heads as u32))
         .meta(&k("ssm.time_step_rank"), Meta::U32(linear.value_heads as u32))
-        .meta(&k("full_attention_interval"), Meta::U32(linear.interval as u32))
-        .meta(&k("rope.dimension_sections"), Meta::Value(sections));
+        .meta(&k("full_attention_interval"), Meta::U32(linear.interval as u32));
+    if model.architecture != "qwen3next" {
+        g = g.meta(&k("rope.dimension_sections"), Meta::Value(sections));
+    }
     if linear.shared_width > 0 {
         g = g.meta(&k("expert_shared_feed_forward_length"), Meta::U32(linear.shared_width as u32));
     }
@@ -631,16 +655,34 @@ fn linear_layer(
         let (s, hk, hv) = (linear.head_width as u64, linear.key_heads as u64, linear.value_heads as u64);
         let (inner, channels, kernel) = (s * hv, 2 * s * hk + s * hv, linear.conv_kernel as u64);
         let decay: Vec<f32> = w.uniform(hv, 0.7).into_iter().map(|v| v - 0.8).collect();
+        g = if linear.fused_input {
+            let width = channels + inner;
+            g.f16_values(&n("ssm_in.weight"), &[e, width], &w.uniform(e * width, proj(e)))
+        } else {
+            g.f16_values(&n("attn_qkv.weight"), &[e, channels], &w.uniform(e * channels, proj(e))).f16_values(
+                &n("attn_gate.weight"),
+                &[e, inner],
+                &w.uniform(e * inner, proj(e)),
+            )
+        };
         g = g
-            .f16_values(&n("attn_qkv.weight"), &[e, channels], &w.uniform(e * channels, proj(e)))
-            .f16_values(&n("attn_gate.weight"), &[e, inner], &w.uniform(e * inner, proj(e)))
             .f32_values(&n("ssm_conv1d.weight"), &[kernel, channels], &w.uniform(kernel * channels, 0.6))
             .f32_values(&n("ssm_dt.bias"), &[hv], &w.uniform(hv, 0.5))
-            .f32_values(&n("ssm_a"), &[hv], &decay)
-            .f16_values(&n("ssm_beta.weight"), &[e, hv], &w.uniform(e * hv, proj(e)))
-            .f16_values(&n("ssm_alpha.weight"), &[e, hv], &w.uniform(e * hv, proj(e)))
-            .f32_values(&n("ssm_norm.weight"), &[s], &w.around_one(s, 0.1))
-            .f16_values(&n("ssm_out.weight"), &[inner, e], &w.uniform(inner * e, proj(inner)));
+            .f32_values(&n("ssm_a"), &[hv], &decay);
+        g = if model.architecture == "qwen3next" {
+            g.f16_values(&n("ssm_ba.weight"), &[e, 2 * hv], &w.uniform(e * 2 * hv, proj(e)))
+        } else {
+            g.f16_values(&n("ssm_beta.weight"), &[e, hv], &w.uniform(e * hv, proj(e))).f16_values(
+                &n("ssm_alpha.weight"),
+                &[e, hv],
+                &w.uniform(e * hv, proj(e)),
+            )
+        };
+        g = g.f32_values(&n("ssm_norm.weight"), &[s], &w.around_one(s, 0.1)).f16_values(
+            &n("ssm_out.weight"),
+            &[inner, e],
+            &w.uniform(inner * e, proj(inner)),
+        );
     } else {
         let hd = model.head_dim as u64;
         let (q, kv) = (model.heads as u64 * hd, model.kv_heads as u64 * hd);

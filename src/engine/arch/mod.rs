@@ -10,6 +10,7 @@ mod gpt_oss;
 mod llama;
 mod qwen35;
 mod qwen3moe;
+mod qwen3next;
 
 use super::blocks::StepContext;
 use super::EngineError;
@@ -135,5 +136,6 @@ pub fn graph(architecture: Architecture) -> &'static dyn StageGraph {
         Architecture::GptOss => &arch::GPT_OSS,
         Architecture::Qwen35 => &arch::QWEN35,
         Architecture::Qwen35Moe => &arch::QWEN35MOE,
+        Architecture::Qwen3Next => &arch::QWEN3NEXT,
     }
 }

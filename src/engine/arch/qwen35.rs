@@ -6,7 +6,8 @@
 use super::{Bound, Graph};
 use crate::engine::blocks::{self, attend, linear, norm, CachedKeys, StepContext};
 use crate::ggml::{GraphBuilder, RopeParams, SetTensorRef, Tensor};
-use crate::model::arch::{GatedAttention, Qwen35, Qwen35FeedForward, Qwen35Mixer};
+use crate::model::arch::{GatedAttention, GatedSharedExperts, Qwen35, Qwen35FeedForward, Qwen35Mixer};
+use crate::model::MoeParams;
 
 impl Graph for Qwen35 {
     fn layer<'g>(
@@ -27,12 +28,7 @@ impl Graph for Qwen35 {
         let ffn_in = g.add(h, residual);
         let h = norm(g, ffn_in, &w.post_attention_norm, c.rms_epsilon);
         let out = match (&w.feed_forward, &c.moe) {
-            (Qwen35FeedForward::Experts(experts), Some(moe)) => {
-                let routed = blocks::moe_feed_forward(g, step, &experts.routed, moe, h);
-                let shared = blocks::feed_forward(g, step, experts.shared.matrices(), h);
-                let gate = g.sigmoid(g.mul_mat(g.stored(&experts.shared_gate), h));
-                g.add(routed, g.mul(shared, gate))
-            }
+            (Qwen35FeedForward::Experts(experts), Some(moe)) => gated_shared_experts(g, step, experts, moe, h),
             (Qwen35FeedForward::Dense(ffn), _) => blocks::feed_forward(g, step, ffn.matrices(), h),
             (Qwen35FeedForward::Experts(_), None) => {
                 unreachable!("experts are declared only with their parameters")
@@ -42,10 +38,24 @@ impl Graph for Qwen35 {
     }
 }
 
-/// Qwen3.5's full attention: queries and an output gate from one projection (per head: its queries,
-/// then its gate), per-head RMS norms of Q and K, interleaved M-RoPE, attention over the KV cache, the
-/// result scaled by σ(gate) before the output projection.
-fn gated_attention<'g>(
+/// Routed experts plus the shared expert scaled by σ(`ffn_gate_inp_shexp` · x).
+pub(super) fn gated_shared_experts<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    experts: &GatedSharedExperts<SetTensorRef>,
+    moe: &MoeParams,
+    h: Tensor<'g>,
+) -> Tensor<'g> {
+    let routed = blocks::moe_feed_forward(g, step, &experts.routed, moe, h);
+    let shared = blocks::feed_forward(g, step, experts.shared.matrices(), h);
+    let gate = g.sigmoid(g.mul_mat(g.stored(&experts.shared_gate), h));
+    g.add(routed, g.mul(shared, gate))
+}
+
+/// Qwen3.5's (and Qwen3-Next's) full attention: queries and an output gate from one projection (per
+/// head: its queries, then its gate), per-head RMS norms of Q and K, interleaved M-RoPE (Qwen3-Next:
+/// NeoX RoPE), attention over the KV cache, the result scaled by σ(gate) before the output projection.
+pub(super) fn gated_attention<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
     layer: usize,
@@ -73,10 +83,14 @@ fn gated_attention<'g>(
         beta_fast: c.rope.beta_fast,
         beta_slow: c.rope.beta_slow,
     };
-    let sections = c.rope_sections.expect("qwen35 reads its RoPE sections when the model opens");
-    let positions = step.position_sections.expect("a stage with full-attention layers has their positions");
-    let q = g.rope_multi(q, positions, sections, &rope);
-    let k = g.rope_multi(k, positions, sections, &rope);
+    // Qwen3.5's interleaved M-RoPE by sections, or (Qwen3-Next) plain RoPE on part of each head.
+    let (q, k) = match c.rope_sections {
+        Some(sections) => {
+            let positions = step.position_sections.expect("a stage with full-attention layers has their positions");
+            (g.rope_multi(q, positions, sections, &rope), g.rope_multi(k, positions, sections, &rope))
+        }
+        None => (g.rope(q, step.positions, None, &rope), g.rope(k, step.positions, None, &rope)),
+    };
     let (q, k, v) = step.rotated_for_cache(g, q, k, v);
     let width = kv_heads * hd;
     let k_rows = g.view(k, &[width, t], &[k.strides()[2]], 0);

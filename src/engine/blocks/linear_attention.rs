@@ -1,6 +1,6 @@
-//! Linear attention with a recurrent state: the gated delta-net of Qwen3.5 / 3.6, as llama.cpp's
-//! `src/models/qwen35.cpp` (`build_layer_attn_linear`) and `delta-net-base.cpp` compute it with ggml's
-//! fused `gated_delta_net`. The projections and gates run over every row of the step at once; the
+//! Linear attention with a recurrent state: the gated delta-net of Qwen3.5 / 3.6 and Qwen3-Next, as
+//! llama.cpp's `src/models/qwen35.cpp` and `qwen3next.cpp` (`build_layer_attn_linear`) and
+//! `delta-net-base.cpp` compute it with ggml's fused `gated_delta_net`. The projections and gates run over every row of the step at once; the
 //! short convolution and the delta rule run per sequence, each from the state its previous step left
 //! (see [`crate::engine::recurrent_state`]).
 
@@ -9,8 +9,9 @@ use crate::ggml::{GraphBuilder, SetTensorRef, Tensor};
 use crate::model::arch::GatedDeltaNet;
 use crate::model::LinearAttention;
 
-/// The gated delta-net of layer `layer` over `x` (the normed input, [embedding, tokens]). Returns
-/// [embedding, tokens].
+/// Qwen3.5's gated delta-net of layer `layer` over `x` (the normed input, [embedding, tokens]):
+/// queries, keys and values from `attn_qkv`, the output gate from `attn_gate`, beta and alpha from
+/// projections of their own. Returns [embedding, tokens].
 pub fn gated_delta_net<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
@@ -18,17 +19,56 @@ pub fn gated_delta_net<'g>(
     w: &GatedDeltaNet<SetTensorRef>,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
+    let beta = g.sigmoid(linear(g, &w.beta, None, x));
+    let alpha = linear(g, &w.alpha, None, x);
+    let inputs = DeltaNetInputs {
+        mixed: linear(g, &w.qkv, None, x),
+        gate: linear(g, &w.gate, None, x),
+        beta,
+        decay: decay(g, alpha, &w.dt_bias, &w.a),
+    };
+    delta_net(g, step, layer, inputs, DeltaNetWeights { conv: &w.conv, norm: &w.norm, output: &w.output })
+}
+
+/// The decay of each value head from its alpha ([value heads, tokens]): -exp(A_log) (stored as
+/// `ssm_a`) times softplus(alpha + dt_bias).
+pub fn decay<'g>(g: &'g GraphBuilder, alpha: Tensor<'g>, dt_bias: &SetTensorRef, a: &SetTensorRef) -> Tensor<'g> {
+    g.mul(g.softplus(g.add(alpha, g.stored(dt_bias))), g.stored(a))
+}
+
+/// A gated delta-net's projections over every row of the step: `mixed` [channels, tokens] (queries,
+/// keys and values in that order), the output gate z [inner, tokens], and each value head's write
+/// strength (beta, after its sigmoid) and decay [value heads, tokens].
+pub struct DeltaNetInputs<'g> {
+    pub mixed: Tensor<'g>,
+    pub gate: Tensor<'g>,
+    pub beta: Tensor<'g>,
+    pub decay: Tensor<'g>,
+}
+
+/// The tensors of a gated delta-net past its projections: the short convolution's kernel, the norm of
+/// each head's output and the output projection.
+pub struct DeltaNetWeights<'w> {
+    pub conv: &'w SetTensorRef,
+    pub norm: &'w SetTensorRef,
+    pub output: &'w SetTensorRef,
+}
+
+/// The rest of a gated delta-net of layer `layer` from its projections: per sequence the convolution
+/// and the delta rule, then each head's output normed, gated by silu(z) and projected. Returns
+/// [embedding, tokens].
+pub fn delta_net<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    layer: usize,
+    DeltaNetInputs { mixed, gate, beta, decay }: DeltaNetInputs<'g>,
+    w: DeltaNetWeights<'_>,
+) -> Tensor<'g> {
     let c = step.config;
     let shape = c.linear_attention.as_ref().expect("a linear layer's model declares its linear attention");
     let t = step.tokens();
     let (head, value_heads) = (shape.head_width as i64, shape.value_heads as i64);
-    let mixed = linear(g, &w.qkv, None, x);
-    let z = linear(g, &w.gate, None, x);
-    let beta = g.sigmoid(linear(g, &w.beta, None, x));
-    // The decay: -exp(A_log) (stored as `ssm_a`) times softplus(alpha + dt_bias).
-    let alpha = g.add(linear(g, &w.alpha, None, x), g.stored(&w.dt_bias));
-    let decay = g.mul(g.softplus(alpha), g.stored(&w.a));
-    let kernel = g.stored(&w.conv);
+    let kernel = g.stored(w.conv);
     let local = layer - step.layers.start;
     let outputs: Vec<Tensor<'g>> = step
         .shape
@@ -42,10 +82,10 @@ pub fn gated_delta_net<'g>(
         })
         .collect();
     let attended = super::concat_rows(g, &outputs);
-    let z = g.reshape_3d(z, head, value_heads, t);
-    let gated = g.mul(norm(g, attended, &w.norm, c.rms_epsilon), g.silu(z));
+    let z = g.reshape_3d(gate, head, value_heads, t);
+    let gated = g.mul(norm(g, attended, w.norm, c.rms_epsilon), g.silu(z));
     let merged = g.reshape_2d(gated, head * value_heads, t);
-    g.mul_mat(g.stored(&w.output), merged)
+    g.mul_mat(g.stored(w.output), merged)
 }
 
 /// One segment's rows of a [width, tokens] tensor of the step.
@@ -101,6 +141,18 @@ fn sequence_step<'g>(
     let eps = step.config.rms_epsilon;
     let q = l2_norm(g, part(key_heads, 0), eps);
     let k = l2_norm(g, part(key_heads, key_heads), eps);
+    // Value heads grouped by key head read their key head repeated for the group, as llama.cpp's
+    // qwen3next.cpp repeats them; tiled ones (Qwen3.5) are broadcast by the fused op itself.
+    let (q, k) = if shape.value_heads_grouped && key_heads != value_heads {
+        let group = value_heads / key_heads;
+        let repeated = |x: Tensor<'g>| {
+            let spread = g.repeat(g.reshape_4d(x, [head, 1, key_heads, n]), [head, group, key_heads, n]);
+            g.reshape_4d(spread, [head, value_heads, n, 1])
+        };
+        (repeated(q), repeated(k))
+    } else {
+        (q, k)
+    };
     let v = part(value_heads, 2 * key_heads);
     let as_gate = |a: Tensor<'g>| g.reshape_4d(a, [1, value_heads, n, 1]);
     let delta_before = state.delta_before(g, local, seq, fresh);

@@ -11,7 +11,7 @@ mod linear_attention;
 pub(super) use attention::{attend, attend_segments, concat_rows, CachedKeys};
 pub use attention::{attention, attention_block, AttentionParams};
 pub use feed_forward::{feed_forward, gated_feed_forward, moe_feed_forward, sparse_or_dense_feed_forward, Activation};
-pub use linear_attention::gated_delta_net;
+pub use linear_attention::{decay, delta_net, gated_delta_net, DeltaNetInputs, DeltaNetWeights};
 
 use super::kv_cache::KvCache;
 use super::recurrent_state::RecurrentState;

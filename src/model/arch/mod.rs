@@ -14,6 +14,7 @@ pub mod groups;
 mod llama;
 mod qwen35;
 mod qwen3moe;
+mod qwen3next;
 mod tensor_group;
 
 pub use deepseek2::{Deepseek2, Deepseek2Layer, LatentLayer, LatentQuery, LatentValues, SplitExpansion};
@@ -25,6 +26,7 @@ pub use qwen35::{
     GatedAttention, GatedDeltaNet, GatedSharedExperts, Qwen35, Qwen35FeedForward, Qwen35Layer, Qwen35Mixer,
 };
 pub use qwen3moe::{Qwen3Moe, Qwen3MoeLayer};
+pub use qwen3next::{DeltaNetInput, GroupedDeltaNet, Qwen3Next, Qwen3NextLayer, Qwen3NextMixer};
 pub(crate) use tensor_group::tensor_group;
 pub use tensor_group::{named, Binder, Declared, TensorGroup};
 
@@ -135,6 +137,7 @@ pub static DEEPSEEK2: Deepseek2 = Deepseek2;
 pub static GPT_OSS: GptOss = GptOss;
 pub static QWEN35: Qwen35 = Qwen35 { experts: false };
 pub static QWEN35MOE: Qwen35 = Qwen35 { experts: true };
+pub static QWEN3NEXT: Qwen3Next = Qwen3Next;
 
 /// The declaration of `architecture`.
 pub fn declaration(architecture: Architecture) -> &'static dyn Declaration {
@@ -149,6 +152,7 @@ pub fn declaration(architecture: Architecture) -> &'static dyn Declaration {
         Architecture::GptOss => &GPT_OSS,
         Architecture::Qwen35 => &QWEN35,
         Architecture::Qwen35Moe => &QWEN35MOE,
+        Architecture::Qwen3Next => &QWEN3NEXT,
     }
 }
 

@@ -10,7 +10,7 @@ use super::groups::{Experts, FeedForward, SharedExperts};
 use super::tensor_group::{tensor_group, Declared};
 use super::Declare;
 use crate::model::config::Keys;
-use crate::model::{ExpertActivation, Gating, LinearAttention, ModelConfig, ModelError, MoeParams};
+use crate::model::{LinearAttention, ModelConfig, ModelError, MoeParams};
 
 pub struct Qwen35 {
     pub(super) experts: bool,
@@ -81,6 +81,22 @@ tensor_group! {
     }
 }
 
+impl GatedAttention<Declared> {
+    /// The gated attention of `config`'s full-attention layers.
+    pub fn declare(config: &ModelConfig) -> GatedAttention<Declared> {
+        let (e, hd, q) = (config.embedding, config.head_dim, config.heads * config.head_dim);
+        let kv = config.kv_heads * hd;
+        GatedAttention {
+            q_and_gate: Declared::new(&[e, 2 * q]),
+            k: Declared::new(&[e, kv]),
+            v: Declared::new(&[e, kv]),
+            output: Declared::new(&[q, e]),
+            q_norm: Declared::new(&[hd]),
+            k_norm: Declared::new(&[hd]),
+        }
+    }
+}
+
 impl Declare for Qwen35 {
     type Layer = Qwen35Layer<Declared>;
 
@@ -99,18 +115,8 @@ impl Declare for Qwen35 {
         if self.experts {
             let (experts, experts_used) = super::expert_counts(keys)?;
             let expert_feed_forward = keys.arch_count("expert_feed_forward_length")?;
-            config.moe = Some(MoeParams {
-                experts,
-                experts_used,
-                expert_feed_forward,
-                gating: Gating::Softmax,
-                activation: ExpertActivation::Silu,
-                normalize: true,
-                scale: keys.arch_optional_float("expert_weights_scale")?.unwrap_or(0.0) as f32,
-                shared_experts: 0,
-                leading_dense_layers: 0,
-                groups: None,
-            });
+            let scale = keys.arch_optional_float("expert_weights_scale")?.unwrap_or(0.0) as f32;
+            config.moe = Some(MoeParams::qwen(experts, experts_used, expert_feed_forward, scale));
             // The shared expert's width, when the file gives one (else the dense width, as llama.cpp).
             match keys.arch_optional_count("expert_shared_feed_forward_length")? {
                 Some(width) => config.feed_forward = width,
@@ -157,18 +163,7 @@ impl Declare for Qwen35 {
                     output: Declared::new(&[l.inner, e]),
                 })
             }
-            None => {
-                let (hd, q) = (config.head_dim, config.heads * config.head_dim);
-                let kv = config.kv_heads * hd;
-                Qwen35Mixer::Full(GatedAttention {
-                    q_and_gate: Declared::new(&[e, 2 * q]),
-                    k: Declared::new(&[e, kv]),
-                    v: Declared::new(&[e, kv]),
-                    output: Declared::new(&[q, e]),
-                    q_norm: Declared::new(&[hd]),
-                    k_norm: Declared::new(&[hd]),
-                })
-            }
+            None => Qwen35Mixer::Full(GatedAttention::declare(config)),
         };
         let feed_forward = match &config.moe {
             Some(moe) => Qwen35FeedForward::Experts(GatedSharedExperts {

@@ -6,7 +6,7 @@ use super::groups::{Attention, Experts};
 use super::tensor_group::{tensor_group, Declared};
 use super::Declare;
 use crate::model::config::Keys;
-use crate::model::{ExpertActivation, Gating, ModelConfig, ModelError, MoeParams};
+use crate::model::{ModelConfig, ModelError, MoeParams};
 
 pub struct Qwen3Moe;
 
@@ -29,18 +29,8 @@ impl Declare for Qwen3Moe {
         let (experts, experts_used) = super::expert_counts(keys)?;
         let expert_feed_forward = width.unwrap_or(config.feed_forward / experts_used);
         let scale = keys.arch_optional_float("expert_weights_scale")?.unwrap_or(0.0) as f32;
-        config.moe = Some(MoeParams {
-            experts,
-            experts_used,
-            expert_feed_forward,
-            gating: Gating::Softmax,
-            activation: ExpertActivation::Silu,
-            normalize: true,
-            scale,
-            shared_experts: 0,
-            leading_dense_layers: 0,
-            groups: super::expert_groups(keys, experts)?,
-        });
+        let groups = super::expert_groups(keys, experts)?;
+        config.moe = Some(MoeParams { groups, ..MoeParams::qwen(experts, experts_used, expert_feed_forward, scale) });
         Ok(())
     }
 
