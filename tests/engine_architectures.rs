@@ -9,6 +9,7 @@
 mod common;
 
 use common::oracle;
+use common::random_kimi;
 use common::random_model::{self, RandomModel};
 use shoal::engine::{Stage, StageOptions};
 use shoal::model::Model;
@@ -286,6 +287,8 @@ fn write_the_random_models() {
         random_model::qwen35moe(),
         random_model::qwen3next(),
         random_model::qwen3next_fused(),
+        random_kimi::kimi_k3(),
+        random_kimi::kimi_k3_plain(),
     ] {
         println!("random model: {}", model.write().display());
     }

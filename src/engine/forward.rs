@@ -30,10 +30,12 @@ pub(super) struct StageParts<'a> {
 /// for weights widened before their products (on the CPU, see [`GraphBuilder::widen_many_row_products`]).
 fn tensors_per_layer(config: &ModelConfig, segments: usize) -> usize {
     // A linear-attention layer adds about 30 per sequence of the step (its convolution and delta rule
-    // run per sequence).
-    let linear = config.linear_attention.as_ref().map_or(0, |_| 36 * segments + 40);
+    // run per sequence), and Kimi K3's separate Q/K/V projections a dozen; its mixes of residual
+    // checkpoints about 30 more.
+    let linear = config.linear_attention.as_ref().map_or(0, |_| 36 * segments + 56);
     84 + config.moe.map_or(0, |m| 2 * m.experts_used + 56)
         + config.latent_attention.map_or(0, |_| 32)
+        + config.residual_block.map_or(0, |_| 32)
         + 12 * segments
         + linear
 }
@@ -52,7 +54,7 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: &GraphShape) -> T
     let c = p.config;
     let graph = super::arch::graph(c.architecture);
     let t = shape.tokens as i64;
-    let mut x = blocks::stage_input(g, p.weights.embedding.as_ref(), c.embedding, t);
+    let mut x = blocks::stage_input(g, p.weights.embedding.as_ref(), c.hidden_width(p.layers.start), t);
     if let (Some(scale), Some(_)) = (c.embedding_scale, &p.weights.embedding) {
         x = g.scale(x, scale);
     }
@@ -96,6 +98,7 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: &GraphShape) -> T
     }
     match (&p.weights.output_norm, &p.weights.output) {
         (Some(norm_weight), Some(head)) => {
+            let x = graph.after_last_layer(g, &step, p.weights.output_mix.as_ref(), x);
             let h = blocks::norm(g, x, norm_weight, c.rms_epsilon);
             let logits = g.mul_mat_as_stored(g.stored(head), h);
             match c.logit_softcap {

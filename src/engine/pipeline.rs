@@ -192,7 +192,7 @@ impl LocalPipeline {
                 hidden.decode_from(wire).map_err(|e| EngineError::BadInput(e.to_string()))?;
                 StageInput::Hidden { values: &hidden.values, tokens: hidden.tokens }
             };
-            let width = stage.config().embedding;
+            let width = stage.config().hidden_width(stage.layers().end);
             let out = stage.forward_batch(segments, input)?;
             if i + 1 < count {
                 HiddenStates::encode(width, out.len() / width, out, format, wire);

@@ -4,7 +4,7 @@
 use super::arch::{self, LayerWeights};
 use super::EngineError;
 use crate::ggml::{Device, GatheredTensor, MappedTensor, Repacking, SetTensorRef, TensorSet, WeightPlacement};
-use crate::model::arch::{Binder, Declared};
+use crate::model::arch::{Binder, Declared, OUTPUT_RESIDUAL_SCORE};
 use crate::model::layout::{self, OUTPUT, OUTPUT_NORM, ROPE_FREQS, TOKEN_EMBEDDING};
 use crate::model::{Model, ModelError, SliceSource, TensorSlice};
 use std::ops::Range;
@@ -51,6 +51,8 @@ pub struct StageWeights {
     pub(super) output_norm: Option<SetTensorRef>,
     pub(super) output: Option<SetTensorRef>,
     pub(super) rope_factors: Option<SetTensorRef>,
+    /// Last stage, Kimi K3: the scores of the final mix of residual checkpoints.
+    pub(super) output_mix: Option<SetTensorRef>,
 }
 
 impl StageWeights {
@@ -191,6 +193,7 @@ impl StageWeights {
             output_norm: if last { Some(need(OUTPUT_NORM.into())?) } else { None },
             output,
             rope_factors: get(ROPE_FREQS),
+            output_mix: if last { get(OUTPUT_RESIDUAL_SCORE) } else { None },
             sets,
         })
     }
@@ -248,7 +251,13 @@ impl StageWeights {
                 *slot = copy.clone();
             }
         };
-        let globals = [&mut self.embedding, &mut self.output_norm, &mut self.output, &mut self.rope_factors];
+        let globals = [
+            &mut self.embedding,
+            &mut self.output_norm,
+            &mut self.output,
+            &mut self.rope_factors,
+            &mut self.output_mix,
+        ];
         globals.into_iter().flatten().for_each(rebind);
         self.layers.iter_mut().for_each(|l| l.tensors_mut(rebind));
         for set in &mut self.sets {

@@ -1,5 +1,5 @@
 //! Graph ops particular to some architectures or caches: attention sinks and per-expert biases
-//! (gpt-oss), gpt-oss's clamped SwiGLU, and the Walsh-Hadamard rotation of heads a quantized KV cache
+//! (gpt-oss), gpt-oss's clamped SwiGLU, a weighted sum of residual streams (Kimi K3), and the Walsh-Hadamard rotation of heads a quantized KV cache
 //! stores. Split from `graph.rs`, which holds the builder and the common ops.
 
 use super::graph::{GraphBuilder, Tensor};
@@ -46,5 +46,34 @@ impl GraphBuilder {
         self.reserve(1);
         // SAFETY: both belong to this graph; ggml asserts their shapes agree.
         self.adopt(unsafe { sys::ggml_swiglu_oai(self.ctx(), gate.raw.as_ptr(), up.raw.as_ptr(), alpha, limit) })
+    }
+
+    /// Per token, the sum of `streams` ([width, streams, tokens]) weighted by `weights` ([streams,
+    /// tokens]): [width, tokens] (ggml's `dsv4_hc_pre`; Kimi K3 mixes its residual checkpoints with it).
+    pub fn weighted_streams<'g>(&'g self, streams: Tensor<'g>, weights: Tensor<'g>) -> Tensor<'g> {
+        self.reserve(1);
+        // SAFETY: both belong to this graph; ggml asserts F32 and the shapes.
+        self.adopt(unsafe { sys::ggml_dsv4_hc_pre(self.ctx(), streams.raw.as_ptr(), weights.raw.as_ptr()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ggml::backend::run_on_cpu;
+    use crate::ggml::{DType, GraphBuilder};
+
+    /// Each token's streams summed by that token's weights.
+    #[test]
+    fn streams_are_summed_by_each_tokens_weights() {
+        let g = GraphBuilder::new(16);
+        let x = g.input("x", DType::F32, &[2, 3, 2]);
+        let w = g.input("w", DType::F32, &[3, 2]);
+        let out = g.output(g.weighted_streams(x, w));
+        let graph = g.finish(out);
+        let got = run_on_cpu(&graph, 1, |b| {
+            b.set_input(&graph, "x", &[1.0, 2.0, 10.0, 20.0, 100.0, 200.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0]);
+            b.set_input(&graph, "w", &[1.0, 0.5, 0.25, 0.0, 1.0, 2.0]);
+        });
+        assert_eq!(got, vec![31.0, 62.0, 8.0, 8.0]);
     }
 }

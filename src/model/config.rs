@@ -44,10 +44,15 @@ pub enum Architecture {
     /// head, fused beta/alpha projections, partial NeoX RoPE, and experts plus a gated shared expert in
     /// every layer.
     Qwen3Next,
+    /// Kimi K3 (`kimi-k3`): Kimi delta attention (linear, with a decay per key channel) between layers
+    /// of gated latent attention without RoPE, attention over earlier layers' residual checkpoints,
+    /// the situ activation, and routed experts that run in a narrower latent width.
+    #[serde(rename = "kimi-k3")]
+    KimiK3,
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, gemma3, deepseek2 (DeepSeek V2/V3, Kimi K2), gpt-oss, qwen35 and qwen35moe (Qwen3.5/3.6), qwen3next (Qwen3-Next)";
+    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, gemma3, deepseek2 (DeepSeek V2/V3, Kimi K2), gpt-oss, qwen35 and qwen35moe (Qwen3.5/3.6), qwen3next (Qwen3-Next), kimi-k3 (Kimi K3)";
 
     pub fn from_gguf_name(name: &str) -> Option<Architecture> {
         match name {
@@ -62,6 +67,7 @@ impl Architecture {
             "qwen35" => Some(Architecture::Qwen35),
             "qwen35moe" => Some(Architecture::Qwen35Moe),
             "qwen3next" => Some(Architecture::Qwen3Next),
+            "kimi-k3" => Some(Architecture::KimiK3),
             _ => None,
         }
     }
@@ -80,6 +86,7 @@ impl Architecture {
             Architecture::Qwen35 => "qwen35",
             Architecture::Qwen35Moe => "qwen35moe",
             Architecture::Qwen3Next => "qwen3next",
+            Architecture::KimiK3 => "kimi-k3",
         }
     }
 
@@ -205,6 +212,13 @@ pub struct ModelConfig {
     /// RoPE by position sections (`rope.dimension_sections`, Qwen3.5's interleaved M-RoPE): how many
     /// rotated pairs each of the four sections turns.
     pub rope_sections: Option<[i32; 4]>,
+    /// Attention over residual checkpoints (Kimi K3's `attn_res.block_size`): every this many layers the
+    /// layer's input is banked, and each layer's input and feed-forward input are a learned mix of the
+    /// banked inputs and the running stream. `None`: the plain residual stream.
+    pub residual_block: Option<usize>,
+    /// The width routed experts compute in, when narrower than the embedding (Kimi K3's
+    /// `expert_latent_length`: projected down before the experts and back up after).
+    pub expert_latent: Option<usize>,
 }
 
 /// Sliding-window attention: which layers look back only `size` positions, and the RoPE those layers use.
@@ -219,6 +233,19 @@ pub struct SlidingWindow {
 }
 
 impl ModelConfig {
+    /// Values per token of the hidden state entering layer `layer` (`layers` for the state after the
+    /// last): the embedding, plus one embedding-wide residual checkpoint per banked layer before it when
+    /// the model mixes checkpoints ([`ModelConfig::residual_block`]). This is what a pipeline sends
+    /// between stages.
+    pub fn hidden_width(&self, layer: usize) -> usize {
+        self.embedding * (1 + self.residual_checkpoints(layer))
+    }
+
+    /// Residual checkpoints banked before layer `layer`: its inputs of layers 0, block, 2·block, ….
+    pub fn residual_checkpoints(&self, layer: usize) -> usize {
+        self.residual_block.map_or(0, |block| layer.div_ceil(block))
+    }
+
     /// Whether `layer` attends through a sliding window.
     pub fn is_sliding(&self, layer: usize) -> bool {
         self.sliding_window.as_ref().is_some_and(|w| w.layers.get(layer).copied().unwrap_or(false))
@@ -239,13 +266,15 @@ pub enum Gating {
 }
 
 /// The activation of the experts' gated feed-forward.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ExpertActivation {
     /// SwiGLU.
     Silu,
     /// gpt-oss's clamped SwiGLU (α 1.702, limit 7).
     SwigluOai,
+    /// Kimi K3's situ: `β·tanh(gate/β)·σ(gate) · λ·tanh(up/λ)` (the up branch untouched when λ ≤ 0).
+    Situ { beta: f32, linear_beta: f32 },
 }
 
 /// A mixture-of-experts feed-forward's hyper-parameters (llama.cpp's `build_moe_ffn` arguments).
@@ -320,11 +349,29 @@ impl ModelConfig {
         // architecture reads the shared expert's width instead.
         let feed_forward = match keys.optional_count(&p("feed_forward_length"))? {
             Some(width) => width,
-            None if matches!(architecture, Architecture::Qwen35Moe | Architecture::Qwen3Next) => 0,
+            None if matches!(
+                architecture,
+                Architecture::Qwen35Moe | Architecture::Qwen3Next | Architecture::KimiK3
+            ) =>
+            {
+                0
+            }
             None => return Err(keys.missing(&p("feed_forward_length"))),
         };
         let heads = keys.count(&p("attention.head_count"))?;
-        let kv_heads = keys.optional_count(&p("attention.head_count_kv"))?.unwrap_or(heads);
+        // Per layer in hybrid files (Kimi K3: 0 marks a linear layer): the attention layers' count.
+        let kv_heads = match keys.arch_integers("attention.head_count_kv") {
+            Some(per_layer) => match per_layer.iter().copied().filter(|&n| n > 0).max() {
+                Some(n) if per_layer.iter().all(|&k| k == 0 || k == n) && n <= heads as u64 => n as usize,
+                _ => {
+                    return Err(keys.invalid(
+                        &p("attention.head_count_kv"),
+                        "varies between attention layers (or has none), which this engine does not support",
+                    ))
+                }
+            },
+            None => keys.optional_count(&p("attention.head_count_kv"))?.unwrap_or(heads),
+        };
         let head_dim = match keys.optional_count(&p("attention.key_length"))? {
             Some(d) => d,
             None if embedding % heads == 0 => embedding / heads,
@@ -416,6 +463,8 @@ impl ModelConfig {
             skipped_layers: 0,
             linear_attention: None,
             rope_sections: None,
+            residual_block: None,
+            expert_latent: None,
         };
         config.rope.attn_factor = config.rope.yarn_attn_factor(1.0, 0.0, file_attn_factor);
         architecture.declaration().hyper_parameters(&keys, &mut config)?;

@@ -27,6 +27,11 @@ impl ExpectedTensor {
     }
 }
 
+/// A tensor outside the layers, declared by name.
+pub fn global(name: &str, shape: &[usize], required: bool) -> ExpectedTensor {
+    tensor(name.into(), shape, required)
+}
+
 fn tensor(name: String, shape: &[usize], required: bool) -> ExpectedTensor {
     ExpectedTensor { name, shape: shape.iter().map(|&n| n as u64).collect(), required, split: Split::Whole }
 }
@@ -59,6 +64,14 @@ pub enum Split {
     Along { dim: usize, part: Part },
 }
 
+/// Whether two shapes are the same tensor's: equal but for trailing dimensions of 1, which ggml treats
+/// as absent (Kimi K3's convolution kernels are written with four dimensions or, once quantized, three).
+fn same_shape(a: &[u64], b: &[u64]) -> bool {
+    let trimmed = |s: &[u64]| s.len() - s.iter().rev().take_while(|&&n| n == 1).count();
+    let (a, b) = (&a[..trimmed(a)], &b[..trimmed(b)]);
+    a == b
+}
+
 /// Tensors of layer `layer`, as its architecture declares them.
 pub fn layer_tensors(config: &ModelConfig, layer: usize) -> Vec<ExpectedTensor> {
     config.architecture.declaration().layer_tensors(config, layer)
@@ -89,7 +102,7 @@ pub enum GlobalPlace {
 pub fn global_place(name: &str) -> GlobalPlace {
     match name {
         TOKEN_EMBEDDING => GlobalPlace::First,
-        OUTPUT | OUTPUT_NORM => GlobalPlace::Last,
+        OUTPUT | OUTPUT_NORM | super::arch::OUTPUT_RESIDUAL_SCORE => GlobalPlace::Last,
         _ => GlobalPlace::Every,
     }
 }
@@ -124,6 +137,8 @@ pub struct ModelLayout {
     /// Bytes of each layer's tensors.
     pub layers: Vec<u64>,
     pub embedding: u64,
+    /// The final norm's bytes, with those of any other tensor only the last stage holds beside the
+    /// head (Kimi K3's final residual mix).
     pub output_norm: u64,
     /// The output head's own bytes; 0 when it is tied to (shares) the embedding matrix.
     pub output_head: u64,
@@ -148,7 +163,7 @@ impl ModelLayout {
                 };
             };
             seen.insert(info.name.as_str(), true);
-            if info.shape != expected.shape {
+            if !same_shape(&info.shape, &expected.shape) {
                 return Err(ModelError::TensorShape {
                     path: file.path().into(),
                     tensor: info.name.clone(),
@@ -168,8 +183,12 @@ impl ModelLayout {
         }
         let globals = global_tensors(config);
         let [embedding, output_norm, output_head, rope_factors] = [0, 1, 2, 3].map(|i| bytes_of(&globals[i]));
-        let (embedding, output_norm, output_head, rope_factors) =
+        let (embedding, mut output_norm, output_head, rope_factors) =
             (embedding?, output_norm?, output_head?, rope_factors?);
+        // An architecture's own globals (Kimi K3's final residual mix) sit with the final norm.
+        for extra in &globals[4..] {
+            output_norm += bytes_of(extra)?;
+        }
         // The layers after the model's own (next-token prediction) are known and left alone.
         let skipped = |name: &str| {
             let layer = name.strip_prefix("blk.").and_then(|rest| rest.split('.').next()?.parse::<usize>().ok());

@@ -1,4 +1,5 @@
-//! Linear attention with a recurrent state (the gated delta-net of Qwen3.5 / 3.6 and Qwen3-Next): its hyper-parameters as
+//! Linear attention with a recurrent state (the gated delta-net of Qwen3.5 / 3.6 and Qwen3-Next,
+//! Kimi delta attention): its hyper-parameters as
 //! the GGUF declares them (`ssm.*`), which layers use it, and the state one sequence keeps per such
 //! layer in place of KV rows — constant in the context length.
 
@@ -26,6 +27,9 @@ pub struct LinearAttention {
     /// Whether queries, keys, values and the output gate come from one interleaved projection
     /// (`ssm_in`, Qwen3-Next files converted before llama.cpp split it) instead of `attn_qkv` and `attn_gate`.
     pub fused_input: bool,
+    /// Kimi delta attention's `kda.gate_lower_bound` (K3: -5): the decay of each key channel is this
+    /// times σ(exp(A_log)·(f + dt_bias)) instead of -exp(A_log)·softplus(f + dt_bias).
+    pub decay_lower_bound: Option<f32>,
 }
 
 impl LinearAttention {
@@ -66,6 +70,7 @@ impl LinearAttention {
             layers: flags,
             value_heads_grouped: false,
             fused_input: false,
+            decay_lower_bound: None,
         })
     }
 

@@ -136,7 +136,7 @@ impl Model {
     /// The tensors a stage running `layers` reads, in file order (part by part for a split set): its
     /// layers' tensors, RoPE factors when the model has them, the token embedding on the first stage,
     /// and the final norm with the output head on the last (the embedding matrix when the head is tied
-    /// to it).
+    /// to it) and whatever else the architecture holds there (Kimi K3's final residual mix).
     pub fn stage_tensors(&self, layers: Range<usize>) -> Vec<&TensorInfo> {
         self.stage_tensors_by_part(layers).into_iter().flatten().collect()
     }
@@ -144,15 +144,12 @@ impl Model {
     /// [`Model::stage_tensors`] grouped by the part that holds them: one list per part, in part order.
     pub fn stage_tensors_by_part(&self, layers: Range<usize>) -> Vec<Vec<&TensorInfo>> {
         let config = &self.config;
+        // The layers' and the globals their place calls for, as the architecture declares them (a
+        // tensor the file lacks is skipped); a tied head is the embedding matrix.
         let mut names: Vec<String> =
-            layers.clone().flat_map(|l| layout::layer_tensors(config, l)).map(|t| t.name).collect();
-        names.push(layout::ROPE_FREQS.into());
-        if layers.start == 0 {
+            layout::stage_tensors(config, layers.clone()).into_iter().map(|t| t.name).collect();
+        if layers.end == config.layers && self.layout.tied_output {
             names.push(layout::TOKEN_EMBEDDING.into());
-        }
-        if layers.end == config.layers {
-            names.push(layout::OUTPUT_NORM.into());
-            names.push(if self.layout.tied_output { layout::TOKEN_EMBEDDING } else { layout::OUTPUT }.into());
         }
         let mut by_part: Vec<Vec<&TensorInfo>> = vec![Vec::new(); self.parts.len()];
         for (part, info) in names.iter().filter_map(|n| self.index.find(&self.parts, n)) {

@@ -177,7 +177,8 @@ impl ModelNeeds {
             kv_per_position,
             compute,
             compute_last_extra: 4 * c.vocabulary as u64,
-            hidden_bytes_per_token: 4 * c.embedding as u64,
+            // The widest boundary's: Kimi K3's hidden state grows with its residual checkpoints.
+            hidden_bytes_per_token: 4 * c.hidden_width(c.layers.saturating_sub(1)) as u64,
             context,
             sequences: sequences.max(1),
             vocabulary: c.vocabulary,

@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod gguf_writer;
 pub mod hub;
 pub mod oracle;
+pub mod random_kimi;
 pub mod random_model;
 pub mod split_gguf;
 pub mod tensor_table;
@@ -234,15 +235,21 @@ pub fn layer_of(name: &str) -> Option<usize> {
 }
 
 /// Bytes in `file` of the tensors a stage of `range` maps: its layers', the token embeddings on the
-/// first stage, the final norm and the (tied) head on the last of a model of `layers` layers.
+/// first stage, the final norm, the head (the embeddings when tied) and Kimi K3's final residual mix
+/// on the last of a model of `layers` layers.
 pub fn stage_tensor_bytes(file: &shoal::model::Model, range: &std::ops::Range<usize>, layers: usize) -> u64 {
-    file.file()
-        .tensors()
+    let tensors = file.file().tensors();
+    let tied = !tensors.iter().any(|t| t.name == "output.weight");
+    let last_stage_holds = |name: &str| {
+        matches!(name, "output_norm.weight" | "output.weight" | "output_res_score.weight")
+            || (tied && name == "token_embd.weight")
+    };
+    tensors
         .iter()
         .filter(|t| {
             layer_of(&t.name).is_some_and(|l| range.contains(&l))
                 || (range.start == 0 && t.name == "token_embd.weight")
-                || (range.end == layers && (t.name == "output_norm.weight" || t.name == "token_embd.weight"))
+                || (range.end == layers && last_stage_holds(&t.name))
         })
         .map(|t| t.bytes)
         .sum()

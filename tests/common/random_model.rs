@@ -31,6 +31,9 @@ pub struct RandomModel {
     pub mla: Option<RandomMla>,
     /// Qwen3.5's linear attention in all layers but every `interval`-th.
     pub linear: Option<RandomLinear>,
+    /// Kimi K3's own parts (its delta attention's shape comes from `linear`, its latent attention's
+    /// from `mla`): see [`super::random_kimi`].
+    pub kimi: Option<super::random_kimi::RandomKimi>,
     pub seed: u64,
 }
 
@@ -87,6 +90,7 @@ pub fn qwen3moe() -> RandomModel {
         sliding_window: 0,
         mla: None,
         linear: None,
+        kimi: None,
         seed: 0x5eed_0001,
     }
 }
@@ -112,6 +116,7 @@ pub fn glm4moe() -> RandomModel {
         sliding_window: 0,
         mla: None,
         linear: None,
+        kimi: None,
         seed: 0x5eed_0002,
     }
 }
@@ -137,6 +142,7 @@ pub fn gemma3() -> RandomModel {
         sliding_window: 5,
         mla: None,
         linear: None,
+        kimi: None,
         seed: 0x5eed_0003,
     }
 }
@@ -377,10 +383,10 @@ pub fn qwen35moe_bench() -> RandomModel {
 }
 
 /// A deterministic generator (splitmix64): the same seed gives the same weights on every machine.
-struct Weights(u64);
+pub(super) struct Weights(pub(super) u64);
 
 impl Weights {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -389,12 +395,12 @@ impl Weights {
     }
 
     /// `n` values uniform in [-scale, scale).
-    fn uniform(&mut self, n: u64, scale: f32) -> Vec<f32> {
+    pub(super) fn uniform(&mut self, n: u64, scale: f32) -> Vec<f32> {
         (0..n).map(|_| ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale).collect()
     }
 
     /// `n` values uniform in [1 - spread, 1 + spread): norm weights.
-    fn around_one(&mut self, n: u64, spread: f32) -> Vec<f32> {
+    pub(super) fn around_one(&mut self, n: u64, spread: f32) -> Vec<f32> {
         self.uniform(n, spread).into_iter().map(|v| 1.0 + v).collect()
     }
 }
@@ -411,6 +417,7 @@ impl RandomModel {
             ("llama", n) if n > 0 => "mixtral".into(),
             ("deepseek2", _) if self.mla.is_some_and(|m| !m.absorbed) => "deepseek2-legacy".into(),
             ("qwen3next", _) if self.linear.is_some_and(|l| l.fused_input) => "qwen3next-fused".into(),
+            ("kimi-k3", _) if self.kimi.is_some_and(|k| k.residual_block == 0) => "kimi-k3-plain".into(),
             (arch, _) if self.embedding > 64 => format!("{arch}-bench"),
             (arch, _) => arch.into(),
         }
@@ -447,7 +454,7 @@ impl RandomModel {
         path
     }
 
-    fn gguf(&self) -> GgufWriter {
+    pub(super) fn gguf(&self) -> GgufWriter {
         let arch = self.architecture;
         let (e, hd) = (self.embedding as u64, self.head_dim as u64);
         let (q, kv) = (self.heads as u64 * hd, self.kv_heads as u64 * hd);
@@ -477,7 +484,7 @@ impl RandomModel {
                 .meta(&k("rope.scaling.original_context_length"), Meta::U32(1024));
         }
         let gemma = arch == "gemma3";
-        if let Some(mla) = self.mla {
+        if let (Some(mla), None) = (self.mla, self.kimi) {
             g = mla_metadata(g, self, &mla);
         }
         if gemma {
@@ -494,8 +501,10 @@ impl RandomModel {
                 .meta(&k("expert_weights_scale"), Meta::F32(2.5))
                 .meta(&k("expert_weights_norm"), Meta::Value(shoal::model::Value::Bool(true)));
         }
-        if let Some(linear) = self.linear {
-            g = linear_metadata(g, self, &linear);
+        match (self.linear, self.kimi) {
+            (Some(linear), None) => g = linear_metadata(g, self, &linear),
+            (_, Some(kimi)) => g = super::random_kimi::metadata(g, self, &kimi),
+            (None, None) => {}
         }
         if self.experts > 0 {
             g = g
@@ -511,9 +520,12 @@ impl RandomModel {
         // Embeddings of unit scale make the tied output head's logits spread widely: clear winners.
         g = g.f16_values("token_embd.weight", &[e, vocab], &w.uniform(e * vocab, 1.7));
         g = g.f32_values("output_norm.weight", &[e], &w.around_one(e, 0.1));
-        if gpt {
-            // gpt-oss has an output head of its own.
+        if gpt || self.kimi.is_some() {
+            // gpt-oss and Kimi K3 have an output head of their own.
             g = g.f16_values("output.weight", &[e, vocab], &w.uniform(e * vocab, 1.7));
+        }
+        if let Some(kimi) = self.kimi {
+            return super::random_kimi::layers(g, self, &kimi, &mut w);
         }
         let proj = 1.0 / (self.embedding as f32).sqrt() * 1.7;
         let (n_exp, f, ff) = (self.experts as u64, self.expert_feed_forward as u64, self.feed_forward as u64);
@@ -745,7 +757,13 @@ fn mla_metadata(mut g: GgufWriter, model: &RandomModel, mla: &RandomMla) -> Gguf
 }
 
 /// Layer `l`'s latent attention tensors and its feed-forward norm.
-fn mla_attention(mut g: GgufWriter, model: &RandomModel, mla: &RandomMla, l: usize, w: &mut Weights) -> GgufWriter {
+pub(super) fn mla_attention(
+    mut g: GgufWriter,
+    model: &RandomModel,
+    mla: &RandomMla,
+    l: usize,
+    w: &mut Weights,
+) -> GgufWriter {
     let n = |part: &str| format!("blk.{l}.{part}");
     let (e, heads, rope) = (model.embedding as u64, model.heads as u64, model.rope_dims as u64);
     let (rank, nope, value) = (mla.kv_lora_rank as u64, mla.nope as u64, mla.value_head as u64);

@@ -51,6 +51,22 @@ fn attention<'g>(
     w: &LatentLayer<SetTensorRef>,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
+    let merged = latent_heads(g, step, layer, w, x, true);
+    // A rank's heads give its part of the output projection; the group sums the parts.
+    step.complete(g, g.mul_mat(g.stored(&w.output), merged))
+}
+
+/// Multi-head latent attention of one layer over `x` (normed), before the output projection: each
+/// head's values side by side, [value · heads, tokens]. The rotary part of queries and keys is turned
+/// by RoPE when `rotate` (DeepSeek), and left as it is otherwise (Kimi K3, which has no positions).
+pub(super) fn latent_heads<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    layer: usize,
+    w: &LatentLayer<SetTensorRef>,
+    x: Tensor<'g>,
+    rotate: bool,
+) -> Tensor<'g> {
     let c = step.config;
     let mla = c.latent_attention.expect("deepseek2 reads its attention parameters when the model opens");
     let (t, heads, rope_dims) = (step.tokens(), step.heads() as i64, c.rope.dimensions as i64);
@@ -84,7 +100,8 @@ fn attention<'g>(
         beta_fast: c.rope.beta_fast,
         beta_slow: c.rope.beta_slow,
     };
-    let k_pe = g.rope(k_pe, step.positions, None, &rope);
+    let turn = |x: Tensor<'g>| if rotate { g.rope(x, step.positions, None, &rope) } else { x };
+    let k_pe = turn(k_pe);
     let kv_cmpr = blocks::norm(g, kv_cmpr, &w.kv_a_norm, c.rms_epsilon);
     let local = layer - step.layers.start;
     let [_, q_stride1, q_stride2, _] = q.strides();
@@ -95,7 +112,7 @@ fn attention<'g>(
         LatentValues::Split(expansion) => {
             let q_nope = g.view(q, &[nope, heads, t], &[q_stride1, q_stride2], 0);
             let q_pe = g.view(q, &[rope_dims, heads, t], &[q_stride1, q_stride2], nope as usize * f32_bytes);
-            let q_pe = g.rope(q_pe, step.positions, None, &rope);
+            let q_pe = turn(q_pe);
             let k = g.concat(g.reshape_3d(kv_cmpr, rank, 1, t), k_pe, 0); // [rank + rope, 1, tokens]
             let k_rows = g.view(k, &[rank + rope_dims, t], &[k.strides()[2]], 0);
             step.cache.store(g, local, k_rows, None, rows);
@@ -109,7 +126,7 @@ fn attention<'g>(
             let k_nope = g.view(kv, &[nope, heads, t], &[kv_row, kv_row * heads as usize], 0);
             let v = g.view(kv, &[value_head, heads, t], &[kv_row, kv_row * heads as usize], nope as usize * f32_bytes);
             let v = g.cont(v);
-            let q = g.rope_at_offset(g.rope(q, step.positions, None, &rope), nope as i32);
+            let q = if rotate { g.rope_at_offset(g.rope(q, step.positions, None, &rope), nope as i32) } else { q };
             let k = g.concat(k_nope, g.repeat(k_pe, [rope_dims, heads, t, 1]), 0); // [key_head, heads, tokens]
             let k_rows = g.view(k, &[key_head * heads, t], &[k.strides()[2]], 0);
             let v_rows = g.view(v, &[value_head * heads, t], &[v.strides()[2]], 0);
@@ -120,9 +137,7 @@ fn attention<'g>(
         }
     };
     let [a, b, ..] = out.shape();
-    let merged = g.reshape_2d(out, a * b, t);
-    // A rank's heads give its part of the output projection; the group sums the parts.
-    step.complete(g, g.mul_mat(g.stored(&w.output), merged))
+    g.reshape_2d(out, a * b, t)
 }
 
 /// The widths of one layer's latent attention, and its logits' scale.

@@ -7,6 +7,7 @@ mod deepseek2;
 mod gemma3;
 mod glm4moe;
 mod gpt_oss;
+mod kimi_k3;
 mod llama;
 mod qwen35;
 mod qwen3moe;
@@ -39,6 +40,19 @@ pub trait Graph: Declare {
     /// the stage must reserve as well (`SegmentShape::fresh`; DeepSeek's split latent form).
     fn attends_fresh_segments_apart(&self, _config: &ModelConfig) -> bool {
         false
+    }
+
+    /// The hidden state the final norm reads, from the last layer's output `x`: `x` itself, unless the
+    /// architecture mixes more into it (Kimi K3's residual checkpoints, by `output_mix`, its
+    /// `output_res_score`), in which case it also keeps only the rows whose logits are wanted.
+    fn after_last_layer<'g>(
+        &self,
+        _g: &'g GraphBuilder,
+        _step: &StepContext<'_, 'g>,
+        _output_mix: Option<&SetTensorRef>,
+        x: Tensor<'g>,
+    ) -> Tensor<'g> {
+        x
     }
 }
 
@@ -90,6 +104,15 @@ pub trait StageGraph: Sync {
 
     /// [`Graph::attends_fresh_segments_apart`].
     fn attends_fresh_segments_apart(&self, config: &ModelConfig) -> bool;
+
+    /// [`Graph::after_last_layer`].
+    fn after_last_layer<'g>(
+        &self,
+        g: &'g GraphBuilder,
+        step: &StepContext<'_, 'g>,
+        output_mix: Option<&SetTensorRef>,
+        x: Tensor<'g>,
+    ) -> Tensor<'g>;
 }
 
 impl<A: Graph> StageGraph for A
@@ -121,6 +144,16 @@ where
     fn attends_fresh_segments_apart(&self, config: &ModelConfig) -> bool {
         Graph::attends_fresh_segments_apart(self, config)
     }
+
+    fn after_last_layer<'g>(
+        &self,
+        g: &'g GraphBuilder,
+        step: &StepContext<'_, 'g>,
+        output_mix: Option<&SetTensorRef>,
+        x: Tensor<'g>,
+    ) -> Tensor<'g> {
+        Graph::after_last_layer(self, g, step, output_mix, x)
+    }
 }
 
 /// The graph of `architecture`.
@@ -137,5 +170,6 @@ pub fn graph(architecture: Architecture) -> &'static dyn StageGraph {
         Architecture::Qwen35 => &arch::QWEN35,
         Architecture::Qwen35Moe => &arch::QWEN35MOE,
         Architecture::Qwen3Next => &arch::QWEN3NEXT,
+        Architecture::KimiK3 => &arch::KIMI_K3,
     }
 }

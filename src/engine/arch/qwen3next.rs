@@ -5,7 +5,7 @@
 
 use super::qwen35::{gated_attention, gated_shared_experts};
 use super::{Bound, Graph};
-use crate::engine::blocks::{self, linear, norm, DeltaNetInputs, DeltaNetWeights, StepContext};
+use crate::engine::blocks::{self, linear, norm, DeltaNetInputs, DeltaNetWeights, OutputGate, StepContext};
 use crate::ggml::{GraphBuilder, SetTensorRef, Tensor};
 use crate::model::arch::{DeltaNetInput, GroupedDeltaNet, Qwen3Next, Qwen3NextMixer};
 use crate::model::LinearAttention;
@@ -56,7 +56,8 @@ fn grouped_delta_net<'g>(
     let beta = g.reshape_2d(g.sigmoid(g.cont(half(0))), value_heads, t);
     let alpha = g.reshape_2d(g.cont(half(per_key as usize * 4)), value_heads, t);
     let inputs = DeltaNetInputs { mixed, gate, beta, decay: blocks::decay(g, alpha, &w.dt_bias, &w.a) };
-    blocks::delta_net(g, step, layer, inputs, DeltaNetWeights { conv: &w.conv, norm: &w.norm, output: &w.output })
+    let weights = DeltaNetWeights { conv: g.stored(&w.conv), norm: &w.norm, output: &w.output, gate: OutputGate::Silu };
+    blocks::delta_net(g, step, layer, inputs, weights)
 }
 
 /// `ssm_in`'s output ([channels + inner, tokens], per key head its queries, keys, values and gates)

@@ -20,11 +20,25 @@ pub fn feed_forward<'g>(
 }
 
 /// The gate's activation in a gated feed-forward.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Activation {
     Silu,
     /// GELU, tanh approximation.
     Gelu,
+    /// Kimi K3's situ (see [`situ`]).
+    Situ {
+        beta: f32,
+        linear_beta: f32,
+    },
+}
+
+/// Kimi K3's situ of a gated feed-forward, as llama.cpp computes it:
+/// `β·tanh(gate/β)·σ(gate) · λ·tanh(up/λ)`, `up` taken as it is when λ ≤ 0.
+pub fn situ<'g>(g: &'g GraphBuilder, gate: Tensor<'g>, up: Tensor<'g>, beta: f32, linear_beta: f32) -> Tensor<'g> {
+    let squashed = |x: Tensor<'g>, bound: f32| g.scale(g.tanh(g.scale(x, 1.0 / bound)), bound);
+    let activated = g.mul(squashed(gate, beta), g.sigmoid(gate));
+    let up = if linear_beta > 0.0 { squashed(up, linear_beta) } else { up };
+    g.mul(activated, up)
 }
 
 /// `down(act(gate·x) ⊙ up·x)` (on a tensor-parallel rank, over its columns of the inner width, summed
@@ -48,6 +62,7 @@ fn gated_part<'g>(g: &'g GraphBuilder, w: GatedMatrices<'_>, x: Tensor<'g>, act:
     let h = match act {
         Activation::Silu => g.swiglu(gate, up),
         Activation::Gelu => g.geglu(gate, up),
+        Activation::Situ { beta, linear_beta } => situ(g, gate, up, beta, linear_beta),
     };
     g.mul_mat(g.stored(down_weight), h)
 }
@@ -64,7 +79,20 @@ pub fn moe_feed_forward<'g>(
     p: &MoeParams,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
-    match routed(g, step, w, p, x) {
+    moe_feed_forward_routed_by(g, step, w, p, x, x)
+}
+
+/// [`moe_feed_forward`] with the router reading `router_input` and the experts `x` (Kimi K3's experts
+/// compute in a latent width, its router reads the full one).
+pub fn moe_feed_forward_routed_by<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    w: &Experts<SetTensorRef>,
+    p: &MoeParams,
+    router_input: Tensor<'g>,
+    x: Tensor<'g>,
+) -> Tensor<'g> {
+    match routed(g, step, w, p, router_input, x) {
         Routed::Part(part) => step.complete(g, part),
         Routed::Whole(out) => out,
     }
@@ -83,11 +111,12 @@ fn routed<'g>(
     step: &StepContext<'_, 'g>,
     w: &Experts<SetTensorRef>,
     p: &MoeParams,
+    router_input: Tensor<'g>,
     x: Tensor<'g>,
 ) -> Routed<'g> {
     let [n_embd, tokens, ..] = x.shape();
     let (n_expert, n_used) = (p.experts as i64, p.experts_used as i64);
-    let logits = linear(g, &w.router, w.router_bias.as_ref(), x); // [experts, tokens]
+    let logits = linear(g, &w.router, w.router_bias.as_ref(), router_input); // [experts, tokens]
     let probs = match p.gating {
         Gating::Softmax => g.soft_max(logits),
         Gating::Sigmoid => g.sigmoid(logits),
@@ -149,6 +178,7 @@ fn routed<'g>(
     let h = match p.activation {
         ExpertActivation::Silu => g.swiglu(gate, up),
         ExpertActivation::SwigluOai => g.swiglu_oai(gate, up, 1.702, 7.0),
+        ExpertActivation::Situ { beta, linear_beta } => situ(g, gate, up, beta, linear_beta),
     };
     let experts = expert(&w.down, w.down_bias.as_ref(), h); // [embd, used, tokens]
     let experts = g.mul(experts, weights);
@@ -189,7 +219,7 @@ pub fn sparse_or_dense_feed_forward<'g>(
         SparseOrDense::Sparse(experts) => experts,
     };
     let Some(shared) = &experts.shared else { return moe_feed_forward(g, step, &experts.routed, moe, x) };
-    let routed = routed(g, step, &experts.routed, moe, x);
+    let routed = routed(g, step, &experts.routed, moe, x, x);
     let shared = gated_part(g, shared.matrices(), x, Activation::Silu);
     match routed {
         // A rank's parts of both are summed over the group at once: one sum per layer, not two.

@@ -1,12 +1,13 @@
 //! Linear attention with a recurrent state: the gated delta-net of Qwen3.5 / 3.6 and Qwen3-Next, as
 //! llama.cpp's `src/models/qwen35.cpp` and `qwen3next.cpp` (`build_layer_attn_linear`) and
-//! `delta-net-base.cpp` compute it with ggml's fused `gated_delta_net`. The projections and gates run over every row of the step at once; the
+//! `delta-net-base.cpp` compute it with ggml's fused `gated_delta_net`, and Kimi K3's delta attention
+//! (`kimi-k3.cpp`, `build_kda_layer`: the same op with a decay per key channel). The projections and gates run over every row of the step at once; the
 //! short convolution and the delta rule run per sequence, each from the state its previous step left
 //! (see [`crate::engine::recurrent_state`]).
 
 use super::{linear, norm, StepContext};
 use crate::ggml::{GraphBuilder, SetTensorRef, Tensor};
-use crate::model::arch::GatedDeltaNet;
+use crate::model::arch::{GatedDeltaNet, KimiDeltaAttention};
 use crate::model::LinearAttention;
 
 /// Qwen3.5's gated delta-net of layer `layer` over `x` (the normed input, [embedding, tokens]):
@@ -27,7 +28,53 @@ pub fn gated_delta_net<'g>(
         beta,
         decay: decay(g, alpha, &w.dt_bias, &w.a),
     };
-    delta_net(g, step, layer, inputs, DeltaNetWeights { conv: &w.conv, norm: &w.norm, output: &w.output })
+    let weights = DeltaNetWeights { conv: g.stored(&w.conv), norm: &w.norm, output: &w.output, gate: OutputGate::Silu };
+    delta_net(g, step, layer, inputs, weights)
+}
+
+/// Kimi delta attention of layer `layer` over `x` (the normed input, [embedding, tokens]): queries,
+/// keys and values projected apart and convolved each with its own kernel (here side by side, as one
+/// convolution over their channels), the decay of every key channel through `ssm_f_a` → `ssm_f_b`, the
+/// output gated by σ(`ssm_g` · x). Returns [embedding, tokens].
+pub fn kimi_delta_attention<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    layer: usize,
+    w: &KimiDeltaAttention<SetTensorRef>,
+    x: Tensor<'g>,
+) -> Tensor<'g> {
+    let shape = step.config.linear_attention.as_ref().expect("a linear layer's model declares its linear attention");
+    let (t, inner, head, heads) =
+        (step.tokens(), shape.inner as i64, shape.head_width as i64, shape.value_heads as i64);
+    let mixed = g.concat(
+        g.concat(g.mul_mat(g.stored(&w.q), x), g.mul_mat(g.stored(&w.k), x), 0),
+        g.mul_mat(g.stored(&w.v), x),
+        0,
+    );
+    let kernel = |k: &SetTensorRef| {
+        let k = g.stored(k);
+        g.reshape_2d(k, k.shape()[0], inner)
+    };
+    let kernels = g.concat(g.concat(kernel(&w.q_conv), kernel(&w.k_conv), 1), kernel(&w.v_conv), 1);
+    // The decay per key channel: -exp(A_log) · softplus(f + dt_bias), or with a lower bound b (K3)
+    // b · σ(exp(A_log) · (f + dt_bias)); `ssm_a` holds -exp(A_log).
+    let f = g.add(g.mul_mat(g.stored(&w.decay_b), g.mul_mat(g.stored(&w.decay_a), x)), g.stored(&w.dt_bias));
+    let a = g.reshape_3d(g.stored(&w.a), 1, heads, 1);
+    let decay = match shape.decay_lower_bound {
+        Some(bound) => {
+            let scaled = g.mul(g.reshape_3d(f, head, heads, t), a);
+            g.scale(g.sigmoid(g.scale(scaled, -1.0)), bound)
+        }
+        None => g.mul(g.reshape_3d(g.softplus(f), head, heads, t), a),
+    };
+    let inputs = DeltaNetInputs {
+        mixed,
+        gate: g.mul_mat(g.stored(&w.gate), x),
+        beta: g.sigmoid(g.mul_mat(g.stored(&w.beta), x)),
+        decay: g.reshape_2d(decay, head * heads, t),
+    };
+    let weights = DeltaNetWeights { conv: kernels, norm: &w.norm, output: &w.output, gate: OutputGate::Sigmoid };
+    delta_net(g, step, layer, inputs, weights)
 }
 
 /// The decay of each value head from its alpha ([value heads, tokens]): -exp(A_log) (stored as
@@ -37,8 +84,9 @@ pub fn decay<'g>(g: &'g GraphBuilder, alpha: Tensor<'g>, dt_bias: &SetTensorRef,
 }
 
 /// A gated delta-net's projections over every row of the step: `mixed` [channels, tokens] (queries,
-/// keys and values in that order), the output gate z [inner, tokens], and each value head's write
-/// strength (beta, after its sigmoid) and decay [value heads, tokens].
+/// keys and values in that order), the output gate z [inner, tokens], each value head's write
+/// strength (beta, after its sigmoid) [value heads, tokens] and decay, [value heads, tokens] or per
+/// key channel (Kimi) [inner, tokens].
 pub struct DeltaNetInputs<'g> {
     pub mixed: Tensor<'g>,
     pub gate: Tensor<'g>,
@@ -46,12 +94,23 @@ pub struct DeltaNetInputs<'g> {
     pub decay: Tensor<'g>,
 }
 
-/// The tensors of a gated delta-net past its projections: the short convolution's kernel, the norm of
-/// each head's output and the output projection.
-pub struct DeltaNetWeights<'w> {
-    pub conv: &'w SetTensorRef,
+/// The tensors of a gated delta-net past its projections: the short convolution's kernel
+/// ([kernel, channels]), the norm of each head's output, the output projection, and how the output
+/// gate is activated.
+pub struct DeltaNetWeights<'g, 'w> {
+    pub conv: Tensor<'g>,
     pub norm: &'w SetTensorRef,
     pub output: &'w SetTensorRef,
+    pub gate: OutputGate,
+}
+
+/// How a delta-net's output gate z scales each head's normed output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputGate {
+    /// By silu(z) (Qwen).
+    Silu,
+    /// By σ(z) (Kimi).
+    Sigmoid,
 }
 
 /// The rest of a gated delta-net of layer `layer` from its projections: per sequence the convolution
@@ -62,13 +121,13 @@ pub fn delta_net<'g>(
     step: &StepContext<'_, 'g>,
     layer: usize,
     DeltaNetInputs { mixed, gate, beta, decay }: DeltaNetInputs<'g>,
-    w: DeltaNetWeights<'_>,
+    w: DeltaNetWeights<'g, '_>,
 ) -> Tensor<'g> {
     let c = step.config;
     let shape = c.linear_attention.as_ref().expect("a linear layer's model declares its linear attention");
     let t = step.tokens();
     let (head, value_heads) = (shape.head_width as i64, shape.value_heads as i64);
-    let kernel = g.stored(w.conv);
+    let kernel = w.conv;
     let local = layer - step.layers.start;
     let outputs: Vec<Tensor<'g>> = step
         .shape
@@ -83,7 +142,11 @@ pub fn delta_net<'g>(
         .collect();
     let attended = super::concat_rows(g, &outputs);
     let z = g.reshape_3d(gate, head, value_heads, t);
-    let gated = g.mul(norm(g, attended, w.norm, c.rms_epsilon), g.silu(z));
+    let z = match w.gate {
+        OutputGate::Silu => g.silu(z),
+        OutputGate::Sigmoid => g.sigmoid(z),
+    };
+    let gated = g.mul(norm(g, attended, w.norm, c.rms_epsilon), z);
     let merged = g.reshape_2d(gated, head * value_heads, t);
     g.mul_mat(g.stored(w.output), merged)
 }
@@ -154,7 +217,8 @@ fn sequence_step<'g>(
         (q, k)
     };
     let v = part(value_heads, 2 * key_heads);
-    let as_gate = |a: Tensor<'g>| g.reshape_4d(a, [1, value_heads, n, 1]);
+    // One decay per value head, or (Kimi) one per key channel.
+    let as_gate = |a: Tensor<'g>| g.reshape_4d(a, [a.shape()[0] / value_heads, value_heads, n, 1]);
     let delta_before = state.delta_before(g, local, seq, fresh);
     let result = g.gated_delta_net(q, k, v, as_gate(decay), as_gate(beta), delta_before);
     let out_values = (head * value_heads * n) as usize;

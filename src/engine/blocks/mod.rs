@@ -10,8 +10,13 @@ mod linear_attention;
 
 pub(super) use attention::{attend, attend_segments, concat_rows, CachedKeys};
 pub use attention::{attention, attention_block, AttentionParams};
-pub use feed_forward::{feed_forward, gated_feed_forward, moe_feed_forward, sparse_or_dense_feed_forward, Activation};
-pub use linear_attention::{decay, delta_net, gated_delta_net, DeltaNetInputs, DeltaNetWeights};
+pub use feed_forward::{
+    feed_forward, gated_feed_forward, moe_feed_forward, moe_feed_forward_routed_by, sparse_or_dense_feed_forward,
+    Activation,
+};
+pub use linear_attention::{
+    decay, delta_net, gated_delta_net, kimi_delta_attention, DeltaNetInputs, DeltaNetWeights, OutputGate,
+};
 
 use super::kv_cache::KvCache;
 use super::recurrent_state::RecurrentState;
@@ -255,6 +260,15 @@ impl<'g> StepContext<'_, 'g> {
 
     /// On the model's last layer only the rows whose logits are wanted are needed further on: drops the
     /// others from the attention output and its residual, as llama.cpp does before the feed-forward.
+    /// `x` ([width, tokens], after the model's last layer) cut to the rows whose logits are wanted,
+    /// for architectures that mix the last layer's output further before pruning (Kimi K3).
+    pub fn output_rows_of(&self, g: &'g GraphBuilder, x: Tensor<'g>) -> Tensor<'g> {
+        match self.output_rows {
+            Some(rows) => g.get_rows(x, rows),
+            None => x,
+        }
+    }
+
     pub fn prune_last_layer(
         &self,
         g: &'g GraphBuilder,

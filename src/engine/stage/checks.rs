@@ -86,12 +86,12 @@ impl Stage {
                 if self.is_first() {
                     return Err(EngineError::BadInput("the first stage takes tokens, not hidden states".into()));
                 }
-                if values.len() != tokens * self.config.embedding {
+                let width = self.config.hidden_width(self.layers.start);
+                if values.len() != tokens * width {
                     return Err(EngineError::BadInput(format!(
-                        "hidden states hold {} values; {tokens} tokens of width {} need {}",
+                        "hidden states hold {} values; {tokens} tokens of width {width} need {}",
                         values.len(),
-                        self.config.embedding,
-                        tokens * self.config.embedding
+                        tokens * width
                     )));
                 }
             }

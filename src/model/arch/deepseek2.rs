@@ -91,8 +91,16 @@ fn is_lite(layers: usize, vocabulary: usize) -> bool {
     layers == 27 || layers == 26 || (layers == 48 && vocabulary == 128_256)
 }
 
-fn latent_attention(keys: &Keys<'_>, config: &ModelConfig) -> Result<LatentAttention, ModelError> {
-    let q_lora_rank = if is_lite(config.layers, config.vocabulary) {
+/// Reads latent attention's keys; `attention.q_lora_rank` is required when `query_bottleneck_required`
+/// (DeepSeek's files, except the "lite" ones), else 0 when absent (Kimi K3).
+pub(super) fn latent_attention(
+    keys: &Keys<'_>,
+    config: &ModelConfig,
+    query_bottleneck_required: bool,
+) -> Result<LatentAttention, ModelError> {
+    let q_lora_rank = if !query_bottleneck_required {
+        keys.arch_optional_size("attention.q_lora_rank")?.unwrap_or(0)
+    } else if is_lite(config.layers, config.vocabulary) {
         0
     } else {
         keys.arch_optional_size("attention.q_lora_rank")?
@@ -146,6 +154,17 @@ fn latent_attention(keys: &Keys<'_>, config: &ModelConfig) -> Result<LatentAtten
     Ok(LatentAttention { q_lora_rank, kv_lora_rank, key_head, value_head, absorbed, yarn_log_multiplier })
 }
 
+/// The cache row of the split form: the latent and the rotary part per position, of which values are
+/// the latent.
+pub(super) fn latent_cache_row(config: &ModelConfig, mla: &LatentAttention) -> CacheRow {
+    CacheRow {
+        key_width: mla.kv_lora_rank + config.rope.dimensions as usize,
+        value_width: mla.kv_lora_rank,
+        values_in_keys: true,
+        window: None,
+    }
+}
+
 fn experts(keys: &Keys<'_>, config: &ModelConfig) -> Result<MoeParams, ModelError> {
     let (experts, experts_used) = super::expert_counts(keys)?;
     let gating = match keys.arch_optional_size("expert_gating_func")? {
@@ -183,7 +202,7 @@ impl Declare for Deepseek2 {
                 "asks for attention temperature tuning (Mistral Large 3), which shoal does not run",
             ));
         }
-        let mla = latent_attention(keys, config)?;
+        let mla = latent_attention(keys, config, true)?;
         if config.rope.ext_factor != 0.0 {
             // DeepSeek's YaRN: both magnitude scales are mscale_all_dim when it is not 1.
             let all_dims = mla.yarn_log_multiplier;
@@ -210,12 +229,7 @@ impl Declare for Deepseek2 {
 
     fn cache_row(&self, config: &ModelConfig, _layer: usize) -> CacheRow {
         match config.latent_attention {
-            Some(mla) if mla.absorbed => CacheRow {
-                key_width: mla.kv_lora_rank + config.rope.dimensions as usize,
-                value_width: mla.kv_lora_rank,
-                values_in_keys: true,
-                window: None,
-            },
+            Some(mla) if mla.absorbed => latent_cache_row(config, &mla),
             _ => config.standard_cache_row(),
         }
     }

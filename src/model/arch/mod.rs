@@ -11,6 +11,7 @@ mod gemma3;
 mod glm4moe;
 mod gpt_oss;
 pub mod groups;
+mod kimi_k3;
 mod llama;
 mod qwen35;
 mod qwen3moe;
@@ -21,6 +22,10 @@ pub use deepseek2::{Deepseek2, Deepseek2Layer, LatentLayer, LatentQuery, LatentV
 pub use gemma3::{Gemma3, Gemma3Layer};
 pub use glm4moe::{Glm4Moe, Glm4MoeLayer};
 pub use gpt_oss::{GptOss, GptOssLayer};
+pub use kimi_k3::{
+    GatedLatentAttention, KimiDeltaAttention, KimiFeedForward, KimiK3, KimiK3Layer, KimiMixer, LatentExperts,
+    LatentProjection, ResidualScores, OUTPUT_RESIDUAL_SCORE,
+};
 pub use llama::{Dense, DenseFeedForward, DenseLayer};
 pub use qwen35::{
     GatedAttention, GatedDeltaNet, GatedSharedExperts, Qwen35, Qwen35FeedForward, Qwen35Layer, Qwen35Mixer,
@@ -138,6 +143,7 @@ pub static GPT_OSS: GptOss = GptOss;
 pub static QWEN35: Qwen35 = Qwen35 { experts: false };
 pub static QWEN35MOE: Qwen35 = Qwen35 { experts: true };
 pub static QWEN3NEXT: Qwen3Next = Qwen3Next;
+pub static KIMI_K3: KimiK3 = KimiK3;
 
 /// The declaration of `architecture`.
 pub fn declaration(architecture: Architecture) -> &'static dyn Declaration {
@@ -153,6 +159,7 @@ pub fn declaration(architecture: Architecture) -> &'static dyn Declaration {
         Architecture::Qwen35 => &QWEN35,
         Architecture::Qwen35Moe => &QWEN35MOE,
         Architecture::Qwen3Next => &QWEN3NEXT,
+        Architecture::KimiK3 => &KIMI_K3,
     }
 }
 

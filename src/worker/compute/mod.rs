@@ -182,7 +182,7 @@ impl Compute {
     /// Encodes this stage's output (hidden states of every row) into `self.wire`.
     fn encode_output(&mut self) {
         let out = self.stage.last_output();
-        let width = self.stage.config().embedding;
+        let width = self.stage.config().hidden_width(self.stage.layers().end);
         HiddenStates::encode(width, out.len() / width, out, WireFormat::F32, &mut self.wire);
     }
 
