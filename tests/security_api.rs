@@ -224,3 +224,61 @@ fn a_reader_without_the_token_sees_file_names_not_paths() {
         assert!(folders.iter().all(|f| holder.to_string().contains(f)), "{path} with the token: {holder}");
     }
 }
+
+/// Opens a connection and sends a chat request's head announcing a body that never comes; the
+/// connection, held open (its request in flight until the node's 30 s body deadline).
+fn hold_a_request_open(api: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(api).unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {api}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream
+}
+
+/// Sockets that connect and send nothing (300, more than the API's 256 connections) do not keep a new
+/// client out: each newcomer takes the place of the connection idle longest, and is answered.
+#[test]
+fn connections_that_send_nothing_cannot_keep_a_client_out() {
+    let (c, api) = one_loopback_node(&[]);
+    let silent: Vec<TcpStream> = (0..300).map(|_| TcpStream::connect(&api).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let (status, _) = raw_http(&api, &format!("GET /api/health HTTP/1.1\r\nHost: {api}"), "");
+    assert_eq!(status, 200, "a client beside 300 silent sockets\n{}", c.logs());
+    assert!(started.elapsed() < Duration::from_secs(5), "answered after {:?}", started.elapsed());
+    drop(silent);
+}
+
+/// Requests whose bodies never come (240 at once, on a node without a token, where every client is
+/// unprivileged) hold at most 7/8 of the connections: those beyond, and any request while they are
+/// held, are answered 503 at once instead of waiting unanswered; once the body deadline has cut the
+/// stalled ones off, requests are served again. (With a token, requests without it are refused before
+/// their bodies are read, and those with it may use every connection: see `src/api/admission.rs`.)
+#[test]
+fn stalled_requests_hold_at_most_their_share_and_the_rest_are_told_at_once() {
+    let (c, api) = one_loopback_node(&[]);
+    let held: Vec<TcpStream> = (0..240).map(|_| hold_a_request_open(&api)).collect();
+    std::thread::sleep(Duration::from_secs(1));
+    let started = Instant::now();
+    let (status, _) = raw_http(&api, &format!("GET /v1/models HTTP/1.1\r\nHost: {api}"), "");
+    assert_eq!(status, 503, "a request beside 240 stalled ones");
+    assert!(started.elapsed() < Duration::from_secs(5), "told after {:?}", started.elapsed());
+    let refused = held
+        .iter()
+        .filter(|stream| {
+            let mut stream = *stream;
+            stream.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+            let mut head = [0u8; 12];
+            stream.read_exact(&mut head).is_ok() && String::from_utf8_lossy(&head).contains("503")
+        })
+        .count();
+    assert_eq!(refused, 240 - 224, "stalled requests beyond the share refused at once");
+    // The body deadline (30 s) frees the share.
+    let deadline = Instant::now() + Duration::from_secs(45);
+    while raw_http(&api, &format!("GET /v1/models HTTP/1.1\r\nHost: {api}"), "").0 != 200 {
+        assert!(Instant::now() < deadline, "the API did not serve again after the body deadline\n{}", c.logs());
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    drop(held);
+}

@@ -6,6 +6,7 @@
 //! dashboard). Before any of that, [`guard`] refuses requests a web page could forge (DNS rebinding,
 //! cross-site posts), and [`server`] bounds connections and how long they may sit idle.
 
+mod admission;
 mod anthropic;
 #[cfg(test)]
 mod bindings;
@@ -139,12 +140,17 @@ pub async fn serve(instances: Arc<Instances>, config: ApiConfig) -> anyhow::Resu
     let agent = instances.agent.clone();
     let streams = Arc::default();
     let state = ApiState { agent, instances, token, listen: addr, quit: config.quit, streams };
-    tokio::spawn(server::run(listener, router(state.clone())));
+    let privileged: server::Privileged = {
+        let (state, beyond_loopback) = (state.clone(), !addr.ip().is_loopback());
+        Arc::new(move |headers, from| state.carries_token(headers) || (beyond_loopback && from.ip().is_loopback()))
+    };
+    tokio::spawn(server::run(listener, router(state.clone()), privileged.clone()));
     if let Some(listener) = ollama {
         let state = ApiState { listen: listener.local_addr()?, ..state };
         tokio::spawn(server::run(
             listener,
             guarded(ollama::routes(Router::new()).route("/", get(ollama::running)), state),
+            privileged,
         ));
     }
     Ok(addr)

@@ -1,15 +1,20 @@
 //! The API's HTTP server loop: HTTP/1.1 over TCP with the limits `axum::serve` lacks, so that idle or
 //! slow clients cannot pile up until the node runs out of file descriptors: a cap on open connections
-//! (connections beyond it are closed at once), a deadline for a request's headers (which also closes
+//! (a connection beyond it takes the place of the one idle longest, or is closed at once when every
+//! one has a request in flight; unprivileged requests hold at most a share: see [`super::admission`]),
+//! a deadline for a request's headers (which also closes
 //! keep-alive connections that stay idle), and an idle timeout on every connection (nothing read or
 //! written either way while no request is being handled: a long answer that is not streamed keeps its
 //! connection; event streams send a keep-alive comment every 15 s, so they stay open too).
 
+use super::admission::{Admission, Guarded};
+use axum::http::HeaderMap;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -17,7 +22,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 use tokio::time::{Instant, Sleep};
 
 /// Most API connections open at once.
@@ -30,9 +34,13 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest request head (request line and headers).
 const MAX_HEAD: usize = 64 * 1024;
 
+/// Whether a request (its headers, the address it came from) may use the slots kept from unprivileged
+/// clients: it carries the API token, or comes from this machine to a node listening beyond it.
+pub type Privileged = Arc<dyn Fn(&HeaderMap, SocketAddr) -> bool + Send + Sync>;
+
 /// Serves `app` on `listener` until the listener fails.
-pub async fn run(listener: TcpListener, app: Router) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+pub async fn run(listener: TcpListener, app: Router, privileged: Privileged) {
+    let admission = Arc::new(Admission::default());
     loop {
         let (stream, from) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -43,8 +51,8 @@ pub async fn run(listener: TcpListener, app: Router) {
                 continue;
             }
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            tracing::debug!("closed an API connection from {from}: {MAX_CONNECTIONS} are open already");
+        let Some(slot) = admission.admit(MAX_CONNECTIONS) else {
+            tracing::debug!("closed an API connection from {from}: {MAX_CONNECTIONS} are open, each with a request");
             continue;
         };
         let _ = stream.set_nodelay(true);
@@ -52,16 +60,30 @@ pub async fn run(listener: TcpListener, app: Router) {
         let busy = Arc::new(AtomicUsize::new(0));
         let router = TowerToHyperService::new(app.clone());
         let handling = busy.clone();
+        let (on_connection, this_slot, may_skip_share) = (admission.clone(), slot.clone(), privileged.clone());
         let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
             // Handlers that budget by address read it as axum's `ConnectInfo`.
             request.extensions_mut().insert(axum::extract::ConnectInfo(from));
+            let in_flight = on_connection.start(&this_slot, may_skip_share(request.headers(), from));
             let guard = Busy::new(&handling);
-            let call = hyper::service::Service::call(&router, request);
+            let call = in_flight.is_some().then(|| hyper::service::Service::call(&router, request));
             async move {
                 let _guard = guard;
-                call.await
+                match (call, in_flight) {
+                    (Some(call), Some(in_flight)) => {
+                        let answer = call.await?;
+                        Ok::<_, std::convert::Infallible>(
+                            answer.map(|body| axum::body::Body::new(Guarded::new(body, in_flight))),
+                        )
+                    }
+                    _ => {
+                        tracing::debug!("refused a request from {from}: unprivileged requests hold their share");
+                        Ok(too_busy())
+                    }
+                }
             }
         });
+        let admission = admission.clone();
         tokio::spawn(async move {
             let io = TokioIo::new(IdleTimeout::new(stream, IDLE_TIMEOUT, busy));
             let connection = hyper::server::conn::http1::Builder::new()
@@ -70,12 +92,29 @@ pub async fn run(listener: TcpListener, app: Router) {
                 .max_buf_size(MAX_HEAD)
                 .serve_connection(io, service)
                 .with_upgrades();
-            if let Err(e) = connection.await {
-                tracing::debug!("an API connection from {from} ended: {e}");
+            tokio::select! {
+                ended = connection => if let Err(e) = ended {
+                    tracing::debug!("an API connection from {from} ended: {e}");
+                },
+                () = slot.evicted() => tracing::debug!("closed an idle API connection from {from} for a newer one"),
             }
-            drop(permit);
+            admission.close(&slot);
         });
     }
+}
+
+/// The answer to a request refused for the unprivileged share: 503, try again shortly, on a connection
+/// that then closes.
+fn too_busy() -> axum::response::Response {
+    let message = "this node's API connections are taken by requests without its token; try again in a \
+                   few seconds (requests with the API token are still served)";
+    let mut answer = axum::response::IntoResponse::into_response((
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        [(axum::http::header::RETRY_AFTER, "5"), (axum::http::header::CONNECTION, "close")],
+        message,
+    ));
+    answer.headers_mut().insert("x-frame-options", axum::http::HeaderValue::from_static("DENY"));
+    answer
 }
 
 /// Counts a request as being handled while alive.
