@@ -1,8 +1,9 @@
 //! The new architectures through the whole product: three `shoal node`s serve a GLM-4.5-style
 //! mixture-of-experts model, given as a split GGUF set, with its stages on three nodes (one inside the
 //! leading dense layers), a DeepSeek V3-style model (latent attention), a gpt-oss-style model
-//! (sinks, sliding window, MXFP4 experts) and a Qwen3.5-MoE-style model (linear attention with a recurrent
-//! state), and answer exactly as the single-process engine does.
+//! (sinks, sliding window, MXFP4 experts), a Qwen3.5-MoE-style model (linear attention with a recurrent
+//! state) and a Kimi K3-style model (residual checkpoints carried between stages), and answer exactly as
+//! the single-process engine does.
 
 mod common;
 
@@ -66,6 +67,15 @@ fn three_nodes_serve_gpt_oss_exactly_like_one_process() {
 fn three_nodes_serve_qwen35moe_exactly_like_one_process() {
     let _one_at_a_time = common::cluster::exclusive();
     check_three_nodes_answer_like_one_process(&random_model::qwen35moe().write(), "node0:0-0,node1:1-2,node2:3-3");
+}
+
+/// Kimi K3's residual checkpoints cross the network with the hidden state: the boundaries after layer
+/// 0 (one checkpoint) and after layer 2 (two) carry 2 and 3 embeddings per token.
+#[test]
+fn three_nodes_serve_kimi_k3_exactly_like_one_process() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let model = common::random_kimi::kimi_k3().write();
+    check_three_nodes_answer_like_one_process(&model, "node0:0-0,node1:1-2,node2:3-4");
 }
 
 /// A node of a qwen35moe instance killed: the owner places the model again on the nodes left, each
