@@ -125,6 +125,9 @@ fn a_hybrid_stage_holds_kv_rows_for_full_layers_and_a_state_for_linear_ones() {
         let rows_per_position = if model.kimi.is_some() { 1 } else { 2 };
         let kv_bytes = rows_per_position * 2 * (model.kv_heads * model.head_dim) as u64 * 512;
         let needs = shoal::placement::ModelNeeds::of(&file, options.context, options.sequences, options.batch);
+        // What the launch preview shows beside the KV cache: one request's state in every linear layer.
+        let linear_layers = (0..model.layers).filter(|l| !(l + 1).is_multiple_of(linear.interval)).count() as u64;
+        assert_eq!(needs.state_per_sequence, linear_layers * state_bytes, "{}", model.name());
         for range in [0..1, 0..2, 1..3, 2..model.layers, 0..model.layers] {
             let full = range.clone().filter(|l| (l + 1).is_multiple_of(linear.interval)).count() as u64;
             let want = (full * kv_bytes + (range.len() as u64 - full) * state_bytes) * options.sequences as u64;

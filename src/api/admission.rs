@@ -169,7 +169,8 @@ mod tests {
     fn unprivileged_requests_hold_at_most_their_share() {
         let admission = Arc::new(Admission::default());
         let connection = admission.admit(super::super::server::MAX_CONNECTIONS).unwrap();
-        let held: Vec<InFlight> = (0..UNPRIVILEGED_SHARE).map(|_| admission.start(&connection, false).unwrap()).collect();
+        let held: Vec<InFlight> =
+            (0..UNPRIVILEGED_SHARE).map(|_| admission.start(&connection, false).unwrap()).collect();
         assert!(admission.start(&connection, false).is_none());
         let privileged = admission.start(&connection, true);
         assert!(privileged.is_some(), "the token's share is kept");

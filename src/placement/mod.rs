@@ -158,6 +158,10 @@ pub struct Plan {
     /// KV-cache bytes 1024 tokens of one request take across all stages (what a longer context costs).
     #[serde(default)]
     pub kv_cache_per_1k_tokens: u64,
+    /// Bytes of one request's recurrent state across all stages (linear-attention layers keep it in
+    /// place of KV rows; it does not grow with the context). Included in the stages' `kv_cache`.
+    #[serde(default)]
+    pub recurrent_state_per_sequence: u64,
     /// Expected time a token spends crossing the links: around a pipeline's ring (half the RTT plus the
     /// hidden state's transfer per hop, and the sampled token's way back), or in a tensor-parallel
     /// group's sums (two per layer) and its logits' way to the leader.
@@ -335,6 +339,7 @@ impl Ring<'_> {
             vocabulary: self.needs.vocabulary,
             total_bytes: stages.iter().map(|s| s.bytes.total()).sum(),
             kv_cache_per_1k_tokens: 1024 * self.needs.kv_per_position,
+            recurrent_state_per_sequence: self.needs.state_per_sequence,
             expected_decode_tokens_per_second: steps.map(|s| 1e6 / (s + ring_us).max(1) as f64),
             ring_us,
             stages,

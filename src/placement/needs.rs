@@ -37,6 +37,10 @@ pub struct ModelNeeds {
     pub kv_per_layer: Vec<u64>,
     /// KV-cache bytes one more position of one sequence takes (in the layers that see the whole context).
     pub kv_per_position: u64,
+    /// Bytes of one sequence's recurrent state in every linear-attention layer (Qwen3.5, Qwen3-Next,
+    /// Kimi K3): constant in the context, and counted in `kv_per_layer` beside the KV rows.
+    #[serde(default)]
+    pub state_per_sequence: u64,
     /// Compute-buffer bytes of a stage (its largest step).
     pub compute: u64,
     /// Extra compute bytes on the last stage (the logits).
@@ -174,6 +178,7 @@ impl ModelNeeds {
             name: model.name(),
             layout: model.layout().clone(),
             kv_per_layer,
+            state_per_sequence: (0..c.layers).map(|layer| c.linear_state_bytes(layer)).sum(),
             kv_per_position,
             compute,
             compute_last_extra: 4 * c.vocabulary as u64,

@@ -403,6 +403,11 @@ vocabulary: number, stages: Array<StagePlan>, total_bytes: number,
  */
 kv_cache_per_1k_tokens: number, 
 /**
+ * Bytes of one request's recurrent state across all stages (linear-attention layers keep it in
+ * place of KV rows; it does not grow with the context). Included in the stages' `kv_cache`.
+ */
+recurrent_state_per_sequence: number, 
+/**
  * Expected time a token spends crossing the links: around a pipeline's ring (half the RTT plus the
  * hidden state's transfer per hop, and the sampled token's way back), or in a tensor-parallel
  * group's sums (two per layer) and its logits' way to the leader.
