@@ -161,10 +161,16 @@ fn a_qwen35_sequence_continues_or_starts_again_but_does_not_go_back() {
 
 /// A tensor-parallel group is refused with the reason, before anything loads.
 #[test]
-fn hybrid_models_are_refused_across_tensor_parallel_ranks_with_the_reason() {
-    let file = Model::open(&random_model::qwen35().write()).unwrap();
-    let reason = file.config().architecture.declaration().splits_across_ranks().unwrap_err();
-    assert!(reason.contains("--parallel pipeline"), "{reason}");
+fn qwen_hybrid_models_are_refused_across_tensor_parallel_ranks_with_the_reason() {
+    for model in [random_model::qwen35(), random_model::qwen35moe(), random_model::qwen3next()] {
+        let file = Model::open(&model.write()).unwrap();
+        let reason = file.config().architecture.declaration().splits_across_ranks().unwrap_err();
+        assert!(reason.contains("--parallel pipeline"), "{reason}");
+        assert!(shoal::model::slice::plan(&file, &[1.0, 1.0]).is_err(), "{} divided", model.name());
+    }
+    // Kimi K3's delta attention divides by heads (tests/engine_tensor_parallel.rs).
+    let kimi = Model::open(&random_kimi::kimi_k3().write()).unwrap();
+    assert!(shoal::model::slice::plan(&kimi, &[1.0, 1.0]).is_ok());
 }
 
 /// A Kimi K3 file whose metadata shoal cannot run as llama.cpp does is refused when it opens, with the

@@ -326,3 +326,36 @@ fn killed_mid_generation_then_served_again(c: &mut TestCluster, info: &Value, vi
     let (status, answer) = complete(c, 0, PROMPTS[0].0, PROMPTS[0].1);
     assert_eq!(status, 200, "the model serves again: {answer}");
 }
+
+/// Kimi K3 divided across two nodes: each rank holds its heads of the delta-attention layers (their
+/// projections, convolutions and recurrent state) and of the latent attention, its experts, and sums
+/// its parts over the links; the residual checkpoints every rank computes whole. The instance answers
+/// as the same group in one process.
+#[test]
+fn two_nodes_divide_a_kimi_k3_and_answer_as_the_group_in_one_process() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let mut c = TestCluster::new(2);
+    if c.network != common::cluster::Network::Netns {
+        return common::cannot_run("tensor-parallel instances need network namespaces (root)");
+    }
+    c.form(&[]);
+    let model = common::random_kimi::kimi_k3_softplus().write();
+    let path = model.to_str().unwrap();
+    let args = ["run", path, "--parallel", "tensor", "--nodes", "node0,node1", "--context", "512", "--threads", "1"];
+    let out = c.cli(0, &args);
+    assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+    let instances = c.get_json(0, "/api/instances");
+    let info = instances.as_array().unwrap().iter().find(|i| i["state"] == "ready").unwrap();
+    assert_eq!(info["plan"]["parallel"], "tensor", "{info:#}");
+    let shares: Vec<f64> =
+        info["plan"]["stages"].as_array().unwrap().iter().map(|s| s["share"].as_f64().unwrap()).collect();
+    assert_eq!(shares.len(), 2);
+    let name = c.get_json(1, "/v1/models")["data"][0]["id"].as_str().unwrap().to_string();
+    for (prompt, n) in PROMPTS {
+        let body = json!({ "model": name, "prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": true });
+        let (status, answer) = c.post_json(1, "/v1/completions", body);
+        assert_eq!(status, 200, "{answer}\n{}", c.logs());
+        let text = answer["choices"][0]["text"].as_str().unwrap();
+        assert_eq!(text, common::group_process_of(&model, prompt, n, &shares), "{prompt:?}");
+    }
+}

@@ -152,9 +152,17 @@ impl Stage {
             Some(group) => StageWeights::map_slice(model, layers.clone(), device, options.weights, group.slice())?,
             None => StageWeights::map(model, layers.clone(), device, options.weights)?,
         };
-        // A rank caches the keys and values of its own heads.
+        // A rank caches the keys and values of its own heads, and the recurrent state of its share of
+        // the linear layers' heads.
         let cache_config = match &group {
-            Some(group) => ModelConfig { kv_heads: group.slice().kv_heads.len(), ..config.clone() },
+            Some(group) => ModelConfig {
+                kv_heads: group.slice().kv_heads.len(),
+                linear_attention: config
+                    .linear_attention
+                    .as_ref()
+                    .map(|l| l.for_rank(group.slice().query_heads.len(), config.heads)),
+                ..config.clone()
+            },
             None => config.clone(),
         };
         let kv_type = options.kv_type;

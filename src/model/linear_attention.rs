@@ -74,6 +74,20 @@ impl LinearAttention {
         })
     }
 
+    /// The share of a tensor-parallel rank holding `rank_heads` of the model's `heads` attention heads:
+    /// as many of the linear layers' heads in proportion (Kimi K3, whose linear heads are its attention
+    /// heads and whose keys are per head, is the architecture that divides them; see its declaration).
+    pub fn for_rank(&self, rank_heads: usize, heads: usize) -> LinearAttention {
+        let scale = |n: usize| n * rank_heads / heads.max(1);
+        let value_heads = scale(self.value_heads);
+        LinearAttention {
+            key_heads: scale(self.key_heads),
+            value_heads,
+            inner: value_heads * self.head_width,
+            ..self.clone()
+        }
+    }
+
     /// Whether `layer` is linear.
     pub fn is_linear(&self, layer: usize) -> bool {
         self.layers.get(layer).copied().unwrap_or(false)

@@ -161,6 +161,11 @@ pub fn group_process(prompt: &str, max_tokens: usize, shares: &[f64]) -> String 
     one_process(&model_path(), shares, prompt, max_tokens)
 }
 
+/// [`group_process`] of the model at `path`.
+pub fn group_process_of(path: &std::path::Path, prompt: &str, max_tokens: usize, shares: &[f64]) -> String {
+    one_process(path, shares, prompt, max_tokens)
+}
+
 /// What stages and tensor-parallel groups chained in a ring generate greedily for `prompt`: each a layer
 /// range and its ranks' shares (one share: a whole stage), all threads of one process.
 pub fn chain_process(prompt: &str, max_tokens: usize, chain: &[(std::ops::Range<usize>, Vec<f64>)]) -> String {

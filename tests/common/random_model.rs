@@ -418,6 +418,7 @@ impl RandomModel {
             ("deepseek2", _) if self.mla.is_some_and(|m| !m.absorbed) => "deepseek2-legacy".into(),
             ("qwen3next", _) if self.linear.is_some_and(|l| l.fused_input) => "qwen3next-fused".into(),
             ("kimi-k3", _) if self.kimi.is_some_and(|k| k.residual_block == 0) => "kimi-k3-plain".into(),
+            ("kimi-k3", _) if self.kimi.is_some_and(|k| k.decay_lower_bound.is_none()) => "kimi-k3-softplus".into(),
             (arch, _) if self.embedding > 64 => format!("{arch}-bench"),
             (arch, _) => arch.into(),
         }

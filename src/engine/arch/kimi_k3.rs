@@ -154,7 +154,8 @@ fn gated_latent_attention<'g>(
         Some(gate) => g.mul(heads, g.sigmoid(g.mul_mat(g.stored(gate), x))),
         None => heads,
     };
-    g.mul_mat(g.stored(&w.attention.output), heads)
+    // A tensor-parallel rank's heads give its part of the output projection; the group sums the parts.
+    step.complete(g, g.mul_mat(g.stored(&w.attention.output), heads))
 }
 
 /// The routed experts in their latent width (the router reading `x` whole), the latent norm and the

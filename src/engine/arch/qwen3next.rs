@@ -42,7 +42,7 @@ fn grouped_delta_net<'g>(
     w: &GroupedDeltaNet<SetTensorRef>,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
-    let shape = step.config.linear_attention.as_ref().expect("a linear layer's model declares its linear attention");
+    let shape = step.linear_attention();
     let t = step.tokens();
     let (key_heads, value_heads) = (shape.key_heads as i64, shape.value_heads as i64);
     let per_key = value_heads / key_heads;

@@ -43,7 +43,7 @@ pub fn kimi_delta_attention<'g>(
     w: &KimiDeltaAttention<SetTensorRef>,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
-    let shape = step.config.linear_attention.as_ref().expect("a linear layer's model declares its linear attention");
+    let shape = step.linear_attention();
     let (t, inner, head, heads) =
         (step.tokens(), shape.inner as i64, shape.head_width as i64, shape.value_heads as i64);
     let mixed = g.concat(
@@ -124,7 +124,7 @@ pub fn delta_net<'g>(
     w: DeltaNetWeights<'g, '_>,
 ) -> Tensor<'g> {
     let c = step.config;
-    let shape = c.linear_attention.as_ref().expect("a linear layer's model declares its linear attention");
+    let shape = step.linear_attention();
     let t = step.tokens();
     let (head, value_heads) = (shape.head_width as i64, shape.value_heads as i64);
     let kernel = w.conv;
@@ -148,7 +148,8 @@ pub fn delta_net<'g>(
     };
     let gated = g.mul(norm(g, attended, w.norm, c.rms_epsilon), z);
     let merged = g.reshape_2d(gated, head * value_heads, t);
-    g.mul_mat(g.stored(w.output), merged)
+    // A tensor-parallel rank's heads give its part of the output projection; the group sums the parts.
+    step.complete(g, g.mul_mat(g.stored(w.output), merged))
 }
 
 /// One segment's rows of a [width, tokens] tensor of the step.

@@ -21,7 +21,7 @@ pub use linear_attention::{
 use super::kv_cache::KvCache;
 use super::recurrent_state::RecurrentState;
 use crate::ggml::{Collective, DType, GraphBuilder, SetTensorRef, Tensor};
-use crate::model::{ModelConfig, TensorSlice};
+use crate::model::{LinearAttention, ModelConfig, TensorSlice};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -160,6 +160,8 @@ pub struct StepContext<'a, 'g> {
     pub(super) cache: &'a KvCache,
     /// The recurrent state of the stage's linear-attention layers.
     pub(super) state: &'a RecurrentState,
+    /// The linear layers' shape as this graph computes them (a tensor-parallel rank's share of heads).
+    pub(super) linear: Option<LinearAttention>,
     pub(super) shape: GraphShape,
     pub(super) rope_mode: i32,
     pub(super) positions: Tensor<'g>,
@@ -215,6 +217,12 @@ impl<'g> StepContext<'_, 'g> {
     /// Attention's output rotated back, when the values were rotated (the rotation is its own inverse).
     pub fn unrotated_values(&self, g: &'g GraphBuilder, out: Tensor<'g>) -> Tensor<'g> {
         self.rotate_values.map_or(out, |r| g.mul_mat_hadamard(r, out))
+    }
+
+    /// The linear-attention layers' shape this graph computes: the model's, or a tensor-parallel
+    /// rank's share of their heads.
+    pub fn linear_attention(&self) -> &LinearAttention {
+        self.linear.as_ref().expect("a linear layer's model declares its linear attention")
     }
 
     /// Tokens in this step.

@@ -220,12 +220,6 @@ impl Declare for KimiK3 {
         0
     }
 
-    fn splits_across_ranks(&self) -> Result<(), String> {
-        Err("Kimi K3's delta-attention layers are not divided among tensor-parallel ranks yet; \
-             use --parallel pipeline"
-            .into())
-    }
-
     fn cache_row(&self, config: &ModelConfig, _layer: usize) -> CacheRow {
         let mla = config.latent_attention.expect("kimi-k3 reads its attention parameters when the model opens");
         latent_cache_row(config, &mla)
@@ -236,23 +230,28 @@ impl Declare for KimiK3 {
         let moe = config.moe.as_ref().expect("kimi-k3 reads its expert parameters when the model opens");
         let mixer = match config.linear_attention.as_ref().filter(|l| l.is_linear(layer)) {
             Some(l) => {
+                // A tensor-parallel rank holds whole heads (its keys are per head, like its values):
+                // their rows of every projection, convolution and gate, its inputs of the output
+                // projection, and their recurrent state. The decay's first projection, to one head's
+                // width, and the per-head norm are held whole.
                 let (inner, head, heads) = (l.inner, l.head_width, l.value_heads);
-                let conv = || Declared::new(&[l.conv_kernel, 1, inner]);
+                let rows = |shape: &[usize]| Declared::new(shape).split(shape.len() - 1, Part::QueryHeads);
+                let conv = || rows(&[l.conv_kernel, 1, inner]);
                 KimiMixer::Linear(KimiDeltaAttention {
-                    q: Declared::new(&[e, inner]),
-                    k: Declared::new(&[e, inner]),
-                    v: Declared::new(&[e, inner]),
+                    q: rows(&[e, inner]),
+                    k: rows(&[e, inner]),
+                    v: rows(&[e, inner]),
                     q_conv: conv(),
                     k_conv: conv(),
                     v_conv: conv(),
                     decay_a: Declared::new(&[e, head]),
-                    decay_b: Declared::new(&[head, inner]),
-                    beta: Declared::new(&[e, heads]),
-                    a: Declared::new(&[heads]),
-                    dt_bias: Declared::new(&[inner]),
-                    gate: Declared::new(&[e, inner]),
+                    decay_b: rows(&[head, inner]),
+                    beta: rows(&[e, heads]),
+                    a: rows(&[heads]),
+                    dt_bias: rows(&[inner]),
+                    gate: rows(&[e, inner]),
                     norm: Declared::new(&[head]),
-                    output: Declared::new(&[inner, e]),
+                    output: Declared::new(&[inner, e]).split(0, Part::QueryHeads),
                 })
             }
             None => KimiMixer::Full(gated_latent_attention(config)),
@@ -304,19 +303,20 @@ fn gated_latent_attention(config: &ModelConfig) -> GatedLatentAttention<Declared
     let mla = config.latent_attention.expect("kimi-k3 reads its attention parameters when the model opens");
     let (e, heads, rope) = (config.embedding, config.heads, config.rope.dimensions as usize);
     let (rank, nope) = (mla.kv_lora_rank, mla.key_head - rope);
+    // As DeepSeek's: a tensor-parallel rank holds whole heads, every rank the latent whole.
     let query = if mla.q_lora_rank > 0 {
         LatentQuery::LowRank(LowRankQuery {
             a: Declared::new(&[e, mla.q_lora_rank]),
             a_norm: Declared::new(&[mla.q_lora_rank]),
-            b: Declared::new(&[mla.q_lora_rank, heads * mla.key_head]),
+            b: Declared::new(&[mla.q_lora_rank, heads * mla.key_head]).split(1, Part::QueryHeads),
         })
     } else {
-        LatentQuery::Direct(DirectQuery { q: Declared::new(&[e, heads * mla.key_head]) })
+        LatentQuery::Direct(DirectQuery { q: Declared::new(&[e, heads * mla.key_head]).split(1, Part::QueryHeads) })
     };
     // Always split (the model opens only so): llama.cpp's converter writes attn_k_b and attn_v_b.
     let values = LatentValues::Split(SplitExpansion {
-        k_b: Declared::new(&[nope, rank, heads]),
-        v_b: Declared::new(&[rank, mla.value_head, heads]),
+        k_b: Declared::new(&[nope, rank, heads]).split(2, Part::QueryHeads),
+        v_b: Declared::new(&[rank, mla.value_head, heads]).split(2, Part::QueryHeads),
     });
     GatedLatentAttention {
         attention: LatentLayer {
@@ -324,8 +324,8 @@ fn gated_latent_attention(config: &ModelConfig) -> GatedLatentAttention<Declared
             kv_a: Declared::new(&[e, rank + rope]),
             kv_a_norm: Declared::new(&[rank]),
             values,
-            output: Declared::new(&[heads * mla.value_head, e]),
+            output: Declared::new(&[heads * mla.value_head, e]).split(0, Part::QueryHeads),
         },
-        gate: Some(Declared::optional(&[e, heads * mla.value_head])),
+        gate: Some(Declared::optional(&[e, heads * mla.value_head]).split(1, Part::QueryHeads)),
     }
 }
