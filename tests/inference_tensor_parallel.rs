@@ -299,7 +299,8 @@ fn a_rank_killed_mid_generation_ends_the_stream_and_the_model_serves_again() {
 
 /// Streams a long completion through node0 and kills node `victim` once tokens flow: the stream ends
 /// with an error (not a silent stop) within twice the failure detector's bound, the other nodes stay
-/// up, and the owner places the model (`info`, the instance) again by itself so that it serves again.
+/// up, and the owner places the model (`info`, the instance) again by itself so that it serves again,
+/// answering as its new placement does in one process.
 fn killed_mid_generation_then_served_again(c: &mut TestCluster, info: &Value, victim: usize) {
     let (started_tx, started) = std::sync::mpsc::channel();
     let streaming = stream(c, 0, started_tx);
@@ -325,6 +326,15 @@ fn killed_mid_generation_then_served_again(c: &mut TestCluster, info: &Value, vi
     });
     let (status, answer) = complete(c, 0, PROMPTS[0].0, PROMPTS[0].1);
     assert_eq!(status, 200, "the model serves again: {answer}");
+    // And answers as its new placement does in one process (a group, a chain or stages of the nodes left).
+    let instances = c.get_json(0, "/api/instances");
+    let placed = instances.as_array().unwrap().iter().find(|i| i["state"] == "ready").unwrap();
+    let chain = chain_of(placed);
+    assert_eq!(
+        answer["choices"][0]["text"].as_str().unwrap(),
+        common::chain_process(PROMPTS[0].0, PROMPTS[0].1, &chain),
+        "the answer after the rank was lost, placed again as {chain:?}"
+    );
 }
 
 /// Kimi K3 divided across two nodes: each rank holds its heads of the delta-attention layers (their
