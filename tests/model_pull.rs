@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::hub::{start_hub, start_hub_with, until_pull_ends, Faults, HubNode, FILE, REPO};
+use common::hub::{start_hub, start_hub_on, start_hub_with, until_pull_ends, Faults, HubNode, FILE, REPO};
 use shoal::model::pull::{self, Hub, PullProgress, PullRequest, PullState};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -155,4 +155,23 @@ fn the_api_pulls_in_the_background_with_progress_events() {
     assert_eq!(listed.len(), 1, "{models}");
     assert_eq!(listed[0]["runnable"], true, "{models}");
     assert_eq!(listed[0]["source"]["kind"], "shoal");
+}
+
+/// The hub answers a download with a redirect to another host (as huggingface.co sends files to its
+/// CDN): the pull follows it, whole and by ranges, and the hub's token goes to the hub only.
+#[test]
+fn a_redirect_to_another_host_is_followed_without_the_token() {
+    let files = vec![(FILE.to_string(), std::fs::read(common::model_path()).unwrap())];
+    let cdn = start_hub_on("127.0.0.2:0", files, Faults::default());
+    let hub = start_hub(Faults { redirect_to: Some(cdn.endpoint.clone()), ..Faults::default() });
+    let with_token = Hub::new(&hub.endpoint, Some("hf_secret".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let paths = pull::pull(&with_token, dir.path(), &request(), &mut |_| {}).unwrap();
+    assert_eq!(std::fs::read(&paths[0]).unwrap(), std::fs::read(common::model_path()).unwrap());
+    let shard_dir = tempfile::tempdir().unwrap();
+    shoal::model::shard::pull_shard(&with_token, shard_dir.path(), &request(), 0..2, &mut |_| {}).unwrap();
+    assert!(!hub.served().is_empty() && hub.served().iter().all(|s| s.authorized), "the hub gets its token");
+    let fetched = cdn.served();
+    assert!(fetched.len() >= 2, "both downloads came from the other host: {fetched:?}");
+    assert!(fetched.iter().all(|s| !s.authorized), "the token went to another host: {fetched:?}");
 }

@@ -31,6 +31,9 @@ pub struct Faults {
     pub status: Option<u16>,
     /// Answer ranges with the whole file (200), as a server without range support does.
     pub ignore_range: bool,
+    /// Answer every file request with `302 Found` to the same path on this server (another host, as the
+    /// real hub sends downloads to its CDN).
+    pub redirect_to: Option<String>,
 }
 
 /// One file request as the hub saw it.
@@ -80,13 +83,18 @@ struct HostedFile {
 
 /// A hub holding `files` (path, contents) and a README in `REPO`.
 pub fn start_hub_with(files: Vec<(String, Vec<u8>)>, faults: Faults) -> LoopbackHub {
+    start_hub_on("127.0.0.1:0", files, faults)
+}
+
+/// [`start_hub_with`] listening on `address` (another loopback address stands for another host).
+pub fn start_hub_on(address: &str, files: Vec<(String, Vec<u8>)>, faults: Faults) -> LoopbackHub {
     let files: Arc<Vec<HostedFile>> = Arc::new(
         files
             .into_iter()
             .map(|(path, data)| HostedFile { sha: hex::encode(Sha256::digest(&data)), path, data })
             .collect(),
     );
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let listener = TcpListener::bind(address).unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
     let served = Arc::new(Mutex::new(Vec::new()));
     let drops_done = Arc::new(AtomicUsize::new(0));
@@ -161,6 +169,9 @@ fn serve(
             extra += &format!("Link: <{next}>; rel=\"next\"\r\n");
         }
         respond(&mut stream, "200 OK", &extra, page.to_string().as_bytes());
+    } else if let (Some(_), Some(elsewhere)) = (hosted, &faults.redirect_to) {
+        log.lock().unwrap().push(Served { range, start: 0, bytes: 0, authorized });
+        respond(&mut stream, "302 Found", &format!("Location: {elsewhere}{path}\r\n"), b"");
     } else if let Some(HostedFile { data, .. }) = hosted {
         let asked = range.as_deref().map(|r| parse_range(r, data.len()));
         let (start, mut end) = match asked {
