@@ -3,7 +3,8 @@
 //! messages, temperature 0, same token limit), with the same stop reason and token counts; streams give
 //! what whole answers give; Anthropic's stream sends Anthropic's exact event sequence; errors come in
 //! each API's shape; Ollama's listing routes name the model the cluster serves. The tool paths (tools
-//! offered, a call and its result sent back) of the three APIs answer alike too.
+//! offered, a call and its result sent back) of the three APIs answer alike too, and a reply that is a
+//! call (the model constrained to write one) reaches OpenAI's and Ollama's clients as their tool calls.
 
 mod common;
 
@@ -56,6 +57,16 @@ fn anthropic_and_ollama_clients_get_what_the_openai_api_gives() {
     assert_eq!(r["openai_tools"], json!({ "text": single["text"], "finish": "length", "calls": 0 }), "{r:#}");
     assert_eq!(r["openai_tools_stream"], json!({ "text": single["text"], "finish": ["length"] }), "{r:#}");
     assert!(r["openai_tool_result"]["text"].as_str().is_some_and(|t| !t.is_empty()), "{r:#}");
+    // A reply that is a call (the model constrained to write one): OpenAI's `tool_calls` with the
+    // arguments as a JSON string and finish reason `tool_calls`, whole and as stream deltas; Ollama's
+    // `message.tool_calls` with the arguments as an object.
+    let call = json!({ "type": "function", "name": "get_weather", "arguments": { "city": "Paris" }, "id": true });
+    assert_eq!(r["openai_tool_call"], json!({ "finish": "tool_calls", "content": "", "calls": [call] }), "{r:#}");
+    let streamed =
+        json!({ "finish": ["tool_calls"], "names": ["get_weather"], "arguments": { "city": "Paris" }, "content": "" });
+    assert_eq!(r["openai_tool_call_stream"], streamed, "{r:#}");
+    let ollama_call = json!([{ "name": "get_weather", "arguments": { "city": "Paris" } }]);
+    assert_eq!(r["ollama_tool_call"], json!({ "content": "", "calls": ollama_call }), "{r:#}");
     assert_eq!(r["openai_tool_choice"]["status"], 400, "{r:#}");
     assert!(r["openai_tool_choice"]["message"].as_str().unwrap().contains("tool_choice"), "{r:#}");
 
