@@ -161,16 +161,18 @@ fn a_qwen35_sequence_continues_or_starts_again_but_does_not_go_back() {
 
 /// A tensor-parallel group is refused with the reason, before anything loads.
 #[test]
-fn qwen_hybrid_models_are_refused_across_tensor_parallel_ranks_with_the_reason() {
-    for model in [random_model::qwen35(), random_model::qwen35moe(), random_model::qwen3next()] {
+fn qwen3next_is_refused_across_tensor_parallel_ranks_with_the_reason() {
+    for model in [random_model::qwen3next(), random_model::qwen3next_fused()] {
         let file = Model::open(&model.write()).unwrap();
-        let reason = file.config().architecture.declaration().splits_across_ranks().unwrap_err();
+        let reason = file.config().architecture.declaration().splits_across_ranks(file.config()).unwrap_err();
         assert!(reason.contains("--parallel pipeline"), "{reason}");
         assert!(shoal::model::slice::plan(&file, &[1.0, 1.0]).is_err(), "{} divided", model.name());
     }
-    // Kimi K3's delta attention divides by heads (tests/engine_tensor_parallel.rs).
-    let kimi = Model::open(&random_kimi::kimi_k3().write()).unwrap();
-    assert!(shoal::model::slice::plan(&kimi, &[1.0, 1.0]).is_ok());
+    // Qwen3.5's and Kimi K3's divide by heads (tests/engine_tensor_parallel.rs).
+    for model in [random_model::qwen35(), random_model::qwen35moe(), random_kimi::kimi_k3()] {
+        let file = Model::open(&model.write()).unwrap();
+        assert!(shoal::model::slice::plan(&file, &[1.0, 1.0]).is_ok(), "{}", model.name());
+    }
 }
 
 /// A Kimi K3 file whose metadata shoal cannot run as llama.cpp does is refused when it opens, with the

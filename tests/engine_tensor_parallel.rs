@@ -209,6 +209,8 @@ fn random_models_split_unevenly_compute_the_whole_model() {
         ("gpt-oss", random_model::gpt_oss()),
         ("DeepSeek V3", random_model::deepseek2()),
         ("DeepSeek V2 (combined kv_b)", random_model::deepseek2_legacy()),
+        ("Qwen3.5", random_model::qwen35()),
+        ("Qwen3.5-MoE", random_model::qwen35moe()),
         ("Kimi K3 (no checkpoints)", common::random_kimi::kimi_k3_plain()),
         ("Kimi K3 (checkpoints)", common::random_kimi::kimi_k3_softplus()),
     ] {
@@ -233,6 +235,8 @@ fn groups_chained_as_pipeline_stages_compute_the_whole_model() {
         ("GLM-4.5", random(random_model::glm4moe()), vec![(0..2, vec![1.0, 1.0]), (2..5, vec![1.0, 2.0])]),
         ("DeepSeek V3", random(random_model::deepseek2()), vec![(0..1, vec![1.0]), (1..4, vec![1.0, 1.0])]),
         ("gpt-oss", random(random_model::gpt_oss()), vec![(0..2, vec![2.0, 1.0]), (2..4, vec![1.0, 1.0, 1.0])]),
+        // A gated delta-net layer alone, then a group over linear and full layers with experts.
+        ("Qwen3.5-MoE", random(random_model::qwen35moe()), vec![(0..1, vec![1.0]), (1..4, vec![1.0, 2.0])]),
         // Residual checkpoints cross from one group to the next; a group of delta-attention layers only.
         (
             "Kimi K3",

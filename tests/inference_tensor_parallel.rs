@@ -343,13 +343,23 @@ fn killed_mid_generation_then_served_again(c: &mut TestCluster, info: &Value, vi
 /// as the same group in one process.
 #[test]
 fn two_nodes_divide_a_kimi_k3_and_answer_as_the_group_in_one_process() {
+    two_nodes_divide_and_answer_as_the_group_in_one_process(&common::random_kimi::kimi_k3_softplus().write());
+}
+
+/// Qwen3.5-MoE divided across two nodes: each rank holds its value heads of the gated delta-net layers
+/// (with every key head) and their recurrent state, its heads of the full-attention layers, its experts.
+#[test]
+fn two_nodes_divide_a_qwen35moe_and_answer_as_the_group_in_one_process() {
+    two_nodes_divide_and_answer_as_the_group_in_one_process(&common::random_model::qwen35moe().write());
+}
+
+fn two_nodes_divide_and_answer_as_the_group_in_one_process(model: &std::path::Path) {
     let _one_at_a_time = common::cluster::exclusive();
     let mut c = TestCluster::new(2);
     if c.network != common::cluster::Network::Netns {
         return common::cannot_run("tensor-parallel instances need network namespaces (root)");
     }
     c.form(&[]);
-    let model = common::random_kimi::kimi_k3_softplus().write();
     let path = model.to_str().unwrap();
     let args = ["run", path, "--parallel", "tensor", "--nodes", "node0,node1", "--context", "512", "--threads", "1"];
     let out = c.cli(0, &args);
@@ -366,6 +376,6 @@ fn two_nodes_divide_a_kimi_k3_and_answer_as_the_group_in_one_process() {
         let (status, answer) = c.post_json(1, "/v1/completions", body);
         assert_eq!(status, 200, "{answer}\n{}", c.logs());
         let text = answer["choices"][0]["text"].as_str().unwrap();
-        assert_eq!(text, common::group_process_of(&model, prompt, n, &shares), "{prompt:?}");
+        assert_eq!(text, common::group_process_of(model, prompt, n, &shares), "{prompt:?}");
     }
 }

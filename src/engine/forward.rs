@@ -70,7 +70,7 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: &GraphShape) -> T
         cache: p.cache,
         state: p.state,
         linear: c.linear_attention.as_ref().map(|l| match p.group {
-            Some(group) => l.for_rank(group.slice().query_heads.len(), c.heads),
+            Some(group) => l.for_rank(group.slice().query_heads.clone(), c.heads),
             None => l.clone(),
         }),
         shape: shape.clone(),

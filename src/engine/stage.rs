@@ -160,7 +160,7 @@ impl Stage {
                 linear_attention: config
                     .linear_attention
                     .as_ref()
-                    .map(|l| l.for_rank(group.slice().query_heads.len(), config.heads)),
+                    .map(|l| l.for_rank(group.slice().query_heads.clone(), config.heads)),
                 ..config.clone()
             },
             None => config.clone(),

@@ -62,6 +62,10 @@ pub enum Split {
     Whole,
     /// Each rank holds its share of `part` along dimension `dim`.
     Along { dim: usize, part: Part },
+    /// Along the last dimension (rows), every rank holds the first `whole` rows and its share of `part`
+    /// of the rest (Qwen3.5's mixed projection: the keys and queries every value head may read, then
+    /// the values by head).
+    AfterWhole { whole: u64, part: Part },
 }
 
 /// Whether two shapes are the same tensor's: equal but for trailing dimensions of 1, which ggml treats

@@ -30,6 +30,11 @@ pub struct LinearAttention {
     /// Kimi delta attention's `kda.gate_lower_bound` (K3: -5): the decay of each key channel is this
     /// times σ(exp(A_log)·(f + dt_bias)) instead of -exp(A_log)·softplus(f + dt_bias).
     pub decay_lower_bound: Option<f32>,
+    /// Whether a tensor-parallel rank holds only its own heads' keys (Kimi: a key per head), rather
+    /// than every key head (Qwen3.5: value heads share key heads across any cut).
+    pub keys_divided: bool,
+    /// The first value head this shape computes: 0, or a tensor-parallel rank's first.
+    pub first_value_head: usize,
 }
 
 impl LinearAttention {
@@ -71,19 +76,29 @@ impl LinearAttention {
             value_heads_grouped: false,
             fused_input: false,
             decay_lower_bound: None,
+            keys_divided: false,
+            first_value_head: 0,
         })
     }
 
-    /// The share of a tensor-parallel rank holding `rank_heads` of the model's `heads` attention heads:
-    /// as many of the linear layers' heads in proportion (Kimi K3, whose linear heads are its attention
-    /// heads and whose keys are per head, is the architecture that divides them; see its declaration).
-    pub fn for_rank(&self, rank_heads: usize, heads: usize) -> LinearAttention {
-        let scale = |n: usize| n * rank_heads / heads.max(1);
-        let value_heads = scale(self.value_heads);
+    /// The share of a tensor-parallel rank holding `query_heads` of the model's `heads` attention heads:
+    /// the linear layers' value heads in proportion (the architectures that divide them have a whole
+    /// number per attention head), and either the matching key heads or, when keys are shared across
+    /// any cut, all of them.
+    pub fn for_rank(&self, query_heads: std::ops::Range<usize>, heads: usize) -> LinearAttention {
+        let scale = |n: usize, at: usize| n * at / heads.max(1);
+        let first_value_head = scale(self.value_heads, query_heads.start);
+        let value_heads = scale(self.value_heads, query_heads.end) - first_value_head;
+        let key_heads = if self.keys_divided {
+            scale(self.key_heads, query_heads.end) - scale(self.key_heads, query_heads.start)
+        } else {
+            self.key_heads
+        };
         LinearAttention {
-            key_heads: scale(self.key_heads),
+            key_heads,
             value_heads,
             inner: value_heads * self.head_width,
+            first_value_head,
             ..self.clone()
         }
     }

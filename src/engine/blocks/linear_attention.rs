@@ -214,6 +214,12 @@ fn sequence_step<'g>(
             g.reshape_4d(spread, [head, value_heads, n, 1])
         };
         (repeated(q), repeated(k))
+    } else if !shape.value_heads_grouped
+        && key_heads != value_heads
+        && (!shape.first_value_head.is_multiple_of(shape.key_heads)
+            || !shape.value_heads.is_multiple_of(shape.key_heads))
+    {
+        (tiled_from(g, shape, q), tiled_from(g, shape, k))
     } else {
         (q, k)
     };
@@ -227,6 +233,27 @@ fn sequence_step<'g>(
     let delta_after = g.view(result, &[(head * head * value_heads)], &[], out_values * 4);
     state.store(g, local, seq, conv_after, delta_after);
     output
+}
+
+/// Key (or query) heads `x` ([head, key heads, tokens, 1], every key head) in the order a tensor-parallel
+/// rank's value heads read them when value head j reads key head j mod key heads (Qwen3.5) and the
+/// rank's first value head is not the model's: key heads from the first one's onwards, repeated and cut
+/// to one per value head unless they tile the rank's value heads evenly.
+fn tiled_from<'g>(g: &'g GraphBuilder, shape: &LinearAttention, x: Tensor<'g>) -> Tensor<'g> {
+    let [head, key_heads, n, _] = x.shape();
+    let (value_heads, turn) = (shape.value_heads as i64, (shape.first_value_head % shape.key_heads) as i64);
+    let strides = x.strides();
+    let heads = |from: i64, count: i64| {
+        g.view(x, &[head, count, n, 1], &[strides[1], strides[2], strides[3]], (from * head) as usize * 4)
+    };
+    let turned = if turn == 0 { x } else { g.concat(heads(turn, key_heads - turn), heads(0, turn), 1) };
+    if value_heads % key_heads == 0 {
+        return turned;
+    }
+    let copies = (value_heads + key_heads - 1) / key_heads;
+    let spread = g.repeat(turned, [head, key_heads * copies, n, 1]);
+    let s = spread.strides();
+    g.cont(g.view(spread, &[head, value_heads, n, 1], &[s[1], s[2], s[3]], 0))
 }
 
 /// Each head of `x` scaled to unit length, as llama.cpp's `build_gdn_l2_norm` computes it: an RMS norm

@@ -135,6 +135,8 @@ fn delta_attention(keys: &Keys<'_>, config: &ModelConfig) -> Result<LinearAttent
         value_heads_grouped: false,
         fused_input: false,
         decay_lower_bound: bound.filter(|b| b.is_finite()),
+        keys_divided: true,
+        first_value_head: 0,
     })
 }
 

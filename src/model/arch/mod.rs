@@ -72,7 +72,7 @@ pub trait Declare: Sync {
 
     /// Whether the graph runs split across a tensor-parallel group, each rank with its share of the
     /// tensors the declarations split; the reason when it cannot.
-    fn splits_across_ranks(&self) -> Result<(), String> {
+    fn splits_across_ranks(&self, _config: &ModelConfig) -> Result<(), String> {
         Ok(())
     }
 
@@ -95,7 +95,7 @@ pub trait Declaration: Sync {
     fn cache_row(&self, config: &ModelConfig, layer: usize) -> CacheRow;
     fn partial_rotary(&self) -> bool;
     fn default_chat_template(&self) -> Option<&'static str>;
-    fn splits_across_ranks(&self) -> Result<(), String>;
+    fn splits_across_ranks(&self, config: &ModelConfig) -> Result<(), String>;
     fn rope_mode(&self) -> i32;
     /// The tensors of layer `layer` (`blk.N.…`), in the order the graph uses them.
     fn layer_tensors(&self, config: &ModelConfig, layer: usize) -> Vec<ExpectedTensor>;
@@ -118,8 +118,8 @@ impl<A: Declare> Declaration for A {
     fn default_chat_template(&self) -> Option<&'static str> {
         Declare::default_chat_template(self)
     }
-    fn splits_across_ranks(&self) -> Result<(), String> {
-        Declare::splits_across_ranks(self)
+    fn splits_across_ranks(&self, config: &ModelConfig) -> Result<(), String> {
+        Declare::splits_across_ranks(self, config)
     }
     fn rope_mode(&self) -> i32 {
         Declare::rope_mode(self)

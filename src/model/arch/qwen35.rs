@@ -10,6 +10,7 @@ use super::groups::{Experts, FeedForward, SharedExperts};
 use super::tensor_group::{tensor_group, Declared};
 use super::Declare;
 use crate::model::config::Keys;
+use crate::model::layout::Part;
 use crate::model::{LinearAttention, ModelConfig, ModelError, MoeParams};
 
 pub struct Qwen35 {
@@ -86,11 +87,13 @@ impl GatedAttention<Declared> {
     pub fn declare(config: &ModelConfig) -> GatedAttention<Declared> {
         let (e, hd, q) = (config.embedding, config.head_dim, config.heads * config.head_dim);
         let kv = config.kv_heads * hd;
+        // A tensor-parallel rank holds whole heads: each one's queries and gate, its key/value heads'
+        // rows, the matching inputs of the output projection.
         GatedAttention {
-            q_and_gate: Declared::new(&[e, 2 * q]),
-            k: Declared::new(&[e, kv]),
-            v: Declared::new(&[e, kv]),
-            output: Declared::new(&[q, e]),
+            q_and_gate: Declared::new(&[e, 2 * q]).split(1, Part::QueryHeads),
+            k: Declared::new(&[e, kv]).split(1, Part::KvHeads),
+            v: Declared::new(&[e, kv]).split(1, Part::KvHeads),
+            output: Declared::new(&[q, e]).split(0, Part::QueryHeads),
             q_norm: Declared::new(&[hd]),
             k_norm: Declared::new(&[hd]),
         }
@@ -140,27 +143,39 @@ impl Declare for Qwen35 {
         ROPE_INTERLEAVED_SECTIONS
     }
 
-    fn splits_across_ranks(&self) -> Result<(), String> {
-        Err("Qwen3.5's linear-attention layers are not divided among tensor-parallel ranks yet; \
-             use --parallel pipeline"
-            .into())
+    /// A rank holds whole attention heads and, in the linear layers, the value heads that go with them:
+    /// a whole number of them per attention head.
+    fn splits_across_ranks(&self, config: &ModelConfig) -> Result<(), String> {
+        match &config.linear_attention {
+            Some(l) if !l.value_heads.is_multiple_of(config.heads) => Err(format!(
+                "its {} linear-attention value heads do not divide evenly among its {} attention heads, which \
+                 is how shoal divides them among tensor-parallel ranks; use --parallel pipeline",
+                l.value_heads, config.heads
+            )),
+            _ => Ok(()),
+        }
     }
 
     fn layer(&self, config: &ModelConfig, layer: usize) -> Self::Layer {
         let e = config.embedding;
         let mixer = match config.linear_attention.as_ref().filter(|l| l.is_linear(layer)) {
             Some(l) => {
+                // A tensor-parallel rank holds its value heads (with its attention heads' share) and
+                // every key head, which value heads on either side of any cut read: the queries' and
+                // keys' rows of the mixed projection and the convolution whole, then its values' rows.
                 let (channels, heads) = (l.conv_channels(), l.value_heads);
+                let keys = 2 * l.key_heads * l.head_width;
+                let rows = |shape: &[usize]| Declared::new(shape).split(shape.len() - 1, Part::QueryHeads);
                 Qwen35Mixer::Linear(GatedDeltaNet {
-                    qkv: Declared::new(&[e, channels]),
-                    gate: Declared::new(&[e, l.inner]),
-                    conv: Declared::new(&[l.conv_kernel, channels]),
-                    dt_bias: Declared::new(&[heads]),
-                    a: Declared::new(&[heads]),
-                    beta: Declared::new(&[e, heads]),
-                    alpha: Declared::new(&[e, heads]),
+                    qkv: Declared::new(&[e, channels]).split_after(keys, Part::QueryHeads),
+                    gate: rows(&[e, l.inner]),
+                    conv: Declared::new(&[l.conv_kernel, channels]).split_after(keys, Part::QueryHeads),
+                    dt_bias: rows(&[heads]),
+                    a: rows(&[heads]),
+                    beta: rows(&[e, heads]),
+                    alpha: rows(&[e, heads]),
                     norm: Declared::new(&[l.head_width]),
-                    output: Declared::new(&[l.inner, e]),
+                    output: Declared::new(&[l.inner, e]).split(0, Part::QueryHeads),
                 })
             }
             None => Qwen35Mixer::Full(GatedAttention::declare(config)),

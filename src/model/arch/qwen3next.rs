@@ -108,7 +108,7 @@ impl Declare for Qwen3Next {
         2
     }
 
-    fn splits_across_ranks(&self) -> Result<(), String> {
+    fn splits_across_ranks(&self, _config: &ModelConfig) -> Result<(), String> {
         Err("Qwen3-Next's linear-attention layers are not divided among tensor-parallel ranks yet; \
              use --parallel pipeline"
             .into())

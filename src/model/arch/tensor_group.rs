@@ -39,6 +39,12 @@ impl Declared {
     pub fn split(self, dim: usize, part: Part) -> Declared {
         Declared { split: Split::Along { dim, part }, ..self }
     }
+
+    /// The same tensor, its first `whole` rows (last dimension) held by every rank, the rest divided by
+    /// their share of `part`.
+    pub fn split_after(self, whole: usize, part: Part) -> Declared {
+        Declared { split: Split::AfterWhole { whole: whole as u64, part }, ..self }
+    }
 }
 
 /// Binds a declared group's slots to tensors of a file (or to anything else: a group of `T` becomes a

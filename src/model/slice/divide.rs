@@ -42,10 +42,16 @@ struct Held {
 }
 
 impl Held {
-    fn add(&mut self, split: Split, bytes: u64) {
+    /// Adds a tensor of `bytes` whose last dimension is `rows` long.
+    fn add(&mut self, split: Split, bytes: u64, rows: u64) {
         match split {
             Split::Whole => self.whole += bytes,
             Split::Along { part, .. } => self.parts[index(part)] += bytes,
+            Split::AfterWhole { whole, part } => {
+                let held = bytes * whole / rows.max(1);
+                self.whole += held;
+                self.parts[index(part)] += bytes - held;
+            }
         }
     }
 
@@ -66,7 +72,7 @@ impl Divider {
     /// tensor-parallel form, or a tensor whose split dimension does not divide into its part's units.
     pub fn of(model: &Model) -> Result<Divider, String> {
         let config = model.config();
-        config.architecture.declaration().splits_across_ranks()?;
+        config.architecture.declaration().splits_across_ranks(config)?;
         let declared = declared_tensors(model);
         let totals = totals(config, &declared);
         let mut align = [1usize; 6];
@@ -82,12 +88,18 @@ impl Divider {
                     layout::GlobalPlace::Every => &mut every,
                 },
             };
-            held.add(t.split, info.bytes);
-            let Split::Along { dim, part } = t.split else { continue };
+            held.add(t.split, info.bytes, info.shape.last().copied().unwrap_or(1));
+            let (dim, part, whole) = match t.split {
+                Split::Whole => continue,
+                Split::Along { dim, part } => (dim, part, 0),
+                Split::AfterWhole { whole, part } => (info.shape.len().saturating_sub(1), part, whole),
+            };
             let p = index(part);
             let total = totals[p].max(1) as u64;
             let length =
                 info.shape.get(dim).copied().ok_or_else(|| format!("{} has no dimension {dim} to split", info.name))?;
+            let length =
+                length.checked_sub(whole).ok_or_else(|| format!("{} has fewer than {whole} rows", info.name))?;
             if !length.is_multiple_of(total) {
                 return Err(format!("{}'s dimension {dim} ({length}) does not divide into {total} parts", info.name));
             }

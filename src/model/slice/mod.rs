@@ -118,8 +118,12 @@ impl TensorSlice {
     /// This rank's share of tensor `info`, split as `split` says: its shape and the byte ranges it reads.
     /// Fails when the share does not fall on whole quantization blocks (the plan avoids that).
     pub fn source(&self, info: &TensorInfo, split: Split) -> Result<SliceSource, String> {
-        let Split::Along { dim, part } = split else {
-            return Ok(SliceSource { shape: info.shape.clone(), pieces: vec![(info.offset, info.bytes)] });
+        let (dim, part) = match split {
+            Split::Whole => {
+                return Ok(SliceSource { shape: info.shape.clone(), pieces: vec![(info.offset, info.bytes)] })
+            }
+            Split::Along { dim, part } => (dim, part),
+            Split::AfterWhole { whole, part } => return self.source_after_whole(info, whole, part),
         };
         let shape = &info.shape;
         if dim >= shape.len() {
@@ -158,6 +162,28 @@ impl TensorSlice {
             (0..outer).map(|o| (info.offset + o * extent + start, len)).collect()
         };
         Ok(SliceSource { shape: local, pieces })
+    }
+
+    /// [`TensorSlice::source`] of a tensor whose first `whole` rows every rank holds and whose other
+    /// rows `part` divides: the leading rows, then the rank's.
+    fn source_after_whole(&self, info: &TensorInfo, whole: u64, part: Part) -> Result<SliceSource, String> {
+        let shape = &info.shape;
+        let rows = *shape.last().ok_or_else(|| format!("{} has no rows", info.name))?;
+        let divided = rows.checked_sub(whole).ok_or_else(|| format!("{} has fewer than {whole} rows", info.name))?;
+        let total = self.total(part).max(1) as u64;
+        if !divided.is_multiple_of(total) {
+            return Err(format!(
+                "{}'s {divided} rows after the first {whole} do not divide into {total} parts",
+                info.name
+            ));
+        }
+        let row_bytes = info.bytes / rows.max(1);
+        let elements = self.elements(part, divided);
+        let mut local = shape.clone();
+        *local.last_mut().expect("the tensor has rows") = whole + elements.end - elements.start;
+        let leading = (info.offset, whole * row_bytes);
+        let own = (info.offset + (whole + elements.start) * row_bytes, (elements.end - elements.start) * row_bytes);
+        Ok(SliceSource { shape: local, pieces: vec![leading, own] })
     }
 }
 
