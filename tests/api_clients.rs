@@ -67,7 +67,15 @@ fn anthropic_and_ollama_clients_get_what_the_openai_api_gives() {
     assert_eq!(r["openai_tool_call_stream"], streamed, "{r:#}");
     let ollama_call = json!([{ "name": "get_weather", "arguments": { "city": "Paris" } }]);
     assert_eq!(r["ollama_tool_call"], json!({ "content": "", "calls": ollama_call }), "{r:#}");
+    // tool_choice "required", a named function and Anthropic's "any": a call of the tool with the
+    // arguments its parameters require (a string `city`), whatever the model would have said.
+    let required = json!({ "finish": "tool_calls", "calls": [{ "name": "get_weather", "city": true }] });
+    assert_eq!(r["openai_required"], required, "{r:#}");
+    assert_eq!(r["openai_named"], required, "{r:#}");
+    let any = json!({ "stop_reason": "tool_use", "uses": [{ "name": "get_weather", "city": true }] });
+    assert_eq!(r["anthropic_any"], any, "{r:#}");
     assert_eq!(r["openai_tool_choice"]["status"], 400, "{r:#}");
+    assert!(r["openai_tool_choice"]["message"].as_str().unwrap().contains("not among the tools"), "{r:#}");
     assert!(r["openai_tool_choice"]["message"].as_str().unwrap().contains("tool_choice"), "{r:#}");
 
     // Anthropic: system as a string or as blocks, multi-turn, whole and streamed.

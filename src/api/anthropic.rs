@@ -102,16 +102,19 @@ fn blocks(content: Value) -> Result<Blocks, ApiError> {
 }
 
 /// The tools a request offers as chat templates take them (OpenAI's function tools), under
-/// `tool_choice` (`auto` or absent: all; `none`: none).
-fn offered(tools: Vec<Value>, choice: Option<&Value>) -> Result<Vec<Value>, ApiError> {
-    match choice.map(|c| c["type"].as_str()) {
-        None | Some(Some("auto")) => {}
-        Some(Some("none")) => return Ok(vec![]),
+/// `tool_choice` (`auto` or absent: all; `none`: none; `any`: a call of one; `tool`: a call of the
+/// named one), and the format a required call imposes.
+fn offered(tools: Vec<Value>, choice: Option<&Value>) -> Result<(Vec<Value>, Option<OutputFormat>), ApiError> {
+    let choice = match choice.map(|c| (c["type"].as_str(), c["name"].as_str())) {
+        None | Some((Some("auto"), _)) => tools::Choice::Auto,
+        Some((Some("none"), _)) => tools::Choice::None,
+        Some((Some("any"), _)) => tools::Choice::Required,
+        Some((Some("tool"), Some(name))) => tools::Choice::Named(name.to_string()),
         _ => {
-            let message = "tool_choice must be {\"type\": \"auto\"} or {\"type\": \"none\"} (any and a named tool are not supported yet)";
+            let message = "tool_choice must be {\"type\": \"auto\"}, {\"type\": \"none\"}, {\"type\": \"any\"} or {\"type\": \"tool\", \"name\": …}";
             return Err(ApiError::bad_param("tool_choice", message));
         }
-    }
+    };
     let function = |t: Value| {
         if !t["name"].is_string() || t.get("type").is_some_and(|kind| kind != "custom") {
             return Err(ApiError::bad_param("tools", format!("only custom tools with a name are supported, not {t}")));
@@ -121,7 +124,7 @@ fn offered(tools: Vec<Value>, choice: Option<&Value>) -> Result<Vec<Value>, ApiE
             json!({ "type": "function", "function": { "name": t["name"], "description": t["description"], "parameters": parameters } }),
         )
     };
-    tools.into_iter().map(function).collect()
+    tools::offered(tools.into_iter().map(function).collect::<Result<_, _>>()?, choice)
 }
 
 /// `POST /v1/messages`.
@@ -168,7 +171,7 @@ fn to_front(request: MessagesRequest) -> Result<Checked, ApiError> {
         }
         Some(n) => n as usize,
     };
-    let tools = offered(request.tools, request.tool_choice.as_ref())?;
+    let (tools, forced) = offered(request.tools, request.tool_choice.as_ref())?;
     if request.stop_sequences.len() > MAX_STOP_SEQUENCES {
         return Err(ApiError::bad_param("stop_sequences", format!("at most {MAX_STOP_SEQUENCES} stop sequences")));
     }
@@ -210,6 +213,7 @@ fn to_front(request: MessagesRequest) -> Result<Checked, ApiError> {
     let variables = generation::template_variables(None, None, enable_thinking)?;
     let mut sampling = request.sampling.params(1.0)?;
     sampling.format = request.output_format.as_ref().map(output_format).transpose()?;
+    tools::impose(&mut sampling.format, forced)?;
     let front = FrontRequest {
         prompt: tools::prompt(chat, tools, variables),
         max_tokens,

@@ -189,7 +189,7 @@ pub(super) fn check_chat(
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<(String, FrontRequest, bool, Route), ApiError> {
     let request: ChatRequest = super::openai::parse(body)?;
-    let tools = tools::offered(request.tools, None)?;
+    let (tools, _) = tools::offered(request.tools, tools::Choice::Auto)?;
     let messages = request
         .messages
         .filter(|m| !m.is_empty())

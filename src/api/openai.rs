@@ -174,11 +174,13 @@ pub(super) fn check_chat(
 ) -> Result<(String, FrontRequest, bool, bool, Kind), ApiError> {
     let request: ChatRequest = parse(body)?;
     let messages = chat_messages(request.messages)?;
-    let tools = tools::offered(request.tools, request.tool_choice.as_ref())?;
+    let choice = tools::Choice::from_openai(request.tool_choice.as_ref())?;
+    let (tools, forced) = tools::offered(request.tools, choice)?;
     let kind = if tools.is_empty() { Kind::Chat } else { Kind::ChatWithTools };
     let ChatOnly { common, reasoning_effort, chat_template_kwargs } = request.common;
     let variables = generation::template_variables(chat_template_kwargs, reasoning_effort.as_deref(), None)?;
-    let (model, front) = common.to_front(tools::prompt(messages, tools, variables))?;
+    let (model, mut front) = common.to_front(tools::prompt(messages, tools, variables))?;
+    tools::impose(&mut front.sampling.format, forced)?;
     let include_usage = common.stream_options.as_ref().is_some_and(|o| o.include_usage);
     Ok((model, front, common.stream, include_usage, kind))
 }

@@ -5,6 +5,7 @@
 //! while streaming, so that clients get content as it comes and each call whole.
 
 use super::ApiError;
+use crate::engine::OutputFormat;
 use crate::model::ChatMessage;
 use crate::worker::PromptInput;
 use serde_json::{json, Value};
@@ -12,23 +13,97 @@ use serde_json::{json, Value};
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
 
-/// The tools a request offers the model under `tool_choice` (`auto` or absent: all; `none`: none).
-pub fn offered(tools: Vec<Value>, choice: Option<&Value>) -> Result<Vec<Value>, ApiError> {
-    match choice.map(|c| c.as_str()) {
-        None | Some(Some("auto")) => {}
-        Some(Some("none")) => return Ok(vec![]),
-        _ => {
-            return Err(ApiError::bad_param(
+/// Which calls a request's `tool_choice` asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Choice {
+    /// The model decides (`auto`, or no `tool_choice`).
+    Auto,
+    /// No tools are offered.
+    None,
+    /// The reply is a call of one of the tools (OpenAI's `required`, Anthropic's `any`).
+    Required,
+    /// The reply is a call of this tool.
+    Named(String),
+}
+
+impl Choice {
+    /// OpenAI's `tool_choice`: `auto`, `none`, `required` or `{"type": "function", "function": {"name": …}}`.
+    pub fn from_openai(choice: Option<&Value>) -> Result<Choice, ApiError> {
+        match choice {
+            None => Ok(Choice::Auto),
+            Some(Value::String(s)) if s == "auto" => Ok(Choice::Auto),
+            Some(Value::String(s)) if s == "none" => Ok(Choice::None),
+            Some(Value::String(s)) if s == "required" => Ok(Choice::Required),
+            Some(named) if named["type"] == "function" && named["function"]["name"].is_string() => {
+                Ok(Choice::Named(named["function"]["name"].as_str().unwrap_or_default().to_string()))
+            }
+            Some(other) => Err(ApiError::bad_param(
                 "tool_choice",
-                "tool_choice must be \"auto\" or \"none\" (\"required\" and a named function are not supported yet)",
-            ))
+                format!("tool_choice must be \"auto\", \"none\", \"required\" or {{\"type\": \"function\", \"function\": {{\"name\": …}}}}, not {other}"),
+            )),
         }
+    }
+}
+
+/// The tools a request offers the model under `choice`, and when the choice requires a call, the
+/// format that makes the reply one: a JSON object `{"name": …, "arguments": {…}}` naming an offered
+/// tool (or the named one) with arguments valid for its parameters, which the reply's parsing takes
+/// as the call (see [`split`]), in any model's template.
+pub fn offered(tools: Vec<Value>, choice: Choice) -> Result<(Vec<Value>, Option<OutputFormat>), ApiError> {
+    if choice == Choice::None {
+        return Ok((vec![], None));
     }
     if let Some(bad) = tools.iter().find(|t| t["type"] != "function" || !t["function"]["name"].is_string()) {
         let message = format!("each tool must be {{\"type\": \"function\", \"function\": {{\"name\": …}}}}, not {bad}");
         return Err(ApiError::bad_param("tools", message));
     }
-    Ok(tools)
+    let callable: Vec<&Value> = match &choice {
+        Choice::Auto | Choice::None => return Ok((tools, None)),
+        Choice::Required => tools.iter().collect(),
+        Choice::Named(name) => tools.iter().filter(|t| t["function"]["name"] == name.as_str()).collect(),
+    };
+    if callable.is_empty() {
+        let why = match &choice {
+            Choice::Named(name) => format!("tool_choice names {name:?}, which is not among the tools offered"),
+            _ => "tool_choice requires a call, but no tools are offered".to_string(),
+        };
+        return Err(ApiError::bad_param("tool_choice", why));
+    }
+    let call = |t: &&Value| {
+        let parameters = t["function"].get("parameters").filter(|p| p.is_object()).cloned();
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["name", "arguments"],
+            "properties": {
+                "name": { "const": t["function"]["name"] },
+                "arguments": parameters.unwrap_or(json!({ "type": "object" })),
+            },
+        })
+    };
+    let schema = match callable.as_slice() {
+        [one] => call(one),
+        many => json!({ "anyOf": many.iter().map(call).collect::<Vec<_>>() }),
+    };
+    let format = OutputFormat::JsonSchema { schema };
+    format.check().map_err(|e| ApiError::bad_param("tools", format!("a tool's parameters: {e}")))?;
+    Ok((tools, Some(format)))
+}
+
+/// Sets the format a required tool call imposes (`forced`) on a request's `format`; refuses a
+/// request that also asks for another shape of reply.
+pub fn impose(format: &mut Option<OutputFormat>, forced: Option<OutputFormat>) -> Result<(), ApiError> {
+    match (format.is_some(), forced) {
+        (_, None) => Ok(()),
+        (true, Some(_)) => Err(ApiError::bad_param(
+            "tool_choice",
+            "a required tool call and a response format cannot be asked for together: the call is the reply",
+        )),
+        (false, forced) => {
+            *format = forced;
+            Ok(())
+        }
+    }
 }
 
 /// A message with the tool calls it makes, the id of the call it answers, and an assistant's reasoning.
