@@ -125,6 +125,10 @@ fn a_hybrid_stage_holds_kv_rows_for_full_layers_and_a_state_for_linear_ones() {
         let rows_per_position = if model.kimi.is_some() { 1 } else { 2 };
         let kv_bytes = rows_per_position * 2 * (model.kv_heads * model.head_dim) as u64 * 512;
         let needs = shoal::placement::ModelNeeds::of(&file, options.context, options.sequences, options.batch);
+        // A pipeline's widest boundary (Kimi K3's checkpoints) is what placement puts on every link.
+        let widest = 4 * file.config().hidden_width(model.layers - 1) as u64;
+        assert_eq!(needs.hidden_bytes_per_token, widest, "{}", model.name());
+        assert_eq!(widest > 4 * model.embedding as u64, model.kimi.is_some_and(|k| k.residual_block > 0));
         // What the launch preview shows beside the KV cache: one request's state in every linear layer.
         let linear_layers = (0..model.layers).filter(|l| !(l + 1).is_multiple_of(linear.interval)).count() as u64;
         assert_eq!(needs.state_per_sequence, linear_layers * state_bytes, "{}", model.name());
@@ -206,7 +210,7 @@ fn a_kimi_k3_file_shoal_cannot_run_is_refused_with_the_key() {
         ("kimi-k3-no-situ", Box::new(|m| m.retain(|(k, _)| k != "kimi-k3.activation.situ_beta")), "situ_beta"),
     ];
     for (name, edit, needle) in cases {
-        let path = random_kimi::write_edited(&model, name, |meta| edit(meta));
+        let path = model.write_edited(name, |meta| edit(meta));
         let error = Model::open(&path).err().unwrap_or_else(|| panic!("{name} opened")).to_string();
         assert!(error.contains(needle), "{name}: {error}");
     }

@@ -76,9 +76,10 @@ impl Admission {
                 .filter(|c| c.active.load(Ordering::Acquire) == 0)
                 .min_by_key(|c| *c.idle_since.lock().unwrap_or_else(|e| e.into_inner()))?
                 .id;
-            let evicted = connections.remove(&idlest).expect("the idlest connection is open");
-            // notify_one keeps the wake-up for a task not yet waiting.
-            evicted.evicted.notify_one();
+            if let Some(evicted) = connections.remove(&idlest) {
+                // notify_one keeps the wake-up for a task not yet waiting.
+                evicted.evicted.notify_one();
+            }
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) as u64;
         let connection = Arc::new(Connection {

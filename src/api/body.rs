@@ -61,8 +61,13 @@ fn too_large(dialect: Dialect) -> Response {
 /// Forbids every answer to be framed by another page.
 pub async fn refuse_framing(request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
-    let headers = response.headers_mut();
+    forbid_framing(response.headers_mut());
+    response
+}
+
+/// The headers that forbid an answer to be framed by another page (for answers made outside the
+/// router too).
+pub fn forbid_framing(headers: &mut axum::http::HeaderMap) {
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("frame-ancestors 'none'"));
-    response
 }

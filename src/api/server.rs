@@ -8,6 +8,7 @@
 //! connection; event streams send a keep-alive comment every 15 s, so they stay open too).
 
 use super::admission::{Admission, Guarded};
+use super::error::{ApiError, Dialect};
 use axum::http::HeaderMap;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -65,6 +66,7 @@ pub async fn run(listener: TcpListener, app: Router, privileged: Privileged) {
             // Handlers that budget by address read it as axum's `ConnectInfo`.
             request.extensions_mut().insert(axum::extract::ConnectInfo(from));
             let in_flight = on_connection.start(&this_slot, may_skip_share(request.headers(), from));
+            let path = request.uri().path().to_string();
             let guard = Busy::new(&handling);
             let call = in_flight.is_some().then(|| hyper::service::Service::call(&router, request));
             async move {
@@ -78,7 +80,7 @@ pub async fn run(listener: TcpListener, app: Router, privileged: Privileged) {
                     }
                     _ => {
                         tracing::debug!("refused a request from {from}: unprivileged requests hold their share");
-                        Ok(too_busy())
+                        Ok(too_busy(&path))
                     }
                 }
             }
@@ -105,15 +107,17 @@ pub async fn run(listener: TcpListener, app: Router, privileged: Privileged) {
 
 /// The answer to a request refused for the unprivileged share: 503, try again shortly, on a connection
 /// that then closes.
-fn too_busy() -> axum::response::Response {
+/// In the error shape of the API `path` belongs to.
+fn too_busy(path: &str) -> axum::response::Response {
+    use axum::http::{header, HeaderValue, StatusCode};
     let message = "this node's API connections are taken by requests without its token; try again in a \
                    few seconds (requests with the API token are still served)";
-    let mut answer = axum::response::IntoResponse::into_response((
-        axum::http::StatusCode::SERVICE_UNAVAILABLE,
-        [(axum::http::header::RETRY_AFTER, "5"), (axum::http::header::CONNECTION, "close")],
-        message,
-    ));
-    answer.headers_mut().insert("x-frame-options", axum::http::HeaderValue::from_static("DENY"));
+    let error = ApiError { status: StatusCode::SERVICE_UNAVAILABLE, ..ApiError::bad_request(message) };
+    let mut answer = error.into_response_as(Dialect::of_path(path));
+    let headers = answer.headers_mut();
+    headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    super::body::forbid_framing(headers);
     answer
 }
 

@@ -69,10 +69,6 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: &GraphShape) -> T
         layers: p.layers.clone(),
         cache: p.cache,
         state: p.state,
-        linear: c.linear_attention.as_ref().map(|l| match p.group {
-            Some(group) => l.for_rank(group.slice().query_heads.clone(), c.heads),
-            None => l.clone(),
-        }),
         shape: shape.clone(),
         rope_mode: c.architecture.declaration().rope_mode(),
         positions: g.input(input::POSITIONS, DType::I32, &[t]),

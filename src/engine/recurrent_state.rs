@@ -65,7 +65,9 @@ impl RecurrentState {
         self.set.is_some()
     }
 
-    fn shape(&self) -> &LinearAttention {
+    /// The linear layers' shape this stage computes: the model's, or a tensor-parallel rank's share of
+    /// their heads (only a stage with linear layers has one, and only they ask).
+    pub fn shape(&self) -> &LinearAttention {
         self.shape.as_ref().expect("only linear layers read their state")
     }
 

@@ -186,19 +186,3 @@ fn feed_forward(g: GgufWriter, model: &RandomModel, kimi: &RandomKimi, l: usize,
         .f16_values(&n("ffn_up_shexp.weight"), &[e, sf], &w.uniform(e * sf, proj(e)))
         .f16_values(&n("ffn_down_shexp.weight"), &[sf, e], &w.uniform(sf * e, proj(sf)))
 }
-
-/// `model` with its metadata changed by `edit`, written to `name`.gguf in the tests' directory: a file
-/// llama.cpp's converter would not write, for the checks that refuse it.
-pub fn write_edited(
-    model: &RandomModel,
-    name: &str,
-    edit: impl FnOnce(&mut Vec<(String, Meta)>),
-) -> std::path::PathBuf {
-    let mut g = model.gguf();
-    edit(&mut g.meta);
-    let path = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.gguf"));
-    let part = path.with_extension(format!("{}.part", std::process::id()));
-    std::fs::write(&part, g.bytes()).unwrap();
-    std::fs::rename(&part, &path).unwrap();
-    path
-}

@@ -446,16 +446,24 @@ impl RandomModel {
     /// This model with `template` as its chat template instead of SmolLM2's, written to `name`.gguf in
     /// the tests' directory.
     pub fn write_with_chat_template(&self, name: &str, template: &str) -> PathBuf {
+        self.write_edited(name, |meta| {
+            meta.retain(|(key, _)| key != "tokenizer.chat_template");
+            meta.push(("tokenizer.chat_template".into(), Meta::Str(template.into())));
+        })
+    }
+
+    /// This model with its metadata changed by `edit`, written to `name`.gguf in the tests' directory.
+    pub fn write_edited(&self, name: &str, edit: impl FnOnce(&mut Vec<(String, Meta)>)) -> PathBuf {
         let mut g = self.gguf();
-        g.meta.retain(|(key, _)| key != "tokenizer.chat_template");
+        edit(&mut g.meta);
         let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.gguf"));
         let part = path.with_extension(format!("{}.part", std::process::id()));
-        std::fs::write(&part, g.meta("tokenizer.chat_template", Meta::Str(template.into())).bytes()).unwrap();
+        std::fs::write(&part, g.bytes()).unwrap();
         std::fs::rename(&part, &path).unwrap();
         path
     }
 
-    pub(super) fn gguf(&self) -> GgufWriter {
+    fn gguf(&self) -> GgufWriter {
         let arch = self.architecture;
         let (e, hd) = (self.embedding as u64, self.head_dim as u64);
         let (q, kv) = (self.heads as u64 * hd, self.kv_heads as u64 * hd);

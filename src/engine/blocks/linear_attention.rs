@@ -1,9 +1,9 @@
 //! Linear attention with a recurrent state: the gated delta-net of Qwen3.5 / 3.6 and Qwen3-Next, as
 //! llama.cpp's `src/models/qwen35.cpp` and `qwen3next.cpp` (`build_layer_attn_linear`) and
 //! `delta-net-base.cpp` compute it with ggml's fused `gated_delta_net`, and Kimi K3's delta attention
-//! (`kimi-k3.cpp`, `build_kda_layer`: the same op with a decay per key channel). The projections and gates run over every row of the step at once; the
-//! short convolution and the delta rule run per sequence, each from the state its previous step left
-//! (see [`crate::engine::recurrent_state`]).
+//! (`kimi-k3.cpp`, `build_kda_layer`: the same op with a decay per key channel). The projections and
+//! gates run over every row of the step at once; the short convolution and the delta rule run per
+//! sequence, each from the state its previous step left (see [`crate::engine::recurrent_state`]).
 
 use super::{linear, norm, StepContext};
 use crate::ggml::{GraphBuilder, SetTensorRef, Tensor};
@@ -114,8 +114,8 @@ pub enum OutputGate {
 }
 
 /// The rest of a gated delta-net of layer `layer` from its projections: per sequence the convolution
-/// and the delta rule, then each head's output normed, gated by silu(z) and projected. Returns
-/// [embedding, tokens].
+/// and the delta rule, then each head's output normed, scaled by its activated output gate and
+/// projected (a tensor-parallel rank's part summed over the group). Returns [embedding, tokens].
 pub fn delta_net<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,

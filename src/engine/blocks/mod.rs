@@ -160,8 +160,6 @@ pub struct StepContext<'a, 'g> {
     pub(super) cache: &'a KvCache,
     /// The recurrent state of the stage's linear-attention layers.
     pub(super) state: &'a RecurrentState,
-    /// The linear layers' shape as this graph computes them (a tensor-parallel rank's share of heads).
-    pub(super) linear: Option<LinearAttention>,
     pub(super) shape: GraphShape,
     pub(super) rope_mode: i32,
     pub(super) positions: Tensor<'g>,
@@ -222,7 +220,7 @@ impl<'g> StepContext<'_, 'g> {
     /// The linear-attention layers' shape this graph computes: the model's, or a tensor-parallel
     /// rank's share of their heads.
     pub fn linear_attention(&self) -> &LinearAttention {
-        self.linear.as_ref().expect("a linear layer's model declares its linear attention")
+        self.state.shape()
     }
 
     /// Tokens in this step.

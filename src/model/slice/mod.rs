@@ -180,7 +180,8 @@ impl TensorSlice {
         let row_bytes = info.bytes / rows.max(1);
         let elements = self.elements(part, divided);
         let mut local = shape.clone();
-        *local.last_mut().expect("the tensor has rows") = whole + elements.end - elements.start;
+        let last = local.len() - 1;
+        local[last] = whole + elements.end - elements.start;
         let leading = (info.offset, whole * row_bytes);
         let own = (info.offset + (whole + elements.start) * row_bytes, (elements.end - elements.start) * row_bytes);
         Ok(SliceSource { shape: local, pieces: vec![leading, own] })
