@@ -85,6 +85,81 @@ fn one_node_reuses_cached_prefixes_and_answers_as_without_a_cache() {
     assert_eq!(evaluated, 1, "the same prompt again evaluates only its last token: {again}");
 }
 
+/// Long enough to be saved beyond the slot (shoal keeps prefixes of 64 tokens or more).
+const STORY: &str = "Once upon a time, in a village between two rivers, there lived a potter who made bowls \
+    for everyone in the valley. Every morning she walked to the river to fetch clay, and every evening she fired \
+    the bowls in a kiln her grandfather had built. One day a traveller arrived with a strange blue stone.";
+
+/// With one slot, a conversation whose slot another request took comes back to its saved prefix:
+/// written back into the slot, it answers as one process without a cache does.
+fn check_saved_prefixes_outlive_the_slot(c: &TestCluster, model: &Path, name: &str) -> String {
+    let (text, usage) = complete(c, name, STORY, 8);
+    let story_tokens = usage["prompt_tokens"].as_u64().unwrap();
+    assert!(story_tokens >= 64, "{usage}");
+    let other = format!("A different story. {}", STORY.replace("potter", "weaver"));
+    complete(c, name, &other, 4);
+    let next = format!("{STORY}{text} The stone");
+    let (answer, usage) = complete(c, name, &next, 8);
+    assert_eq!(answer, common::single_process_of(model, &next, 8), "after the saved prefix came back");
+    assert!(cached(&usage) >= story_tokens, "the saved conversation was given back: {usage}\n{}", c.logs());
+    format!("{STORY}{text}")
+}
+
+/// Saved prefixes outlive their slot in memory, and a relaunch of the instance on disk; a damaged file
+/// on disk is refused and the prompt prefilled, with the same answer.
+#[test]
+fn saved_prefixes_outlive_the_slot_and_a_relaunch_and_a_damaged_one_is_refused() {
+    let (c, _api) = common::one_loopback_node(&[]);
+    let model = common::model_path();
+    let name = launch(&c, &model, &[]);
+    let conversation = check_saved_prefixes_outlive_the_slot(&c, &model, &name);
+    let saved = c.get_json(0, "/api/instances");
+    let stats = &saved[0]["stages"][0]["stats"];
+    assert!(stats["saved_prefix_positions_on_disk"].as_u64().unwrap() > 0, "{saved}");
+    assert!(stats["restored_prefixes"].as_u64().unwrap() >= 1, "{saved}");
+
+    let relaunch = || {
+        let out = c.cli(0, &["stop", &name]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        launch(&c, &model, &[])
+    };
+    let name = relaunch();
+    let resumed = format!("{conversation} Years later");
+    let (answer, usage) = complete(&c, &name, &resumed, 8);
+    assert_eq!(answer, common::single_process_of(&model, &resumed, 8), "resumed from disk");
+    assert!(cached(&usage) > 64, "the conversation came back from disk after a relaunch: {usage}\n{}", c.logs());
+
+    // Every saved file damaged in its rows: refused when read, deleted, and the prompt prefilled.
+    let files: Vec<_> = walk(&c.nodes[0].data_dir.join("prompt-cache"));
+    assert!(!files.is_empty());
+    for file in &files {
+        let mut bytes = std::fs::read(file).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        std::fs::write(file, bytes).unwrap();
+    }
+    let name = relaunch();
+    let resumed = format!("{conversation} In the end");
+    let (answer, usage) = complete(&c, &name, &resumed, 8);
+    assert_eq!(answer, common::single_process_of(&model, &resumed, 8), "a damaged file is never used");
+    assert_eq!(cached(&usage), 0, "{usage}");
+    assert!(files.iter().any(|f| !f.exists()), "the damaged file read was deleted");
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
 /// Qwen3.5's recurrent state is given back only whole: a prompt that extends everything the slot ran
 /// reuses it, one that leaves it in the middle runs from the start; both answer as one process.
 #[test]
@@ -103,6 +178,37 @@ fn a_hybrid_model_reuses_its_state_only_whole() {
     let (text, usage) = complete(&c, &name, third, 8);
     assert_eq!(text, common::single_process_of(&model, third, 8), "a request leaving the cached prefix");
     assert_eq!(cached(&usage), 0, "a state cannot be taken back to the common start: {usage}");
+
+    // A state saved beyond the slot comes back whole too (one token each: the state is the prompt's).
+    let (_, usage) = complete(&c, &name, STORY, 1);
+    let story_tokens = usage["prompt_tokens"].as_u64().unwrap();
+    complete(&c, &name, third, 1);
+    let next = format!("{STORY} The stone");
+    let (text, usage) = complete(&c, &name, &next, 8);
+    assert_eq!(text, common::single_process_of(&model, &next, 8), "after the saved state came back");
+    assert_eq!(cached(&usage), story_tokens, "the saved state was given back: {usage}");
+}
+
+/// Under a small budget and without a disk, the least recently used prefix is dropped: the next request
+/// of its conversation prefills it and still answers as one process does.
+#[test]
+fn a_prefix_pushed_out_of_a_small_budget_is_prefilled_again() {
+    let mut c = TestCluster::with_network(1, common::cluster::Network::Loopback);
+    c.start_with_env(0, &[], &[("SHOAL_PROMPT_CACHE_MEMORY", "100"), ("SHOAL_PROMPT_CACHE_DISK", "0")]);
+    c.wait_ready(0);
+    let model = common::model_path();
+    let name = launch(&c, &model, &[]);
+    let (text, usage) = complete(&c, &name, STORY, 8);
+    assert!(usage["prompt_tokens"].as_u64().unwrap() + 8 <= 100, "one conversation fits the budget: {usage}");
+    let other = format!("A different story. {}", STORY.replace("potter", "weaver"));
+    complete(&c, &name, &other, 4);
+    let next = format!("{STORY}{text} The stone");
+    let (answer, usage) = complete(&c, &name, &next, 8);
+    assert_eq!(answer, common::single_process_of(&model, &next, 8));
+    assert_eq!(cached(&usage), 0, "the story was pushed out by the other: {usage}");
+    assert!(!c.nodes[0].data_dir.join("prompt-cache").exists(), "no disk tier was asked for");
+    let stats = &c.get_json(0, "/api/instances")[0]["stages"][0]["stats"];
+    assert!(stats["saved_prefix_positions"].as_u64().unwrap() <= 100, "{stats}");
 }
 
 /// Three stages on three netns nodes: every stage keeps its layers' rows of the cached prefix, and the
@@ -115,4 +221,5 @@ fn a_pipeline_of_three_nodes_reuses_cached_prefixes_and_answers_as_without_a_cac
     let model = common::model_path();
     let name = launch(&c, &model, &["--layers", "node0:0-9,node1:10-19,node2:20-29"]);
     check_prefixes_are_reused_and_answers_unchanged(&c, &model, &name);
+    check_saved_prefixes_outlive_the_slot(&c, &model, &name);
 }

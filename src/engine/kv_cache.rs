@@ -273,6 +273,56 @@ impl KvCache {
         Ok(())
     }
 
+    /// Bytes a copy of the first `positions` positions of one sequence takes (see [`KvCache::copy_out`]).
+    pub fn copy_bytes(&self, positions: usize) -> usize {
+        let tensors = self.keys.iter().chain(&self.values).flatten();
+        tensors.map(|t| positions * t.bytes() / t.shape()[1].max(1) as usize).sum()
+    }
+
+    /// Appends to `out` the rows of positions `0..positions` of `seq` in every layer (keys, then values,
+    /// layer by layer): what a saved prefix holds of this stage. A sliding layer's ring cannot give back
+    /// a prefix in order, so a stage with one refuses.
+    pub fn copy_out(&self, seq: usize, positions: usize, out: &mut Vec<u8>) -> Result<(), String> {
+        self.check_copy(seq, positions)?;
+        for tensor in self.keys.iter().chain(&self.values).flatten() {
+            let row = tensor.bytes() / tensor.shape()[1] as usize;
+            let at = out.len();
+            out.resize(at + positions * row, 0);
+            tensor.read_bytes(seq * self.context * row, &mut out[at..])?;
+        }
+        Ok(())
+    }
+
+    /// Writes back into `seq` the first `positions` positions of what [`KvCache::copy_out`] gave for
+    /// `saved` positions, from the start of `data`; how many bytes it read (all `saved` positions'). The
+    /// sequence then holds those positions.
+    pub fn copy_in(&mut self, seq: usize, saved: usize, positions: usize, data: &[u8]) -> Result<usize, String> {
+        self.check_copy(seq, saved)?;
+        let needed = self.copy_bytes(saved);
+        if positions > saved || data.len() < needed {
+            return Err(format!("a saved prefix of {saved} positions is {needed} bytes, {} came", data.len()));
+        }
+        let mut at = 0;
+        for tensor in self.keys.iter().chain(&self.values).flatten() {
+            let row = tensor.bytes() / tensor.shape()[1] as usize;
+            tensor.write_bytes(seq * self.context * row, &data[at..at + positions * row])?;
+            at += saved * row;
+        }
+        self.lengths[seq] = positions;
+        self.high_water[seq] = positions;
+        Ok(at)
+    }
+
+    fn check_copy(&self, seq: usize, positions: usize) -> Result<(), String> {
+        if self.sliding.is_some() {
+            return Err("this stage's sliding-window layers keep a ring, not a prefix: it saves no prefix".into());
+        }
+        if seq >= self.sequences || positions > self.context {
+            return Err(format!("no positions 0..{positions} of sequence {seq} in this cache"));
+        }
+        Ok(())
+    }
+
     /// Cache rows a graph for `seq` attends over when its last position is `end - 1`: whole blocks.
     pub fn attended(&self, end: usize) -> usize {
         end.div_ceil(CACHE_BLOCK).max(1).min(self.context / CACHE_BLOCK) * CACHE_BLOCK

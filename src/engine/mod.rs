@@ -16,6 +16,7 @@ pub mod parallel;
 mod pipeline;
 mod recurrent_state;
 mod sampler;
+mod snapshot;
 mod stage;
 mod stage_options;
 mod stop;

@@ -106,6 +106,41 @@ impl RecurrentState {
         g.expand(g.copy_into(delta, self.slot(g, &self.delta[local], seq, s.delta_state_values())));
     }
 
+    /// Bytes of one sequence's state in every linear layer of the stage.
+    pub fn sequence_bytes(&self) -> usize {
+        self.tensors().map(|t| t.bytes() / t.shape()[1] as usize).sum()
+    }
+
+    /// Appends to `out` sequence `seq`'s state in every linear layer (convolution, then delta rule).
+    pub fn copy_out(&self, seq: usize, out: &mut Vec<u8>) -> Result<(), String> {
+        for tensor in self.tensors() {
+            let len = tensor.bytes() / tensor.shape()[1] as usize;
+            let at = out.len();
+            out.resize(at + len, 0);
+            tensor.read_bytes(seq * len, &mut out[at..])?;
+        }
+        Ok(())
+    }
+
+    /// Writes back into `seq` what [`RecurrentState::copy_out`] gave, from the start of `data`; how many
+    /// bytes it read.
+    pub fn copy_in(&mut self, seq: usize, data: &[u8]) -> Result<usize, String> {
+        if data.len() < self.sequence_bytes() {
+            return Err(format!("a saved state needs {} bytes, {} came", self.sequence_bytes(), data.len()));
+        }
+        let mut at = 0;
+        for tensor in self.tensors() {
+            let len = tensor.bytes() / tensor.shape()[1] as usize;
+            tensor.write_bytes(seq * len, &data[at..at + len])?;
+            at += len;
+        }
+        Ok(at)
+    }
+
+    fn tensors(&self) -> impl Iterator<Item = &SetTensorRef> {
+        self.conv.iter().zip(&self.delta).flat_map(|(c, d)| [c, d]).flatten()
+    }
+
     /// Sequence `seq`'s values of a state tensor, as a flat view.
     fn slot<'g>(&self, g: &'g GraphBuilder, tensor: &Option<SetTensorRef>, seq: usize, values: usize) -> Tensor<'g> {
         let tensor = tensor.as_ref().expect("a linear layer has its states");

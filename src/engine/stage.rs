@@ -59,9 +59,9 @@ pub struct Stage {
     layers: Range<usize>,
     options: StageOptions,
     weights: StageWeights,
-    cache: KvCache,
+    pub(super) cache: KvCache,
     /// The recurrent state of the stage's linear-attention layers (empty without such layers).
-    state: RecurrentState,
+    pub(super) state: RecurrentState,
     backend: Backend,
     /// The graph of the previous step, reused while the shape stays the same (a decode step usually does).
     graph: Option<(GraphShape, Graph)>,

@@ -92,6 +92,31 @@ impl SetTensorRef {
     pub fn is(&self, other: &SetTensorRef) -> bool {
         self.raw == other.raw
     }
+
+    /// Copies `out.len()` bytes of the tensor's data from byte `offset` into `out` (from any device).
+    pub fn read_bytes(&self, offset: usize, out: &mut [u8]) -> Result<(), String> {
+        self.check_range(offset, out.len())?;
+        // SAFETY: the range lies inside the tensor (checked); the tensor lives as long as `owner`.
+        unsafe { sys::ggml_backend_tensor_get(self.raw.as_ptr(), out.as_mut_ptr().cast(), offset, out.len()) };
+        Ok(())
+    }
+
+    /// Copies `data` into the tensor's data from byte `offset` (on any device). The caller owns the
+    /// tensor's set for the moment (no graph reads or writes the tensor meanwhile): a KV cache's rows are
+    /// written between steps, by the thread that runs them.
+    pub fn write_bytes(&self, offset: usize, data: &[u8]) -> Result<(), String> {
+        self.check_range(offset, data.len())?;
+        // SAFETY: as in `read_bytes`; exclusive use as the caller promises.
+        unsafe { sys::ggml_backend_tensor_set(self.raw.as_ptr(), data.as_ptr().cast(), offset, data.len()) };
+        Ok(())
+    }
+
+    fn check_range(&self, offset: usize, len: usize) -> Result<(), String> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.bytes() => Ok(()),
+            _ => Err(format!("bytes {offset}..+{len} lie outside a tensor of {} bytes", self.bytes())),
+        }
+    }
 }
 
 /// Tensors with their data in one buffer.

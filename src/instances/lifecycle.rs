@@ -375,6 +375,7 @@ fn start_worker(instances: &Arc<Instances>, spec: StageSpec, owner: NodeId) {
     };
     let secret = instances.agent.secret_bytes();
     let log_dir = instances.agent.config.data_dir.file("logs");
+    let prompt_cache_dir = instances.agent.config.data_dir.file("prompt-cache");
     let (events_agent, exit_instances) = (instances.clone(), instances.clone());
     let (instance, stage) = (spec.instance.clone(), spec.stage);
     let (instance2, stage2) = (spec.instance.clone(), spec.stage);
@@ -383,6 +384,7 @@ fn start_worker(instances: &Arc<Instances>, spec: StageSpec, owner: NodeId) {
         device: &instances.agent.config.device,
         // The data port listens where the instances's control port does (--bind), never wider.
         listen: instances.agent.config.control_bind,
+        prompt_cache_dir: Some(&prompt_cache_dir),
     };
     let spawned = supervisor::spawn(
         &spec,

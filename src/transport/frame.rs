@@ -8,7 +8,10 @@
 //!   (`sample` asks the last stage for a token from its last position) — and their hidden states, row
 //!   after row, in the byte form of `engine::hidden`; `compute_us` adds up stage time;
 //! - `Tokens`: the tokens the last stage sampled in one step, on their way back to stage 0;
-//! - `End`: the request is over, its slot is free; `Failed`: a stage could not go on with it.
+//! - `End`: the request is over, its slot is free; `Failed`: a stage could not go on with it;
+//! - `Prefix`: the prompt cache saves what a slot holds, writes a saved prefix back into a slot, or
+//!   forgets one, on every stage in ring order (see [`PrefixOp`]); a restore comes back to stage 0 with
+//!   the first stage's failure, if any.
 
 use crate::engine::SamplingParams;
 
@@ -157,6 +160,21 @@ pub enum RingFrame<'a> {
     Tokens { tokens: Records<'a, Sampled>, compute_us: u32 },
     End { request: u64, slot: u32 },
     Failed { request: u64, slot: u32, message: String },
+    Prefix { request: u64, slot: u32, op: PrefixOp },
+}
+
+/// What every stage does to its saved prefixes (the prompt cache beyond its slots), keyed by a hash of
+/// the prefix's tokens.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrefixOp {
+    /// Copy the slot's first `positions` positions into the store (memory, and disk where it has one).
+    Save { key: u64, positions: u32, tokens: Vec<u32> },
+    /// Write `positions` positions of the prefix saved with `saved` positions back into the slot;
+    /// `failed` carries the first stage's reason it could not, on the way back to stage 0.
+    Restore { key: u64, saved: u32, positions: u32, failed: Option<String> },
+    /// Drop the prefix's copy from memory, from disk, or both.
+    Forget { key: u64, memory: bool, disk: bool },
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -185,12 +203,14 @@ impl RingFrame<'_> {
             RingFrame::Tokens { .. } => 3,
             RingFrame::End { .. } => 4,
             RingFrame::Failed { .. } => 5,
+            RingFrame::Prefix { .. } => 6,
         };
         out.push(kind);
         match self {
             RingFrame::Begin { request, slot, .. }
             | RingFrame::End { request, slot }
-            | RingFrame::Failed { request, slot, .. } => {
+            | RingFrame::Failed { request, slot, .. }
+            | RingFrame::Prefix { request, slot, .. } => {
                 out.extend_from_slice(&request.to_le_bytes());
                 out.extend_from_slice(&slot.to_le_bytes());
             }
@@ -214,6 +234,7 @@ impl RingFrame<'_> {
             RingFrame::Tokens { tokens, .. } => tokens.write(out),
             RingFrame::End { .. } => {}
             RingFrame::Failed { message, .. } => out.extend_from_slice(message.as_bytes()),
+            RingFrame::Prefix { op, .. } => serde_json::to_writer(&mut *out, op).expect("serialisable"),
         }
     }
 
@@ -249,6 +270,11 @@ impl RingFrame<'_> {
             }
             4 => RingFrame::End { request, slot },
             5 => RingFrame::Failed { request, slot, message: String::from_utf8_lossy(body).into_owned() },
+            6 => RingFrame::Prefix {
+                request,
+                slot,
+                op: serde_json::from_slice(body).map_err(|e| RingFrameError::Malformed(e.to_string()))?,
+            },
             k => return Err(RingFrameError::Kind(k)),
         })
     }
@@ -278,6 +304,17 @@ mod tests {
             RingFrame::Tokens { tokens: Records::Items(&tokens), compute_us: 99 },
             RingFrame::End { request: 7, slot: 1 },
             RingFrame::Failed { request: 7, slot: 1, message: "context full".into() },
+            RingFrame::Prefix {
+                request: 0,
+                slot: 2,
+                op: PrefixOp::Save { key: 5, positions: 3, tokens: vec![1, 2, 3] },
+            },
+            RingFrame::Prefix {
+                request: 7,
+                slot: 1,
+                op: PrefixOp::Restore { key: 5, saved: 3, positions: 2, failed: Some("gone".into()) },
+            },
+            RingFrame::Prefix { request: 0, slot: 0, op: PrefixOp::Forget { key: 5, memory: true, disk: true } },
         ];
         let mut buf = Vec::new();
         for f in frames {

@@ -14,7 +14,7 @@ pub mod select;
 /// to the next uses it when the agent chose RDMA for that link ([`ring`]).
 pub const RDMA_RING_DATA_PLANE: bool = true;
 
-pub use frame::{Records, RingFrame, RingFrameError, Sampled, StepRows};
+pub use frame::{PrefixOp, Records, RingFrame, RingFrameError, Sampled, StepRows};
 
 use crate::net::secure::{self, Psk};
 use crate::net::secure::{BlockingReader, BlockingWriter};

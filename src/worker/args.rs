@@ -58,6 +58,9 @@ pub struct WorkerArgs {
     pub group_stage: usize,
     #[arg(long, default_value_t = 1, requires = "tensor_rank")]
     pub group_stages: usize,
+    /// Where the stage keeps saved prefixes on disk (the prompt cache's second tier).
+    #[arg(long)]
+    pub prompt_cache_dir: Option<PathBuf>,
 }
 
 fn parse_range(s: &str) -> Result<Range<usize>, String> {
@@ -105,6 +108,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
             ring_stage: args.group_stage,
             ring_stages: args.group_stages.max(1),
         }),
+        prompt_cache_dir: args.prompt_cache_dir,
     };
     process::run(config, secret, front_token)
 }

@@ -3,7 +3,7 @@
 //! A compute thread owns the stage; async tasks move frames to and from the neighbouring stages and
 //! (on stage 0) serve generation requests on localhost.
 
-use super::compute::{Compute, Head, Reuse, Work};
+use super::compute::{prefix_identity, Budget, Compute, Head, PrefixDisk, PrefixIndex, PrefixStore, Reuse, Work};
 use super::protocol::{FrontEvent, FrontRequest, StageStats, WorkerCommand, WorkerEvent};
 use super::supervisor::TensorRank;
 use crate::engine::{self, Stage, StageOptions};
@@ -48,6 +48,9 @@ pub struct WorkerConfig {
     /// A rank of a tensor-parallel group: it loads its slice of each of `layers`; its group is the
     /// stage the rank's `ring_stage` says (`stage` and `stages` then number the instance's workers).
     pub tensor: Option<TensorRank>,
+    /// Where the stage keeps its saved prefixes on disk (the prompt cache's second tier); none: memory
+    /// only.
+    pub prompt_cache_dir: Option<PathBuf>,
 }
 
 impl WorkerConfig {
@@ -159,6 +162,7 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
     // tensor-parallel group, the leader).
     let samples = stage.is_last() && config.leads();
     let grammars = if samples { Some(engine::Grammars::new(model.tokenizer()?)) } else { None };
+    let prefixes = prefix_store(&config, &stage);
     let head = if config.ring_place().0 == 0 && config.leads() {
         let tokenizer = model.tokenizer()?;
         let template = model.chat_template(&tokenizer)?;
@@ -167,19 +171,63 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
             Ok("0") => Reuse::Off,
             _ => Reuse::of(stage.config(), stage.context(), stage.options().batch),
         };
-        Some(Head::new(tokenizer, template, config.sequences, reuse))
+        let head = Head::new(tokenizer, template, config.sequences, reuse);
+        Some(match prefixes.as_ref().and_then(|store| saved_prefix_index(&config, &stage, store, reuse)) {
+            Some(index) => head.with_saved_prefixes(index),
+            None => head,
+        })
     } else {
         None
     };
     drop(model);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    runtime.block_on(serve(config, stage, head, grammars, secret, front_token))
+    runtime.block_on(serve(config, stage, head, prefixes, grammars, secret, front_token))
+}
+
+/// Most bytes of saved prefixes a stage keeps on disk, unless `SHOAL_PROMPT_CACHE_DISK` says otherwise
+/// (bytes; 0 turns the disk tier off).
+const SAVED_PREFIX_DISK_BYTES: u64 = 8 << 30;
+
+/// How many positions of saved prefixes a stage keeps in memory and on disk: in memory as many as its
+/// slots hold (one more context per slot, unless `SHOAL_PROMPT_CACHE_MEMORY` gives positions), on
+/// disk as many as [`SAVED_PREFIX_DISK_BYTES`] (or `SHOAL_PROMPT_CACHE_DISK`) of this stage's rows hold.
+fn saved_prefix_budget(config: &WorkerConfig, stage: &Stage) -> Budget {
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let memory = env("SHOAL_PROMPT_CACHE_MEMORY").map_or(config.sequences * stage.context(), |p| p as usize);
+    let per_position = (stage.prefix_bytes(1024) - stage.prefix_bytes(0)).div_ceil(1024).max(1) as u64;
+    let disk = (env("SHOAL_PROMPT_CACHE_DISK").unwrap_or(SAVED_PREFIX_DISK_BYTES) / per_position) as usize;
+    Budget { memory, disk }
+}
+
+/// This stage's saved prefixes (the prompt cache beyond its slots), where it can keep them: in memory,
+/// and on disk under the worker's prompt-cache directory. `SHOAL_PROMPT_CACHE=0` turns them off too.
+fn prefix_store(config: &WorkerConfig, stage: &Stage) -> Option<PrefixStore> {
+    if std::env::var("SHOAL_PROMPT_CACHE").as_deref() == Ok("0") || stage.saves_prefixes().is_err() {
+        return None;
+    }
+    let budget = saved_prefix_budget(config, stage);
+    let disk = config.prompt_cache_dir.as_ref().filter(|_| budget.disk > 0).and_then(|dir| {
+        let opened = prefix_identity(&config.model, stage).and_then(|identity| PrefixDisk::open(dir, identity));
+        opened.map_err(|e| tracing::warn!("saved prefixes stay in memory: {}: {e}", dir.display())).ok()
+    });
+    Some(PrefixStore::new(disk, budget))
+}
+
+/// Stage 0's index of the saved prefixes, within the stage's budget, starting from what the disk kept.
+fn saved_prefix_index(config: &WorkerConfig, stage: &Stage, store: &PrefixStore, reuse: Reuse) -> Option<PrefixIndex> {
+    if !matches!(reuse, Reuse::AnyPrefix | Reuse::Whole) {
+        return None;
+    }
+    let budget = saved_prefix_budget(config, stage);
+    let on_disk = store.disk().map(PrefixDisk::list).unwrap_or_default();
+    Some(PrefixIndex::new(reuse, budget.memory, store.disk().map(|_| budget.disk), on_disk))
 }
 
 async fn serve(
     config: WorkerConfig,
     stage: Stage,
     head: Option<Head>,
+    prefixes: Option<PrefixStore>,
     grammars: Option<engine::Grammars>,
     secret: [u8; 32],
     front_token: String,
@@ -251,6 +299,10 @@ async fn serve(
     }
     let (recycle_tx, recycle_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     let compute = Compute::new(stage, stages, head, sink, Some(recycle_tx), stats.clone(), grammars);
+    let compute = match prefixes {
+        Some(store) => compute.with_prefix_store(store),
+        None => compute,
+    };
     let compute_thread = match (is_head, source) {
         (true, source) => {
             if let Some(mut source) = source {
@@ -483,6 +535,7 @@ mod tests {
             listen: IpAddr::from([127, 0, 0, 1]),
             device: StageDevice::default(),
             tensor,
+            prompt_cache_dir: None,
         }
     }
 

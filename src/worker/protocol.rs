@@ -111,6 +111,20 @@ pub struct StageStats {
     /// Stage 0: requests waiting for a slot.
     #[serde(default)]
     pub queued_requests: usize,
+    /// Stage 0: prompt tokens of the requests served, and those of them the prompt cache gave back
+    /// (a slot's or a saved prefix's rows) instead of prefilling: their ratio is its hit rate.
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub cached_tokens: u64,
+    /// Stage 0: saved prefixes written back into a slot, and the positions saved prefixes hold in
+    /// memory and on disk (every stage holds its layers' rows of each).
+    #[serde(default)]
+    pub restored_prefixes: u64,
+    #[serde(default)]
+    pub saved_prefix_positions: u64,
+    #[serde(default)]
+    pub saved_prefix_positions_on_disk: u64,
 }
 
 impl StageStats {

@@ -140,6 +140,8 @@ pub struct WorkerSetup<'a> {
     pub threads: usize,
     pub device: &'a StageDevice,
     pub listen: std::net::IpAddr,
+    /// The node's directory for saved prefixes (the prompt cache's disk tier).
+    pub prompt_cache_dir: Option<&'a Path>,
 }
 
 /// Starts a worker for `spec`. `on_event` receives its events in order; `on_exit` is called once with
@@ -169,6 +171,9 @@ pub fn spawn(
         .args(["--listen", &setup.listen.to_string()])
         .args(setup.device.args())
         .args(spec.tensor.iter().flat_map(TensorRank::args))
+        .args(
+            setup.prompt_cache_dir.iter().flat_map(|dir| [std::ffi::OsStr::new("--prompt-cache-dir"), dir.as_os_str()]),
+        )
         // The node's own secrets (given to it in its environment) are not the worker's business.
         .env_remove("SHOAL_JOIN_CODE")
         .env_remove("SHOAL_API_TOKEN")

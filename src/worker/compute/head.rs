@@ -5,13 +5,14 @@
 //! text for the client, and each request ends on a stop, its length, the context's end, a
 //! cancellation or a failure, freeing its slot for the next in the queue.
 
+use super::prefix_index::PrefixIndex;
 use super::prompt_cache::{Reuse, SlotHistory};
 use super::schedule::{self, Need};
 use super::Compute;
 use crate::engine::{self, FinishReason, Sampler, Segment, StageInput, TokenStream};
 use crate::links::RttWindow;
 use crate::model::{ChatTemplate, Literals, Markup, ModelError, ReplyFormat, Tokenizer};
-use crate::transport::{Records, RingFrame, StepRows};
+use crate::transport::{PrefixOp, Records, RingFrame, StepRows};
 use crate::util::LockExt;
 use crate::worker::protocol::{FrontEvent, FrontRequest, GenerationReport, PromptInput};
 use std::collections::VecDeque;
@@ -21,20 +22,22 @@ use tokio::sync::mpsc::UnboundedSender;
 /// Requests that may wait for a slot, per slot; one more is refused as busy.
 pub const QUEUE_PER_SLOT: usize = 4;
 
-struct Active {
+pub(super) struct Active {
     id: u64,
-    slot: u32,
+    pub(super) slot: u32,
     events: UnboundedSender<FrontEvent>,
     stream: TokenStream,
     max_tokens: usize,
     generated: usize,
-    prompt: Vec<u32>,
+    pub(super) prompt: Vec<u32>,
     /// Prompt tokens already run (from the start: those the slot's cache gave back).
-    prefilled: usize,
-    /// Prompt tokens the slot's cache gave back (see [`super::prompt_cache`]).
-    cached: usize,
+    pub(super) prefilled: usize,
+    /// Prompt tokens the slot's cache or a saved prefix gave back (see [`super::prompt_cache`]).
+    pub(super) cached: usize,
+    /// A saved prefix is being written back into the slot along the ring: nothing runs until it is.
+    pub(super) restoring: bool,
     /// The chunks the prompt is cut into.
-    chunk: usize,
+    pub(super) chunk: usize,
     /// The token to feed next, once sampled; none while its step is on the ring.
     next: Option<u32>,
     /// The position the next token is fed at.
@@ -52,7 +55,9 @@ struct Active {
 
 impl Active {
     fn need(&self) -> Need {
-        if self.prefilled < self.prompt.len() {
+        if self.restoring {
+            Need::Waiting
+        } else if self.prefilled < self.prompt.len() {
             Need::Prefill { remaining: self.prompt.len() - self.prefilled, chunk: self.chunk }
         } else if self.next.is_some() {
             Need::Decode
@@ -82,12 +87,14 @@ pub struct Head {
     /// `engine`'s attention runs).
     free_slots: Vec<u32>,
     /// What each slot's cache holds, for the prompt cache.
-    history: SlotHistory,
+    pub(super) history: SlotHistory,
+    /// The saved prefixes beyond the slots (none where the stages cannot save them).
+    pub(super) saved: Option<PrefixIndex>,
     waiting: VecDeque<Waiting>,
     queue_limit: usize,
     /// Whether prompts are cut into chunks that follow each other through the stages (else each runs
     /// in chunks of the whole batch); `SHOAL_PIPELINED_PREFILL=0` turns it off, to measure what it saves.
-    pipelined_prefill: bool,
+    pub(super) pipelined_prefill: bool,
     hops: RttWindow,
     // Reused for every step.
     needs: Vec<Need>,
@@ -98,6 +105,7 @@ impl Head {
     pub fn new(tokenizer: Tokenizer, template: ChatTemplate, slots: usize, reuse: Reuse) -> Head {
         Head {
             history: SlotHistory::new(slots, reuse),
+            saved: None,
             markup: Markup::of(&tokenizer),
             tokenizer,
             template,
@@ -127,7 +135,13 @@ impl Head {
         self.free_slots.insert(at, slot);
     }
 
-    fn find(&mut self, id: u64) -> Option<&mut Active> {
+    /// With saved prefixes beyond the slots, kept as `index` says.
+    pub fn with_saved_prefixes(mut self, index: PrefixIndex) -> Head {
+        self.saved = Some(index);
+        self
+    }
+
+    pub(super) fn find(&mut self, id: u64) -> Option<&mut Active> {
         self.active.iter_mut().find(|a| a.id == id)
     }
 }
@@ -141,6 +155,9 @@ impl Compute {
                 }
             }
             RingFrame::Failed { request, message, .. } => self.finish(request, Err(message)),
+            RingFrame::Prefix { request, op: PrefixOp::Restore { key, failed, .. }, .. } => {
+                self.restored(request, key, failed)
+            }
             other => tracing::debug!("stage 0 ignores a returning {other:?} frame"),
         }
     }
@@ -234,7 +251,8 @@ impl Compute {
                 return self.start_waiting();
             }
         };
-        let (slot, cached) = self.head.as_mut().expect("stage 0").slot_for(slot, &prompt);
+        let (slot, mut cached) = self.head.as_mut().expect("stage 0").slot_for(slot, &prompt);
+        let restoring = self.restore_saved(id, slot, &prompt, &mut cached);
         let _ = events.send(FrontEvent::Started { prompt_tokens: prompt.len(), reply });
         if let Some(s) = sampler.as_mut() {
             prompt.iter().for_each(|&t| s.accept(t));
@@ -262,6 +280,7 @@ impl Compute {
             prompt,
             prefilled: cached,
             cached,
+            restoring,
             chunk,
             next: None,
             queued,
@@ -416,6 +435,7 @@ impl Compute {
             // A step of it failed somewhere along the ring: what the slot's caches hold is in doubt.
             head.history.forget(a.slot);
         }
+        let keep = outcome.is_ok();
         match outcome {
             Ok(reason) => {
                 if reason != FinishReason::Stop {
@@ -434,12 +454,17 @@ impl Compute {
             let mut s = self.stats.locked();
             s.requests += 1;
             s.generated_tokens += a.generated as u64;
+            s.prompt_tokens += a.prompt.len() as u64;
+            s.cached_tokens += a.cached as u64;
             s.active_requests = head.active.len();
             s.hop_p50_us = head.hops.quantile(0.5).map(|d| d.as_micros() as u64);
             s.hop_p99_us = head.hops.quantile(0.99).map(|d| d.as_micros() as u64);
         }
         if stages > 1 {
             self.send(&RingFrame::End { request: id, slot: a.slot });
+        }
+        if keep {
+            self.keep_saved(a.slot);
         }
         self.start_waiting();
     }

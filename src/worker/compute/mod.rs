@@ -7,10 +7,15 @@
 //! ring at once, so that no stage waits.
 
 mod head;
+mod prefix_index;
+mod prefix_store;
 mod prompt_cache;
+mod saved_prefixes;
 mod schedule;
 
 pub use head::Head;
+pub use prefix_index::PrefixIndex;
+pub use prefix_store::{identity as prefix_identity, key_of as prefix_key, Budget, PrefixDisk, PrefixStore};
 pub use prompt_cache::Reuse;
 
 use super::protocol::{FrontEvent, FrontRequest, StageStats};
@@ -60,6 +65,8 @@ pub struct Compute {
     sampled: Vec<Sampled>,
     /// Set when writing to the next stage failed.
     broken: Option<String>,
+    /// This stage's saved prefixes (none where it cannot save them).
+    prefixes: Option<prefix_store::PrefixStore>,
 }
 
 impl Compute {
@@ -88,7 +95,14 @@ impl Compute {
             rows: Vec::new(),
             sampled: Vec::new(),
             broken: None,
+            prefixes: None,
         }
+    }
+
+    /// With a store of saved prefixes (the prompt cache beyond the slots).
+    pub fn with_prefix_store(mut self, store: prefix_store::PrefixStore) -> Compute {
+        self.prefixes = Some(store);
+        self
     }
 
     /// Stages after the first: reads the previous stage's frames itself and handles them in order,
@@ -212,6 +226,7 @@ impl Compute {
                 self.samplers.remove(&slot);
             }
             RingFrame::Forward { rows, compute_us, hidden } => self.on_step(rows, compute_us, hidden),
+            RingFrame::Prefix { request, slot, op } => self.on_prefix(request, slot, op),
             // Begin and End pass through the middle; Failed and Tokens travel on to stage 0.
             other => self.send(&other),
         }

@@ -98,6 +98,16 @@ impl SlotHistory {
         }
     }
 
+    /// The tokens `slot` holds, from position 0.
+    pub fn held(&self, slot: u32) -> &[u32] {
+        &self.tokens[slot as usize]
+    }
+
+    /// Records that `slot` now holds `tokens` from position 0 (a saved prefix written back into it).
+    pub fn restored(&mut self, slot: u32, tokens: &[u32]) {
+        self.ran(slot, 0, tokens);
+    }
+
     /// Forgets what `slot` holds (a step of it failed somewhere along the ring).
     pub fn forget(&mut self, slot: u32) {
         self.tokens[slot as usize].clear();

@@ -278,7 +278,17 @@ allreduce_p50_us: number | null,
 /**
  * Stage 0: requests waiting for a slot.
  */
-queued_requests: number, };
+queued_requests: number, 
+/**
+ * Stage 0: prompt tokens of the requests served, and those of them the prompt cache gave back
+ * (a slot's or a saved prefix's rows) instead of prefilling: their ratio is its hit rate.
+ */
+prompt_tokens: number, cached_tokens: number, 
+/**
+ * Stage 0: saved prefixes written back into a slot, and the positions saved prefixes hold in
+ * memory and on disk (every stage holds its layers' rows of each).
+ */
+restored_prefixes: number, saved_prefix_positions: number, saved_prefix_positions_on_disk: number, };
 
 /**
  * A stage's fetch of its share, as the instance shows it.
