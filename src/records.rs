@@ -137,6 +137,10 @@ pub struct LaunchRequest {
     /// four times the context in the same memory).
     #[serde(default)]
     pub kv_type: Option<crate::engine::KvType>,
+    /// Tokens of saved prefixes (the prompt cache beyond the slots) to keep in memory, as far as the
+    /// nodes' memory beyond the plan allows (default: one more context per slot; 0 keeps none).
+    #[serde(default)]
+    pub prompt_cache: Option<usize>,
     /// The name clients use (default: the file name without `.gguf`).
     #[serde(default)]
     pub name: Option<String>,

@@ -80,7 +80,7 @@ fn a_recurrent_state_is_saved_and_given_back_only_whole() {
 fn a_stores_memory_is_bounded_whatever_the_frames_say() {
     let model = common::model_path();
     let mut s = stage(&model, KvType::F16);
-    let mut store = PrefixStore::new(None, Budget { memory: 100, disk: 0 });
+    let mut store = PrefixStore::new(None, Budget { memory: 100, disk: 0, state_cost: 0 });
     let save = |s: &mut Stage, store: &mut PrefixStore, tokens: &[u32]| {
         s.forward(0, 0, StageInput::Tokens(tokens)).unwrap();
         let key = shoal::worker::compute::prefix_key(tokens);

@@ -378,3 +378,36 @@ fn nodes_in_fast_pairs_chain_two_groups_over_the_slow_link_between_them() {
         .to_string();
     assert!(error.contains("at least three nodes"), "{error}");
 }
+
+/// Saved prefixes (the prompt cache beyond the slots) get the memory each stage's node offers beyond
+/// the plan, up to what is asked: a roomy node keeps all, three tight ones keep what the tightest
+/// stage's room holds, a tensor-parallel group and a sliding-window model none.
+#[test]
+fn saved_prefixes_get_the_memory_left_beyond_the_plan_up_to_what_is_asked() {
+    let needs = needs();
+    let per_token = needs.kv_per_position;
+    assert_eq!(per_token, 30 * 2 * 192 * 2);
+    let roomy = placement::plan(&needs, &[node("big", 400)], &[]).unwrap();
+    assert_eq!(placement::saved_prefix_tokens(&roomy, &needs, 4096), 4096);
+    let left = roomy.stages[0].offer - roomy.stages[0].bytes.total();
+    assert_eq!(placement::saved_prefix_tokens(&roomy, &needs, usize::MAX), (left / per_token) as usize);
+
+    let nodes = [node("a", 64), node("b", 64), node("c", 64)];
+    let tight = placement::plan(&needs, &nodes, &[]).unwrap();
+    let tokens = placement::saved_prefix_tokens(&tight, &needs, usize::MAX);
+    let fits = |s: &placement::StagePlan, tokens: usize| {
+        let per_stage: u64 = needs.kv_per_layer_position[s.layers.clone()].iter().sum();
+        s.bytes.total() + tokens as u64 * per_stage <= s.offer
+    };
+    assert!(tight.stages.iter().all(|s| fits(s, tokens)), "every stage holds its rows of them: {tokens}");
+    assert!(tight.stages.iter().any(|s| !fits(s, tokens + 1)), "and the tightest no more");
+
+    let group =
+        placement::plan_mode(&needs, &[node("a", 400), node("b", 400)], &[], Some(placement::Parallelism::Tensor))
+            .unwrap();
+    assert_eq!(placement::saved_prefix_tokens(&group, &needs, 4096), 0, "a group's ranks save no prefixes");
+    let gemma = Model::open(&common::gemma3_path()).unwrap();
+    let gemma_needs = ModelNeeds::of(&gemma, 256, 1, 256);
+    let plan = placement::plan(&gemma_needs, &[node("big", 2_000)], &[]).unwrap();
+    assert_eq!(placement::saved_prefix_tokens(&plan, &gemma_needs, 4096), 0, "a ring is not a prefix");
+}

@@ -111,6 +111,15 @@ fn check_saved_prefixes_outlive_the_slot(c: &TestCluster, model: &Path, name: &s
 fn saved_prefixes_outlive_the_slot_and_a_relaunch_and_a_damaged_one_is_refused() {
     let (c, _api) = common::one_loopback_node(&[]);
     let model = common::model_path();
+    // The preview says how many tokens of conversations memory keeps beyond the slots (one context
+    // per slot by default, where the node has the room), or none when asked for none.
+    let preview = |extra: &[&str]| {
+        let path = model.to_str().unwrap();
+        let args = [&["run", path, "--context", "512", "--sequences", "1", "--preview"][..], extra].concat();
+        String::from_utf8_lossy(&c.cli(0, &args).stdout).into_owned()
+    };
+    assert!(preview(&[]).contains("prompt cache: 512 tokens"), "{}", preview(&[]));
+    assert!(preview(&["--prompt-cache", "0"]).contains("prompt cache: 0 tokens"));
     let name = launch(&c, &model, &[]);
     let conversation = check_saved_prefixes_outlive_the_slot(&c, &model, &name);
     let saved = c.get_json(0, "/api/instances");

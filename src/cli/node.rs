@@ -18,6 +18,7 @@ pub fn run(options: NodeOptions) -> anyhow::Result<()> {
         );
         shutdown_signal().await;
         eprintln!("stopping");
+        shoal::instances::stop_all_local(&node.instances).await;
         Ok(())
     })
 }

@@ -68,8 +68,24 @@ pub fn render(instances: &[InstanceInfo], all: bool) -> String {
         if let (InstanceState::Replaced, Some(next)) = (i.state, &i.replaced_by) {
             out += &format!("{:<10} placed again as instance {next}\n", "");
         }
+        if let Some(line) = prompt_cache_line(i) {
+            out += &format!("{:<10} {line}\n", "");
+        }
     }
     out
+}
+
+/// What the prompt cache gave back and keeps, as stage 0 counts it (none before a request finished).
+fn prompt_cache_line(i: &InstanceInfo) -> Option<String> {
+    let stats = i.stages.first()?.stats.as_ref().filter(|s| s.prompt_tokens > 0)?;
+    Some(format!(
+        "prompt cache: {:.0}% of {} prompt tokens given back; {} tokens saved in memory (room for {}), {} on disk",
+        100.0 * stats.cached_tokens as f64 / stats.prompt_tokens as f64,
+        stats.prompt_tokens,
+        stats.saved_prefix_positions,
+        i.plan.saved_prefix_tokens,
+        stats.saved_prefix_positions_on_disk
+    ))
 }
 
 fn state_word(state: InstanceState) -> String {
@@ -111,5 +127,35 @@ pub fn matching(instances: &[InstanceInfo], target: &str) -> anyhow::Result<Vec<
             anyhow::bail!("nothing named {target:?} runs; running: {}", names.join(", "))
         }
         _ => anyhow::bail!("{target:?} starts the id of several instances: give more of it"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal::worker::StageStats;
+
+    #[test]
+    fn the_prompt_cache_line_says_what_was_given_back_and_what_is_kept() {
+        let mut info =
+            serde_json::from_str::<Vec<InstanceInfo>>(include_str!("../../ui/tests/fixtures/instances.json"))
+                .unwrap()
+                .remove(0);
+        info.plan.saved_prefix_tokens = 8192;
+        info.stages[0].stats = None;
+        assert_eq!(prompt_cache_line(&info), None, "no request yet");
+        let stats = StageStats {
+            prompt_tokens: 4000,
+            cached_tokens: 3000,
+            saved_prefix_positions: 1700,
+            saved_prefix_positions_on_disk: 5100,
+            ..Default::default()
+        };
+        info.stages[0].stats = Some(stats);
+        assert_eq!(
+            prompt_cache_line(&info).unwrap(),
+            "prompt cache: 75% of 4000 prompt tokens given back; 1700 tokens saved in memory (room for 8192), 5100 on disk"
+        );
+        assert!(render(&[info], true).contains("prompt cache: 75%"));
     }
 }

@@ -47,6 +47,11 @@ pub struct RunArgs {
     /// of the memory per token of context, with their rounding).
     #[arg(long)]
     kv_type: Option<shoal::engine::KvType>,
+    /// Tokens of conversations to keep in memory beyond the requests' slots, so that one coming back
+    /// prefills only what is new (default: one more context per slot, as far as the nodes' memory
+    /// allows; 0 keeps none). The disk keeps more, in each node's data directory
+    #[arg(long)]
+    prompt_cache: Option<usize>,
     /// The name clients use (default: the model's own).
     #[arg(long)]
     name: Option<String>,
@@ -73,7 +78,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let model = std::fs::canonicalize(&args.model).unwrap_or(args.model.clone());
     let body = serde_json::json!({
         "model": model, "layers": args.layers, "context": args.context, "sequences": args.sequences,
-        "threads": args.threads, "batch": args.batch, "kv_type": args.kv_type, "name": args.name, "parallel": args.parallel,
+        "threads": args.threads, "batch": args.batch, "kv_type": args.kv_type, "prompt_cache": args.prompt_cache, "name": args.name, "parallel": args.parallel,
         "nodes": (!args.nodes.is_empty()).then_some(&args.nodes),
     });
     if args.replace {
@@ -129,6 +134,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             s.offer as f64 / 1e6
         );
     }
+    println!("  prompt cache: {} tokens of conversations kept in memory beyond the slots", plan.saved_prefix_tokens);
     if let Some(tps) = plan.expected_decode_tokens_per_second {
         println!("  expected decode ≈ {tps:.0} tokens/s (links {} µs per token)", plan.ring_us);
     }

@@ -59,6 +59,7 @@ pub fn instance(model: &str, state: InstanceState, progress: &[f32]) -> Instance
             total_bytes: 0,
             kv_cache_per_1k_tokens: 0,
             recurrent_state_per_sequence: 0,
+            saved_prefix_tokens: 0,
             ring_us: 0,
             expected_decode_tokens_per_second: None,
             parallel: Default::default(),

@@ -62,6 +62,14 @@ pub(super) fn stop_local(instances: &Arc<Instances>, instance: &str) {
     }
 }
 
+/// Stops every worker of this node and waits for them (each saves what its prompt cache has not saved
+/// yet, and is killed a second after it was asked): the node is shutting down.
+pub async fn stop_all_local(instances: &Arc<Instances>) {
+    let handles: Vec<_> = instances.registry().local.drain().map(|(_, l)| l.handle).collect();
+    let stops = handles.iter().map(|h| h.stop());
+    futures_util::future::join_all(stops).await;
+}
+
 /// Stops an instance (any node may ask; the owner records it).
 pub fn stop(instances: &Arc<Instances>, instance: &str) -> Option<InstanceInfo> {
     let info = instances.registry().instances.get(instance).cloned()?;

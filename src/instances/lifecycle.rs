@@ -144,8 +144,9 @@ pub async fn preview(instances: &Arc<Instances>, request: &LaunchRequest) -> Res
             return Err(LaunchError::Invalid("--layers names the nodes already; leave out --nodes".into()));
         }
         let pinned = placement::pinned(&offers, names)?;
+        let plan = placement::plan_on(&needs, &pinned, &links, request.parallel)?;
         return Ok((
-            placement::plan_on(&needs, &pinned, &links, request.parallel)?,
+            with_saved_prefixes(plan, &needs, request)?,
             instance_name(request).unwrap_or_else(|| model.name()),
         ));
     }
@@ -158,7 +159,23 @@ pub async fn preview(instances: &Arc<Instances>, request: &LaunchRequest) -> Res
         (Some(spec), _) => placement::plan_override(&needs, &offers, &links, &placement::parse_layers(spec)?)?,
         (None, forced) => placement::plan_mode(&needs, &offers, &links, forced)?,
     };
-    Ok((plan, instance_name(request).unwrap_or_else(|| model.name())))
+    Ok((with_saved_prefixes(plan, &needs, request)?, instance_name(request).unwrap_or_else(|| model.name())))
+}
+
+/// `plan` with the tokens of saved prefixes (the prompt cache beyond the slots) its nodes have room
+/// for, up to what the launch asks (`prompt_cache`; by default one more context per slot).
+fn with_saved_prefixes(mut plan: Plan, needs: &ModelNeeds, request: &LaunchRequest) -> Result<Plan, LaunchError> {
+    let slots = needs.context * needs.sequences;
+    let most = slots * super::validate::SAVED_PREFIX_CONTEXTS;
+    let wanted = request.prompt_cache.unwrap_or(slots);
+    if wanted > most {
+        return Err(LaunchError::Invalid(format!(
+            "a prompt cache of {wanted} tokens is more than {} contexts per slot ({most} tokens)",
+            super::validate::SAVED_PREFIX_CONTEXTS
+        )));
+    }
+    plan.saved_prefix_tokens = placement::saved_prefix_tokens(&plan, needs, wanted);
+    Ok(plan)
 }
 
 /// A model given by path (to `shoal run`, the launch form or `--run`) joins this node's library, so the
@@ -316,6 +333,7 @@ pub(super) async fn launch_as(
             sequences: info.sequences,
             batch: batch_for(&request),
             kv_type: request.kv_type.unwrap_or_default(),
+            saved_prefix_tokens: Some(info.plan.saved_prefix_tokens),
             threads: request.threads.unwrap_or(0),
             file: file.clone(),
             parts: parts.clone(),

@@ -24,7 +24,7 @@ mod validate;
 mod wiring;
 
 pub use crate::records::{InstanceInfo, InstanceState, LaunchRequest, Recovery, StageFetch, StageReport, StageStatus};
-pub use ending::{relaunch, stop};
+pub use ending::{relaunch, stop, stop_all_local};
 pub use fit::{Fit, PoolOffers};
 pub use generate::{generate, generate_when_ready, lost_and_recovering, GenerateError};
 pub use lifecycle::{check_name_free, launch, on_peer_down, preview, preview_fetches, LaunchError};

@@ -152,6 +152,7 @@ mod tests {
             threads: Some(1_000_000),
             batch: Some(1 << 20),
             kv_type: Some(crate::engine::KvType::Q8_0),
+            prompt_cache: Some(4096),
             name: Some("m".into()),
             parallel: Some(crate::placement::Parallelism::Tensor),
             nodes: Some(vec!["a".into(), "b".into()]),

@@ -19,6 +19,8 @@ const MAX_CONTEXT: usize = 1 << 22;
 const MAX_SEQUENCES: usize = 1024;
 const MAX_BATCH: usize = 1 << 16;
 const MAX_THREADS: usize = 1024;
+/// Most tokens of saved prefixes a stage keeps in memory, in contexts per slot.
+pub const SAVED_PREFIX_CONTEXTS: usize = 16;
 /// Most parts a split set may have (llama.cpp numbers them with five digits; real sets have a few dozen).
 const MAX_PARTS: usize = 1024;
 /// Longest model name and instance id.
@@ -64,6 +66,12 @@ pub fn stage_spec(spec: &StageSpec) -> Result<(), String> {
         if value == 0 || value > max {
             return Err(format!("{what} {value} is outside 1..={max}"));
         }
+    }
+    let most_saved = spec.context * spec.sequences * SAVED_PREFIX_CONTEXTS;
+    if spec.saved_prefix_tokens.is_some_and(|n| n > most_saved) {
+        return Err(format!(
+            "more than {most_saved} tokens of saved prefixes ({SAVED_PREFIX_CONTEXTS} contexts per slot)"
+        ));
     }
     if spec.threads > MAX_THREADS {
         return Err(format!("{} threads is more than {MAX_THREADS}", spec.threads));
@@ -189,6 +197,7 @@ mod tests {
             sequences: 4,
             batch: 512,
             kv_type: Default::default(),
+            saved_prefix_tokens: Some(256 * 4),
             threads: 0,
             file: Some(OfferedFile {
                 name: "m.gguf".into(),
@@ -289,6 +298,7 @@ mod tests {
             StageSpec { layers: 5..5, ..spec() },
             StageSpec { context: 0, ..spec() },
             StageSpec { batch: usize::MAX, ..spec() },
+            StageSpec { saved_prefix_tokens: Some(256 * 4 * SAVED_PREFIX_CONTEXTS + 1), ..spec() },
             StageSpec { file: None, ..spec() },
             // A tensor-parallel rank that is not the stage, shares that do not count the ranks, a share
             // that is not a positive number.

@@ -354,6 +354,7 @@ fn chain_plan(needs: &ModelNeeds, sums: &Sums, parts: &[&Runner], table: &LinkTa
         total_bytes: stages.iter().map(|s| s.bytes.total()).sum(),
         kv_cache_per_1k_tokens: 1024 * needs.kv_per_position,
         recurrent_state_per_sequence: needs.state_per_sequence,
+        saved_prefix_tokens: 0,
         ring_us: links_us,
         expected_decode_tokens_per_second: known.then(|| 1e6 / (steps_us + links_us).max(1) as f64),
         stages,

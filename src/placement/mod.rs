@@ -23,12 +23,14 @@
 mod chain;
 mod needs;
 mod overrides;
+mod saved_prefixes;
 mod shares;
 mod shortfall;
 mod tensor;
 
 pub use needs::{GroupNeeds, ModelNeeds, StageBytes, DECODE_DEPTH, MAX_GROUP};
 pub use overrides::{parse_layers, pinned, plan_override, LayerAssignment};
+pub use saved_prefixes::saved_prefix_tokens;
 use shortfall::does_not_fit;
 pub use shortfall::{shortfall, Shortfall};
 
@@ -162,6 +164,12 @@ pub struct Plan {
     /// place of KV rows; it does not grow with the context). Included in the stages' `kv_cache`.
     #[serde(default)]
     pub recurrent_state_per_sequence: u64,
+    /// Tokens of saved prefixes (the prompt cache beyond the slots) every stage keeps in memory: as many
+    /// as asked for (by default a context per slot) where each stage's node offers the memory beyond
+    /// what the plan takes, else as many as it does; 0 where the stages save none (a tensor-parallel
+    /// group, sliding-window layers). See [`saved_prefix_tokens`].
+    #[serde(default)]
+    pub saved_prefix_tokens: usize,
     /// Expected time a token spends crossing the links: around a pipeline's ring (half the RTT plus the
     /// hidden state's transfer per hop, and the sampled token's way back), or in a tensor-parallel
     /// group's sums (two per layer) and its logits' way to the leader.
@@ -340,6 +348,7 @@ impl Ring<'_> {
             total_bytes: stages.iter().map(|s| s.bytes.total()).sum(),
             kv_cache_per_1k_tokens: 1024 * self.needs.kv_per_position,
             recurrent_state_per_sequence: self.needs.state_per_sequence,
+            saved_prefix_tokens: 0,
             expected_decode_tokens_per_second: steps.map(|s| 1e6 / (s + ring_us).max(1) as f64),
             ring_us,
             stages,

@@ -37,6 +37,12 @@ pub struct ModelNeeds {
     pub kv_per_layer: Vec<u64>,
     /// KV-cache bytes one more position of one sequence takes (in the layers that see the whole context).
     pub kv_per_position: u64,
+    /// Of each layer, the bytes one position of one sequence takes (0 in a linear-attention layer), and
+    /// whether any layer keeps a sliding window's ring instead (then no prefix can be saved).
+    #[serde(default)]
+    pub kv_per_layer_position: Vec<u64>,
+    #[serde(default)]
+    pub sliding_layers: bool,
     /// Bytes of one sequence's recurrent state in every linear-attention layer (Qwen3.5, Qwen3-Next,
     /// Kimi K3): constant in the context, and counted in `kv_per_layer` beside the KV rows.
     #[serde(default)]
@@ -180,6 +186,8 @@ impl ModelNeeds {
             kv_per_layer,
             state_per_sequence: (0..c.layers).map(|layer| c.linear_state_bytes(layer)).sum(),
             kv_per_position,
+            kv_per_layer_position: rows.iter().map(|r| crate::engine::kv_bytes_per_position(r, kv_type)).collect(),
+            sliding_layers: rows.iter().any(|r| r.window.is_some()),
             compute,
             compute_last_extra: 4 * c.vocabulary as u64,
             // The widest boundary's: Kimi K3's hidden state grows with its residual checkpoints.

@@ -173,6 +173,7 @@ fn plan_of(
         total_bytes: stages.iter().map(|s| s.bytes.total()).sum(),
         kv_cache_per_1k_tokens: 1024 * needs.kv_per_position,
         recurrent_state_per_sequence: needs.state_per_sequence,
+        saved_prefix_tokens: 0,
         expected_decode_tokens_per_second: slowest.map(|s| 1e6 / (s + link_us).max(1) as f64),
         ring_us: link_us,
         stages,

@@ -61,6 +61,9 @@ pub struct WorkerArgs {
     /// Where the stage keeps saved prefixes on disk (the prompt cache's second tier).
     #[arg(long)]
     pub prompt_cache_dir: Option<PathBuf>,
+    /// Tokens of saved prefixes the stage keeps in memory, as placement planned.
+    #[arg(long)]
+    pub saved_prefix_tokens: Option<usize>,
 }
 
 fn parse_range(s: &str) -> Result<Range<usize>, String> {
@@ -109,6 +112,7 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
             ring_stages: args.group_stages.max(1),
         }),
         prompt_cache_dir: args.prompt_cache_dir,
+        saved_prefix_tokens: args.saved_prefix_tokens,
     };
     process::run(config, secret, front_token)
 }

@@ -3,7 +3,9 @@
 //! A compute thread owns the stage; async tasks move frames to and from the neighbouring stages and
 //! (on stage 0) serve generation requests on localhost.
 
-use super::compute::{prefix_identity, Budget, Compute, Head, PrefixDisk, PrefixIndex, PrefixStore, Reuse, Work};
+use super::compute::{
+    prefix_identity, Budget, Compute, Head, PrefixDisk, PrefixIndex, PrefixStore, Reuse, Work, FLUSH_AT_STOP,
+};
 use super::protocol::{FrontEvent, FrontRequest, StageStats, WorkerCommand, WorkerEvent};
 use super::supervisor::TensorRank;
 use crate::engine::{self, Stage, StageOptions};
@@ -51,6 +53,8 @@ pub struct WorkerConfig {
     /// Where the stage keeps its saved prefixes on disk (the prompt cache's second tier); none: memory
     /// only.
     pub prompt_cache_dir: Option<PathBuf>,
+    /// Tokens of saved prefixes to keep in memory, as placement planned (none: a context per slot).
+    pub saved_prefix_tokens: Option<usize>,
 }
 
 impl WorkerConfig {
@@ -188,15 +192,18 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
 /// (bytes; 0 turns the disk tier off).
 const SAVED_PREFIX_DISK_BYTES: u64 = 8 << 30;
 
-/// How many positions of saved prefixes a stage keeps in memory and on disk: in memory as many as its
-/// slots hold (one more context per slot, unless `SHOAL_PROMPT_CACHE_MEMORY` gives positions), on
-/// disk as many as [`SAVED_PREFIX_DISK_BYTES`] (or `SHOAL_PROMPT_CACHE_DISK`) of this stage's rows hold.
+/// How many positions of saved prefixes a stage keeps in memory and on disk: in memory as many as
+/// placement gave the instance room for (`--saved-prefix-tokens`; else one more context per slot;
+/// `SHOAL_PROMPT_CACHE_MEMORY` overrides both), on disk as many as [`SAVED_PREFIX_DISK_BYTES`] (or
+/// `SHOAL_PROMPT_CACHE_DISK`) of this stage's rows hold. A recurrent state counts as the positions of
+/// rows its bytes would hold.
 fn saved_prefix_budget(config: &WorkerConfig, stage: &Stage) -> Budget {
     let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
-    let memory = env("SHOAL_PROMPT_CACHE_MEMORY").map_or(config.sequences * stage.context(), |p| p as usize);
-    let per_position = (stage.prefix_bytes(1024) - stage.prefix_bytes(0)).div_ceil(1024).max(1) as u64;
-    let disk = (env("SHOAL_PROMPT_CACHE_DISK").unwrap_or(SAVED_PREFIX_DISK_BYTES) / per_position) as usize;
-    Budget { memory, disk }
+    let planned = config.saved_prefix_tokens.unwrap_or(config.sequences * stage.context());
+    let memory = env("SHOAL_PROMPT_CACHE_MEMORY").map_or(planned, |p| p as usize);
+    let per_position = (stage.prefix_bytes(1024) - stage.prefix_bytes(0)).div_ceil(1024).max(1);
+    let disk = (env("SHOAL_PROMPT_CACHE_DISK").unwrap_or(SAVED_PREFIX_DISK_BYTES) / per_position as u64) as usize;
+    Budget { memory, disk, state_cost: stage.prefix_bytes(0).div_ceil(per_position) }
 }
 
 /// This stage's saved prefixes (the prompt cache beyond its slots), where it can keep them: in memory,
@@ -220,7 +227,8 @@ fn saved_prefix_index(config: &WorkerConfig, stage: &Stage, store: &PrefixStore,
     }
     let budget = saved_prefix_budget(config, stage);
     let on_disk = store.disk().map(PrefixDisk::list).unwrap_or_default();
-    Some(PrefixIndex::new(reuse, budget.memory, store.disk().map(|_| budget.disk), on_disk))
+    let index = PrefixIndex::new(reuse, budget.memory, store.disk().map(|_| budget.disk), on_disk);
+    Some(index.with_state_cost(budget.state_cost))
 }
 
 async fn serve(
@@ -248,6 +256,7 @@ async fn serve(
     // Commands from the agent; closing stdin ends the worker.
     let (next_tx, next_rx) = tokio::sync::oneshot::channel::<(SocketAddr, Option<RdmaRoute>)>();
     let (group_tx, group_rx) = tokio::sync::oneshot::channel::<(Vec<SocketAddr>, Vec<Option<RdmaRoute>>)>();
+    let flush = work_tx.clone();
     tokio::spawn(async move {
         let mut next_tx = Some(next_tx);
         let mut group_tx = Some(group_tx);
@@ -267,6 +276,12 @@ async fn serve(
                 Ok(WorkerCommand::Stop) => break,
                 Err(e) => tracing::warn!("ignoring a malformed command from the agent: {e}"),
             }
+        }
+        // Stage 0 saves what the prompt cache has not saved yet (the agent kills a worker a second
+        // after asking it to stop).
+        let (done, flushed) = std::sync::mpsc::channel();
+        if is_head && flush.send(Work::Flush(done)).is_ok() {
+            let _ = tokio::task::spawn_blocking(move || flushed.recv_timeout(FLUSH_AT_STOP * 4 / 3)).await;
         }
         std::process::exit(0);
     });
@@ -536,6 +551,7 @@ mod tests {
             device: StageDevice::default(),
             tensor,
             prompt_cache_dir: None,
+            saved_prefix_tokens: None,
         }
     }
 

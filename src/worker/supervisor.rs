@@ -28,6 +28,10 @@ pub struct StageSpec {
     /// The KV cache's element type.
     #[serde(default)]
     pub kv_type: crate::engine::KvType,
+    /// Tokens of saved prefixes (the prompt cache beyond the slots) to keep in memory, as placement
+    /// planned them (none: the worker's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_prefix_tokens: Option<usize>,
     /// Compute threads (0: the node decides: its cores divided by the stages it runs).
     pub threads: usize,
     /// The model file as any node can find or fetch it (`model_path` is where the owner has it).
@@ -168,6 +172,7 @@ pub fn spawn(
         .args(["--context", &spec.context.to_string(), "--sequences", &spec.sequences.to_string()])
         .args(["--batch", &spec.batch.to_string(), "--threads", &setup.threads.to_string()])
         .args(["--kv-type", spec.kv_type.name()])
+        .args(spec.saved_prefix_tokens.iter().flat_map(|n| ["--saved-prefix-tokens".to_string(), n.to_string()]))
         .args(["--listen", &setup.listen.to_string()])
         .args(setup.device.args())
         .args(spec.tensor.iter().flat_map(TensorRank::args))

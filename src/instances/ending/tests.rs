@@ -52,6 +52,7 @@ fn a_relaunch_uses_the_original_options_and_this_nodes_copy() {
         threads: Some(3),
         batch: Some(128),
         kv_type: None,
+        prompt_cache: None,
         name: None,
         parallel: None,
         nodes: None,

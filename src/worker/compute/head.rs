@@ -90,6 +90,8 @@ pub struct Head {
     pub(super) history: SlotHistory,
     /// The saved prefixes beyond the slots (none where the stages cannot save them).
     pub(super) saved: Option<PrefixIndex>,
+    /// Slots whose last request ended and whose rows are not saved yet.
+    pub(super) unsaved: Vec<bool>,
     waiting: VecDeque<Waiting>,
     queue_limit: usize,
     /// Whether prompts are cut into chunks that follow each other through the stages (else each runs
@@ -106,6 +108,7 @@ impl Head {
         Head {
             history: SlotHistory::new(slots, reuse),
             saved: None,
+            unsaved: vec![false; slots],
             markup: Markup::of(&tokenizer),
             tokenizer,
             template,
@@ -252,6 +255,7 @@ impl Compute {
             }
         };
         let (slot, mut cached) = self.head.as_mut().expect("stage 0").slot_for(slot, &prompt);
+        self.save_before_reuse(slot, cached);
         let restoring = self.restore_saved(id, slot, &prompt, &mut cached);
         let _ = events.send(FrontEvent::Started { prompt_tokens: prompt.len(), reply });
         if let Some(s) = sampler.as_mut() {
@@ -435,7 +439,8 @@ impl Compute {
             // A step of it failed somewhere along the ring: what the slot's caches hold is in doubt.
             head.history.forget(a.slot);
         }
-        let keep = outcome.is_ok();
+        // Saved once the slot is wanted for another conversation, or the instance idles.
+        head.unsaved[a.slot as usize] = outcome.is_ok();
         match outcome {
             Ok(reason) => {
                 if reason != FinishReason::Stop {
@@ -462,9 +467,6 @@ impl Compute {
         }
         if stages > 1 {
             self.send(&RingFrame::End { request: id, slot: a.slot });
-        }
-        if keep {
-            self.keep_saved(a.slot);
         }
         self.start_waiting();
     }

@@ -41,7 +41,14 @@ pub enum Work {
     Cancel { id: u64 },
     /// The ring is broken: fail everything and stop.
     RingBroken(String),
+    /// The worker is stopping: save what the prompt cache has not saved yet, then answer.
+    Flush(std::sync::mpsc::Sender<()>),
 }
+
+/// How long stage 0 idles before it saves the slots whose requests ended.
+const SAVE_WHEN_IDLE: Duration = Duration::from_millis(500);
+/// How long a stopping worker waits for its saved prefixes to reach the disk.
+pub const FLUSH_AT_STOP: Duration = Duration::from_millis(700);
 
 pub struct Compute {
     pub stage: Stage,
@@ -131,6 +138,15 @@ impl Compute {
                     Err(TryRecvError::Empty) => None,
                     Err(TryRecvError::Disconnected) => return "stopped".into(),
                 }
+            } else if self.has_unsaved() {
+                match work.recv_timeout(SAVE_WHEN_IDLE) {
+                    Ok(item) => Some(item),
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        self.save_idle();
+                        continue;
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return "stopped".into(),
+                }
             } else {
                 match work.recv() {
                     Ok(item) => Some(item),
@@ -146,6 +162,10 @@ impl Compute {
                 }
                 Some(Work::Request { id, request, events }) => self.on_request(id, *request, events),
                 Some(Work::Cancel { id }) => self.on_cancel(id),
+                Some(Work::Flush(done)) => {
+                    self.flush_saved(FLUSH_AT_STOP);
+                    let _ = done.send(());
+                }
                 Some(Work::RingBroken(reason)) => {
                     self.fail_all(&format!("the instance lost a stage: {reason}"));
                     return reason;

@@ -34,6 +34,8 @@ pub struct PrefixIndex {
     memory_positions: usize,
     /// None without a disk tier.
     disk_positions: Option<usize>,
+    /// What one saved recurrent state costs, in positions of rows (0 without linear layers).
+    state_cost: usize,
     clock: u64,
 }
 
@@ -47,7 +49,8 @@ impl PrefixIndex {
         disk_positions: Option<usize>,
         on_disk: Vec<SavedOnDisk>,
     ) -> Self {
-        let mut index = PrefixIndex { entries: Vec::new(), reuse, memory_positions, disk_positions, clock: 0 };
+        let mut index =
+            PrefixIndex { entries: Vec::new(), reuse, memory_positions, disk_positions, state_cost: 0, clock: 0 };
         for saved in on_disk.into_iter().filter(|_| disk_positions.is_some()) {
             index.clock += 1;
             let used = index.clock;
@@ -56,9 +59,17 @@ impl PrefixIndex {
         index
     }
 
-    /// Positions held in memory and on disk.
+    /// Each saved prefix also holds a recurrent state as large as `positions` positions of rows: it
+    /// counts in the budgets so.
+    pub fn with_state_cost(mut self, positions: usize) -> Self {
+        self.state_cost = positions;
+        self
+    }
+
+    /// Positions held in memory and on disk (a recurrent state counted as its cost in positions).
     pub fn held(&self) -> (usize, usize) {
-        let sum = |f: fn(&Entry) -> bool| self.entries.iter().filter(|e| f(e)).map(|e| e.tokens.len()).sum();
+        let cost = |e: &Entry| e.tokens.len() + self.state_cost;
+        let sum = |f: fn(&Entry) -> bool| self.entries.iter().filter(|e| f(e)).map(cost).sum();
         (sum(|e| e.in_memory), sum(|e| e.on_disk))
     }
 

@@ -192,6 +192,8 @@ pub struct PrefixStore {
 enum DiskJob {
     Write(u64, Vec<u32>, std::sync::Arc<Vec<u8>>),
     Remove(u64),
+    /// Answers once every job before it is done.
+    Done(Sender<()>),
 }
 
 /// The most positions of saved prefixes a stage keeps in memory and on disk.
@@ -199,6 +201,8 @@ enum DiskJob {
 pub struct Budget {
     pub memory: usize,
     pub disk: usize,
+    /// What one saved recurrent state costs, in positions of rows (0 without linear layers).
+    pub state_cost: usize,
 }
 
 impl PrefixStore {
@@ -215,6 +219,9 @@ impl PrefixStore {
                             }
                         }
                         DiskJob::Remove(key) => disk.remove(key),
+                        DiskJob::Done(done) => {
+                            let _ = done.send(());
+                        }
                     }
                 }
             });
@@ -225,7 +232,8 @@ impl PrefixStore {
 
     /// Drops the oldest copies beyond the budgets.
     fn bound(&mut self) {
-        let held = |order: &VecDeque<(u64, usize)>| order.iter().map(|(_, n)| n).sum::<usize>();
+        let state = self.budget.state_cost;
+        let held = |order: &VecDeque<(u64, usize)>| order.iter().map(|(_, n)| n + state).sum::<usize>();
         while held(&self.memory_order) > self.budget.memory {
             let Some((key, _)) = self.memory_order.pop_front() else { break };
             self.memory.remove(&key);
@@ -240,6 +248,15 @@ impl PrefixStore {
 
     pub fn disk(&self) -> Option<&PrefixDisk> {
         self.disk.as_ref()
+    }
+
+    /// Waits, at most `within`, for the disk to have every copy sent to it so far.
+    pub fn wait_for_disk(&self, within: std::time::Duration) {
+        let Some(writer) = &self.writer else { return };
+        let (done, finished) = channel();
+        if writer.send(DiskJob::Done(done)).is_ok() {
+            let _ = finished.recv_timeout(within);
+        }
     }
 
     /// Does what `op` says to `slot` of `stage`; why it could not, if it could not.

@@ -20,8 +20,43 @@ impl Compute {
         }
     }
 
-    /// Stage 0, at the end of a request: what `slot` holds is saved, as the index decides.
-    pub(super) fn keep_saved(&mut self, slot: u32) {
+    /// Stage 0, admitting a request into `slot` that reuses `cached` of its tokens: what the slot's last
+    /// conversation left is saved first, unless the request goes on with all of it.
+    pub(super) fn save_before_reuse(&mut self, slot: u32, cached: usize) {
+        let Some(head) = self.head.as_mut() else { return };
+        let unsaved = std::mem::replace(&mut head.unsaved[slot as usize], false);
+        if unsaved && cached < head.history.held(slot).len() {
+            self.keep_saved(slot);
+        }
+    }
+
+    /// Whether stage 0 has free slots whose rows are not saved yet.
+    pub(super) fn has_unsaved(&self) -> bool {
+        self.head.as_ref().is_some_and(|h| h.saved.is_some() && h.unsaved.iter().any(|&u| u))
+    }
+
+    /// Stage 0, idle (or stopping): saves every slot whose last request ended since, so that a
+    /// conversation resumed later, or after a relaunch, finds its prefix on disk.
+    pub(super) fn save_idle(&mut self) {
+        let Some(head) = self.head.as_mut() else { return };
+        let slots: Vec<u32> = (0..head.unsaved.len() as u32).filter(|&s| head.unsaved[s as usize]).collect();
+        for slot in slots {
+            self.head.as_mut().expect("stage 0").unsaved[slot as usize] = false;
+            self.keep_saved(slot);
+        }
+    }
+
+    /// Stage 0 before the worker exits: saves what is unsaved and waits (at most `within`) for this
+    /// stage's disk to have it. The other stages do theirs if they are still there.
+    pub(super) fn flush_saved(&mut self, within: std::time::Duration) {
+        self.save_idle();
+        if let Some(store) = &self.prefixes {
+            store.wait_for_disk(within);
+        }
+    }
+
+    /// Stage 0: what `slot` holds is saved, as the index decides.
+    fn keep_saved(&mut self, slot: u32) {
         let Some(head) = self.head.as_mut() else { return };
         let held = head.history.held(slot).to_vec();
         let Some(index) = head.saved.as_mut() else { return };

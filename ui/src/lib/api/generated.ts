@@ -418,6 +418,13 @@ kv_cache_per_1k_tokens: number,
  */
 recurrent_state_per_sequence: number, 
 /**
+ * Tokens of saved prefixes (the prompt cache beyond the slots) every stage keeps in memory: as many
+ * as asked for (by default a context per slot) where each stage's node offers the memory beyond
+ * what the plan takes, else as many as it does; 0 where the stages save none (a tensor-parallel
+ * group, sliding-window layers). See [`saved_prefix_tokens`].
+ */
+saved_prefix_tokens: number, 
+/**
  * Expected time a token spends crossing the links: around a pipeline's ring (half the RTT plus the
  * hidden state's transfer per hop, and the sampled token's way back), or in a tensor-parallel
  * group's sums (two per layer) and its logits' way to the leader.
@@ -497,6 +504,11 @@ batch?: number | null,
  * four times the context in the same memory).
  */
 kv_type?: KvType | null, 
+/**
+ * Tokens of saved prefixes (the prompt cache beyond the slots) to keep in memory, as far as the
+ * nodes' memory beyond the plan allows (default: one more context per slot; 0 keeps none).
+ */
+prompt_cache?: number | null, 
 /**
  * The name clients use (default: the file name without `.gguf`).
  */
