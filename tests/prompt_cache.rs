@@ -122,10 +122,12 @@ fn saved_prefixes_outlive_the_slot_and_a_relaunch_and_a_damaged_one_is_refused()
     assert!(preview(&["--prompt-cache", "0"]).contains("prompt cache: 0 tokens"));
     let name = launch(&c, &model, &[]);
     let conversation = check_saved_prefixes_outlive_the_slot(&c, &model, &name);
-    let saved = c.get_json(0, "/api/instances");
-    let stats = &saved[0]["stages"][0]["stats"];
-    assert!(stats["saved_prefix_positions_on_disk"].as_u64().unwrap() > 0, "{saved}");
-    assert!(stats["restored_prefixes"].as_u64().unwrap() >= 1, "{saved}");
+    // The stage's counters reach the API a moment after the request's answer.
+    let stats = || c.get_json(0, "/api/instances")[0]["stages"][0]["stats"].clone();
+    c.wait_for(std::time::Duration::from_secs(10), "the counters of the restore", || {
+        let stats = stats();
+        stats["restored_prefixes"].as_u64() >= Some(1) && stats["saved_prefix_positions_on_disk"].as_u64() > Some(0)
+    });
 
     let relaunch = || {
         let out = c.cli(0, &["stop", &name]);
@@ -216,6 +218,9 @@ fn a_prefix_pushed_out_of_a_small_budget_is_prefilled_again() {
     assert_eq!(answer, common::single_process_of(&model, &next, 8));
     assert_eq!(cached(&usage), 0, "the story was pushed out by the other: {usage}");
     assert!(!c.nodes[0].data_dir.join("prompt-cache").exists(), "no disk tier was asked for");
+    c.wait_for(std::time::Duration::from_secs(10), "the counters of three requests", || {
+        c.get_json(0, "/api/instances")[0]["stages"][0]["stats"]["requests"].as_u64() >= Some(3)
+    });
     let stats = &c.get_json(0, "/api/instances")[0]["stages"][0]["stats"];
     assert!(stats["saved_prefix_positions"].as_u64().unwrap() <= 100, "{stats}");
 }

@@ -1,6 +1,7 @@
 //! The node's HTTP API: the cluster view, a server-sent-event stream of every change, the actions
 //! (join code, join, leave, link measurement), the model library with its fit check, downloads and copies
-//! between nodes, model instances, the OpenAI-compatible endpoints, Anthropic's Messages API, Ollama's API
+//! between nodes, model instances, the OpenAI-compatible endpoints (chat, completions, Responses),
+//! Anthropic's Messages API, Ollama's API
 //! and the dashboard at `/`. It listens on 127.0.0.1 unless
 //! told otherwise; on any other address it requires a token for every action (reads stay open for the
 //! dashboard). Before any of that, [`guard`] refuses requests a web page could forge (DNS rebinding,
@@ -24,6 +25,7 @@ mod openai;
 mod quit;
 mod rdma;
 mod reply;
+mod responses;
 pub mod server;
 mod streams;
 mod tools;
@@ -62,6 +64,8 @@ pub struct ApiState {
     pub quit: crate::desktop::quit::QuitSwitch,
     /// Event streams open without the token (see [`streams`]).
     pub streams: Arc<streams::StreamBudget>,
+    /// The Responses API's remembered responses (see [`responses::log`]).
+    pub responses: Arc<responses::log::ResponseLog>,
 }
 
 impl ApiState {
@@ -99,7 +103,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/models", get(openai::models))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
-        .route("/v1/messages", post(anthropic::messages));
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/responses", post(responses::create));
     guarded(ollama::routes(router).fallback(get(ui::serve)), state)
 }
 
@@ -139,7 +144,8 @@ pub async fn serve(instances: Arc<Instances>, config: ApiConfig) -> anyhow::Resu
     let token: Option<Arc<str>> = config.token.map(Into::into);
     let agent = instances.agent.clone();
     let streams = Arc::default();
-    let state = ApiState { agent, instances, token, listen: addr, quit: config.quit, streams };
+    let responses = Arc::default();
+    let state = ApiState { agent, instances, token, listen: addr, quit: config.quit, streams, responses };
     let privileged: server::Privileged = {
         let (state, beyond_loopback) = (state.clone(), !addr.ip().is_loopback());
         Arc::new(move |headers, from| state.carries_token(headers) || (beyond_loopback && from.ip().is_loopback()))

@@ -122,7 +122,7 @@ impl Common {
 }
 
 /// `response_format`: `text`, `json_object`, or `json_schema` with the schema under `json_schema.schema`.
-fn response_format(value: &Value) -> Result<Option<OutputFormat>, ApiError> {
+pub(super) fn response_format(value: &Value) -> Result<Option<OutputFormat>, ApiError> {
     let bad = |why: String| ApiError::bad_param("response_format", why);
     let format = match value.get("type").and_then(Value::as_str) {
         Some("text") => return Ok(None),

@@ -1,0 +1,231 @@
+//! OpenAI's Responses API, `POST /v1/responses` — what Codex speaks. A request's `input` (a string, or
+//! items: messages, the function calls of an earlier reply and their outputs, earlier reasoning) and
+//! `instructions` become a chat for the model's template ([`input`]); function `tools` and `tool_choice`
+//! work as in chat completions (a required or named call constrained to parse); `text.format` asks for
+//! structured output; `reasoning.effort` sets the template's reasoning effort. The answer is a response
+//! object whose `output` holds the reply's reasoning, its message and its function calls, whole or
+//! streamed as Responses events ([`stream`]). A response is remembered ([`log`]) unless `store` is false,
+//! so the next request can send only what is new with `previous_response_id`.
+
+mod input;
+pub mod log;
+mod stream;
+
+use super::generation::{self, model_name, Finished, Sampling, Started};
+use super::reply::{self, Reply};
+use super::tools::{self, ToolCall, Turn};
+use super::{openai, ApiError, ApiState};
+use crate::engine::FinishReason;
+use crate::model::ChatMessage;
+use crate::worker::{FrontRequest, GenerationReport};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Input {
+    Text(String),
+    Items(Vec<Value>),
+}
+
+#[derive(Deserialize)]
+struct ResponsesRequest {
+    model: Option<String>,
+    input: Option<Input>,
+    instructions: Option<String>,
+    #[serde(default)]
+    tools: Vec<Value>,
+    tool_choice: Option<Value>,
+    max_output_tokens: Option<i64>,
+    #[serde(flatten)]
+    sampling: Sampling,
+    #[serde(default)]
+    stream: bool,
+    previous_response_id: Option<String>,
+    store: Option<bool>,
+    text: Option<Value>,
+    reasoning: Option<Value>,
+    parallel_tool_calls: Option<bool>,
+}
+
+/// What a response object repeats of its request, and its id.
+#[derive(Clone)]
+struct Shape {
+    id: String,
+    created_at: u64,
+    model: String,
+    request: Value,
+}
+
+impl Shape {
+    /// The response object with `status`, `output` and (once done) `usage`; `reason` says why it ended.
+    fn response(&self, status: &str, output: Vec<Value>, usage: Option<Value>, reason: Option<FinishReason>) -> Value {
+        let incomplete = (reason == Some(FinishReason::Length)).then(|| json!({ "reason": "max_output_tokens" }));
+        let status = if incomplete.is_some() { "incomplete" } else { status };
+        let mut body = json!({
+            "id": self.id, "object": "response", "created_at": self.created_at, "status": status,
+            "model": self.model, "output": output, "usage": usage, "incomplete_details": incomplete,
+            "error": null, "metadata": {},
+        });
+        if let (Some(body), Some(request)) = (body.as_object_mut(), self.request.as_object()) {
+            for (k, v) in request {
+                body.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+        body
+    }
+}
+
+/// `POST /v1/responses`.
+pub async fn create(
+    State(state): State<ApiState>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let request: ResponsesRequest = openai::parse(body)?;
+    let model = model_name(request.model.as_deref())?;
+    let mut items = match &request.previous_response_id {
+        None => Vec::new(),
+        Some(id) => {
+            let (of, items) = state.responses.conversation(id).ok_or_else(|| {
+                ApiError::not_found(
+                    format!(
+                        "no response {id:?} is remembered here (the node keeps the last {} for {} hours, not across \
+                         restarts, and none sent with store: false): send the whole conversation as input",
+                        log::KEPT,
+                        log::KEPT_FOR.as_secs() / 3600
+                    ),
+                    "previous_response_not_found",
+                )
+            })?;
+            if of != model {
+                return Err(ApiError::bad_param(
+                    "previous_response_id",
+                    format!("that response was of {of}, not {model}"),
+                ));
+            }
+            items
+        }
+    };
+    match request.input {
+        Some(Input::Text(text)) => items.push(json!({ "type": "message", "role": "user", "content": text })),
+        Some(Input::Items(given)) => items.extend(given),
+        None => return Err(ApiError::bad_param("input", "`input` is required")),
+    }
+    let mut turns = input::turns(&items)?;
+    if let Some(instructions) = request.instructions.as_ref().filter(|i| !i.is_empty()) {
+        turns.insert(0, Turn::plain(ChatMessage { role: "system".into(), content: instructions.clone() }));
+    }
+    if turns.is_empty() {
+        return Err(ApiError::bad_param("input", "`input` holds no message"));
+    }
+    let choice = tools::Choice::from_openai(input::tool_choice(request.tool_choice.as_ref()).as_ref())?;
+    let (offered, forced) = tools::offered(input::tools(&request.tools)?, choice)?;
+    let with_tools = !offered.is_empty();
+    // Codex asks for "minimal" effort too; templates know low, medium and high.
+    let effort =
+        request.reasoning.as_ref().and_then(|r| r["effort"].as_str()).map(|e| if e == "minimal" { "low" } else { e });
+    let variables = generation::template_variables(None, effort, None)?;
+    let max_tokens = match request.max_output_tokens {
+        Some(n) if n < 0 => {
+            return Err(ApiError::bad_param("max_output_tokens", "max_output_tokens must be 0 or more"))
+        }
+        Some(n) => n as usize,
+        None => u32::MAX as usize,
+    };
+    let mut sampling = request.sampling.params(2.0)?;
+    sampling.format = match input::response_format(request.text.as_ref()) {
+        Some(format) => openai::response_format(&format).map_err(|_| {
+            ApiError::bad_param("text", "`text.format.type` must be text, json_object or json_schema (with a schema)")
+        })?,
+        None => None,
+    };
+    tools::impose(&mut sampling.format, forced)?;
+    let prompt = tools::prompt(turns, offered, variables);
+    let front = FrontRequest { prompt, max_tokens, sampling, stop: vec![], ignore_eos: false };
+
+    let shape = Shape {
+        id: new_id("resp"),
+        created_at: crate::util::now_ms() / 1000,
+        model: model.clone(),
+        request: json!({
+            "instructions": request.instructions, "tools": request.tools,
+            "tool_choice": request.tool_choice.unwrap_or(json!("auto")),
+            "parallel_tool_calls": request.parallel_tool_calls.unwrap_or(true),
+            "previous_response_id": request.previous_response_id, "max_output_tokens": request.max_output_tokens,
+            "temperature": request.sampling.temperature.unwrap_or(1.0), "top_p": request.sampling.top_p.unwrap_or(1.0),
+            "store": request.store.unwrap_or(true), "text": request.text.unwrap_or(json!({ "format": { "type": "text" } })),
+            "reasoning": request.reasoning.unwrap_or(json!({ "effort": null, "summary": null })),
+        }),
+    };
+    let keep = request.store.unwrap_or(true).then_some(items);
+    let Started { events, reply: format, .. } = generation::start(&state, &model, front).await?;
+    if request.stream {
+        return Ok(stream::respond(state, events, format, with_tools, shape, keep));
+    }
+    let Finished { text, reason, report } = generation::collect(&state, &model, events).await?;
+    let output = output_items(&reply::split(format, with_tools, &text));
+    remember(&state, &shape, keep, &output);
+    Ok(Json(shape.response("completed", output, Some(usage(&report)), Some(reason))).into_response())
+}
+
+/// A whole reply's output items: its reasoning, its message (also when empty, unless it only calls),
+/// and its calls.
+fn output_items(reply: &Reply) -> Vec<Value> {
+    let mut output = Vec::new();
+    if !reply.reasoning.is_empty() {
+        output.push(reasoning_item(&new_id("rs"), &reply.reasoning));
+    }
+    if !reply.content.is_empty() || reply.calls.is_empty() {
+        output.push(message_item(&new_id("msg"), &reply.content, "completed"));
+    }
+    output.extend(reply.calls.iter().map(|c| call_item(&new_id("fc"), c, "completed")));
+    output
+}
+
+fn message_item(id: &str, text: &str, status: &str) -> Value {
+    let content = if status == "completed" {
+        json!([{ "type": "output_text", "text": text, "annotations": [], "logprobs": [] }])
+    } else {
+        json!([])
+    };
+    json!({ "type": "message", "id": id, "status": status, "role": "assistant", "content": content })
+}
+
+fn reasoning_item(id: &str, text: &str) -> Value {
+    json!({ "type": "reasoning", "id": id, "summary": [], "content": [{ "type": "reasoning_text", "text": text }] })
+}
+
+fn call_item(id: &str, call: &ToolCall, status: &str) -> Value {
+    let arguments = if status == "completed" { call.arguments.to_string() } else { String::new() };
+    json!({
+        "type": "function_call", "id": id, "call_id": format!("call_{}", uuid::Uuid::new_v4().simple()),
+        "name": call.name, "arguments": arguments, "status": status,
+    })
+}
+
+/// Responses' usage: the input's tokens count those the prompt cache gave back, which it names apart.
+fn usage(report: &GenerationReport) -> Value {
+    json!({
+        "input_tokens": report.prompt_tokens,
+        "input_tokens_details": { "cached_tokens": report.cached_tokens },
+        "output_tokens": report.generated_tokens,
+        "output_tokens_details": { "reasoning_tokens": 0 },
+        "total_tokens": report.prompt_tokens + report.generated_tokens,
+    })
+}
+
+/// Remembers the response as its conversation (`items` sent, then its `output`), when it is kept.
+fn remember(state: &ApiState, shape: &Shape, items: Option<Vec<Value>>, output: &[Value]) {
+    if let Some(mut items) = items {
+        items.extend(output.iter().cloned());
+        state.responses.keep(&shape.id, &shape.model, items);
+    }
+}
+
+fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+}
