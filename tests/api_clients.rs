@@ -179,13 +179,18 @@ fn anthropic_streams_its_exact_event_sequence_and_ollama_streams_ndjson_by_defau
     assert_eq!(end["delta"]["stop_reason"], "max_tokens", "{end}");
     assert_eq!(end["usage"]["output_tokens"], 8, "{end}");
 
-    // Errors on /v1/messages are Anthropic's: no max_tokens, a broken body, an unsupported role.
+    // Errors on /v1/messages are Anthropic's: no max_tokens, a broken body, an unsupported role, system
+    // messages alone (among others they join the system prompt).
     for (body, needle) in [
         (json!({ "model": MODEL, "messages": messages }).to_string(), "max_tokens"),
         ("{not json".to_string(), "not valid JSON"),
         (
-            json!({ "model": MODEL, "max_tokens": 4, "messages": [{ "role": "system", "content": "x" }] }).to_string(),
+            json!({ "model": MODEL, "max_tokens": 4, "messages": [{ "role": "robot", "content": "x" }] }).to_string(),
             "role",
+        ),
+        (
+            json!({ "model": MODEL, "max_tokens": 4, "messages": [{ "role": "system", "content": "x" }] }).to_string(),
+            "user message",
         ),
     ] {
         let url = format!("http://127.0.0.1:{}/v1/messages", c.nodes[0].api_port);

@@ -151,13 +151,18 @@ pub(super) fn check(body: Result<Json<Value>, JsonRejection>) -> Result<Checked,
     to_front(super::openai::parse(body)?)
 }
 
-/// Whether `thinking` turns thinking on (`enabled`), off (`disabled`) or leaves it to the model.
-fn thinking(value: Option<&Value>) -> Result<Option<bool>, ApiError> {
+/// What `thinking` asks: whether it turns the template's thinking on (`enabled`), off (`disabled`) or
+/// leaves it to the model (absent, or `adaptive`, as Claude Code sends it), and whether the reply's
+/// thinking is returned (`enabled`, `adaptive`).
+fn thinking(value: Option<&Value>) -> Result<(Option<bool>, bool), ApiError> {
     match value.map(|v| v["type"].as_str()) {
-        None => Ok(None),
-        Some(Some("enabled")) => Ok(Some(true)),
-        Some(Some("disabled")) => Ok(Some(false)),
-        Some(_) => Err(ApiError::bad_param("thinking", "`thinking.type` must be \"enabled\" or \"disabled\"")),
+        None => Ok((None, false)),
+        Some(Some("enabled")) => Ok((Some(true), true)),
+        Some(Some("adaptive")) => Ok((None, true)),
+        Some(Some("disabled")) => Ok((Some(false), false)),
+        Some(_) => {
+            Err(ApiError::bad_param("thinking", "`thinking.type` must be \"enabled\", \"adaptive\" or \"disabled\""))
+        }
     }
 }
 
@@ -186,16 +191,32 @@ fn to_front(request: MessagesRequest) -> Result<Checked, ApiError> {
         ));
     }
     let mut chat = Vec::with_capacity(messages.len() + 1);
-    if let Some(system) = request.system {
-        chat.push(Turn::plain(ChatMessage::new("system", &system.into_text("system")?)));
-    }
+    // The system prompt, and the text of any `system` message among the others (Claude Code sends
+    // some): templates take a system message only first, so they join it there, in order.
+    let mut system = match request.system {
+        Some(system) => vec![system.into_text("system")?],
+        None => Vec::new(),
+    };
+    let mut rest = Vec::with_capacity(messages.len());
     for m in messages {
-        if !matches!(m.role.as_str(), "user" | "assistant") {
-            return Err(ApiError::bad_param(
-                "messages",
-                format!("unknown role {:?} (user or assistant; the system prompt is `system`)", m.role),
-            ));
+        match m.role.as_str() {
+            "system" => system.push(blocks(m.content)?.text),
+            "user" | "assistant" => rest.push(m),
+            other => {
+                return Err(ApiError::bad_param(
+                    "messages",
+                    format!("unknown role {other:?} (user, assistant or system)"),
+                ))
+            }
         }
+    }
+    if rest.is_empty() {
+        return Err(ApiError::bad_param("messages", "`messages` needs a user message besides system ones"));
+    }
+    if !system.is_empty() {
+        chat.push(Turn::plain(ChatMessage::new("system", &system.join("\n\n"))));
+    }
+    for m in rest {
         let Blocks { text, calls, results, thinking } = blocks(m.content)?;
         let answered = !results.is_empty();
         for (id, content) in results {
@@ -209,7 +230,7 @@ fn to_front(request: MessagesRequest) -> Result<Checked, ApiError> {
         }
     }
     let with_tools = !tools.is_empty();
-    let enable_thinking = thinking(request.thinking.as_ref())?;
+    let (enable_thinking, with_thinking) = thinking(request.thinking.as_ref())?;
     let variables = generation::template_variables(None, None, enable_thinking)?;
     let mut sampling = request.sampling.params(1.0)?;
     sampling.format = request.output_format.as_ref().map(output_format).transpose()?;
@@ -221,7 +242,7 @@ fn to_front(request: MessagesRequest) -> Result<Checked, ApiError> {
         stop: request.stop_sequences,
         ignore_eos: false,
     };
-    Ok(Checked { model, stream: request.stream, front, with_tools, with_thinking: enable_thinking == Some(true) })
+    Ok(Checked { model, stream: request.stream, front, with_tools, with_thinking })
 }
 
 /// `output_format`: `json_schema` with the schema under `schema`.
@@ -472,6 +493,24 @@ mod tests {
         let (blocks, stop) = content(reply, ReplyFormat::Plain, &plain, FinishReason::Length, &report);
         assert_eq!(blocks, vec![json!({ "type": "text", "text": reply })]);
         assert_eq!(stop["stop_reason"], "max_tokens");
+    }
+
+    /// Claude Code sends `system` messages among the others: they join the system prompt, which
+    /// templates take only first.
+    #[test]
+    fn system_messages_join_the_system_prompt() {
+        let request = json!({ "model": "m", "max_tokens": 8, "system": "Be brief.", "messages": [
+            { "role": "user", "content": "x" },
+            { "role": "system", "content": [{ "type": "text", "text": "Today is Monday." }] },
+            { "role": "user", "content": "y" },
+        ] });
+        let front = to_front(serde_json::from_value(request).unwrap()).unwrap().front;
+        let PromptInput::Messages(messages) = front.prompt else { panic!("plain messages") };
+        let roles: Vec<&str> = messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "user"]);
+        assert_eq!(messages[0].content, "Be brief.\n\nToday is Monday.");
+        let robot = json!({ "model": "m", "max_tokens": 8, "messages": [{ "role": "robot", "content": "x" }] });
+        assert!(to_front(serde_json::from_value(robot).unwrap()).is_err());
     }
 
     fn checked(with_tools: bool, with_thinking: bool) -> Checked {
