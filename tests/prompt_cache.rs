@@ -2,7 +2,7 @@
 //! before runs only the rest, and answers exactly as one process without a cache does — a second
 //! request extending the first, one diverging in the middle of the cached prefix, on one node and on a
 //! pipeline of three netns nodes, and for a hybrid model (Qwen3.5's recurrent state, given back only
-//! whole). The APIs count what the cache gave back: OpenAI's `prompt_tokens_details.cached_tokens`,
+//! whole), and on a tensor-parallel group of two netns nodes. The APIs count what the cache gave back: OpenAI's `prompt_tokens_details.cached_tokens`,
 //! Anthropic's `cache_read_input_tokens`, Ollama's `prompt_eval_count` (tokens evaluated).
 
 mod common;
@@ -236,4 +236,29 @@ fn a_pipeline_of_three_nodes_reuses_cached_prefixes_and_answers_as_without_a_cac
     let name = launch(&c, &model, &["--layers", "node0:0-9,node1:10-19,node2:20-29"]);
     check_prefixes_are_reused_and_answers_unchanged(&c, &model, &name);
     check_saved_prefixes_outlive_the_slot(&c, &model, &name);
+}
+
+/// A tensor-parallel group of two netns nodes: the slots give back cached prefixes on every rank, and
+/// each answer is the one the same group gives in one process.
+#[test]
+fn a_tensor_parallel_group_reuses_cached_prefixes_and_answers_as_the_group_does() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let mut c = TestCluster::new(2);
+    if c.network != common::cluster::Network::Netns {
+        return common::cannot_run("tensor-parallel instances need network namespaces (root)");
+    }
+    c.form(&[]);
+    let model = common::model_path();
+    let name = launch(&c, &model, &["--parallel", "tensor", "--nodes", "node0,node1"]);
+    let info = c.get_json(0, "/api/instances")[0].clone();
+    assert_eq!(info["plan"]["parallel"], "tensor", "{info:#}");
+    let shares: Vec<f64> =
+        info["plan"]["stages"].as_array().unwrap().iter().map(|s| s["share"].as_f64().unwrap()).collect();
+    let first = "The capital of France is";
+    let (text, usage) = complete(&c, &name, first, 12);
+    assert_eq!(text, common::group_process_of(&model, first, 12, &shares), "the first request");
+    let second = format!("{first}{text} The capital of Germany is");
+    let (text, later) = complete(&c, &name, &second, 12);
+    assert_eq!(text, common::group_process_of(&model, &second, 12, &shares), "a request extending the first");
+    assert!(cached(&later) >= usage["prompt_tokens"].as_u64().unwrap(), "the first request came back: {later}");
 }
