@@ -1,10 +1,10 @@
 //! The prompt cache through real nodes (issue 47): a request whose prompt begins with what a slot ran
 //! before runs only the rest, and answers exactly as one process without a cache does — a second
-//! request extending the first, one diverging in the middle of the cached prefix, on one node and on a
-//! pipeline of three netns nodes, and for a hybrid model (Qwen3.5's recurrent state, given back only
-//! whole), and on a tensor-parallel group of two netns nodes. The APIs count what the cache gave back: OpenAI's `prompt_tokens_details.cached_tokens`,
-//! Anthropic's `cache_read_input_tokens`, Ollama's `prompt_eval_count` (tokens evaluated).
-
+//! request extending the first, one diverging in the middle of the cached prefix, on one node, on a
+//! pipeline of three netns nodes and on a tensor-parallel group of two, and for a hybrid model
+//! (Qwen3.5's recurrent state, given back only whole). The APIs count what the cache gave back:
+//! OpenAI's `prompt_tokens_details.cached_tokens`, Anthropic's `cache_read_input_tokens`, Ollama's
+//! `prompt_eval_count` (tokens evaluated).
 mod common;
 
 use common::cluster::TestCluster;
