@@ -5,6 +5,7 @@
 //! (Qwen3.5's recurrent state, given back only whole). The APIs count what the cache gave back:
 //! OpenAI's `prompt_tokens_details.cached_tokens`, Anthropic's `cache_read_input_tokens`, Ollama's
 //! `prompt_eval_count` (tokens evaluated).
+
 mod common;
 
 use common::cluster::TestCluster;
