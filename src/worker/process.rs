@@ -166,7 +166,7 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
     // tensor-parallel group, the leader).
     let samples = stage.is_last() && config.leads();
     let grammars = if samples { Some(engine::Grammars::new(model.tokenizer()?)) } else { None };
-    let prefixes = prefix_store(&config, &stage);
+    let mut prefixes = prefix_store(&config, &stage);
     let head = if config.ring_place().0 == 0 && config.leads() {
         let tokenizer = model.tokenizer()?;
         let template = model.chat_template(&tokenizer)?;
@@ -176,7 +176,7 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
             _ => Reuse::of(stage.config(), stage.context(), stage.options().batch),
         };
         let head = Head::new(tokenizer, template, config.sequences, reuse);
-        Some(match prefixes.as_ref().and_then(|store| saved_prefix_index(&config, &stage, store, reuse)) {
+        Some(match prefixes.as_mut().and_then(|store| saved_prefix_index(store, reuse)) {
             Some(index) => head.with_saved_prefixes(index),
             None => head,
         })
@@ -201,7 +201,7 @@ fn saved_prefix_budget(config: &WorkerConfig, stage: &Stage) -> Budget {
     let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
     let planned = config.saved_prefix_tokens.unwrap_or(config.sequences * stage.context());
     let memory = env("SHOAL_PROMPT_CACHE_MEMORY").map_or(planned, |p| p as usize);
-    let per_position = (stage.prefix_bytes(1024) - stage.prefix_bytes(0)).div_ceil(1024).max(1);
+    let per_position = (stage.prefix_bytes(1) - stage.prefix_bytes(0)).max(1);
     let disk = (env("SHOAL_PROMPT_CACHE_DISK").unwrap_or(SAVED_PREFIX_DISK_BYTES) / per_position as u64) as usize;
     Budget { memory, disk, state_cost: stage.prefix_bytes(0).div_ceil(per_position) }
 }
@@ -221,13 +221,13 @@ fn prefix_store(config: &WorkerConfig, stage: &Stage) -> Option<PrefixStore> {
 }
 
 /// Stage 0's index of the saved prefixes, within the stage's budget, starting from what the disk kept.
-fn saved_prefix_index(config: &WorkerConfig, stage: &Stage, store: &PrefixStore, reuse: Reuse) -> Option<PrefixIndex> {
+fn saved_prefix_index(store: &mut PrefixStore, reuse: Reuse) -> Option<PrefixIndex> {
     if !matches!(reuse, Reuse::AnyPrefix | Reuse::Whole) {
         return None;
     }
-    let budget = saved_prefix_budget(config, stage);
-    let on_disk = store.disk().map(PrefixDisk::list).unwrap_or_default();
-    let index = PrefixIndex::new(reuse, budget.memory, store.disk().map(|_| budget.disk), on_disk);
+    let budget = store.budget();
+    let on_disk = store.take_found_on_disk();
+    let index = PrefixIndex::new(reuse, budget.memory, store.has_disk().then_some(budget.disk), on_disk);
     Some(index.with_state_cost(budget.state_cost))
 }
 

@@ -70,7 +70,7 @@ impl Output {
             out.extend(self.close(events));
             out.extend(self.begin(kind, events));
         }
-        let open = self.open.as_mut().expect("just opened");
+        let Some(open) = self.open.as_mut() else { return out };
         open.text.push_str(&text);
         let name = if kind == Kind::Message { "response.output_text.delta" } else { "response.reasoning_text.delta" };
         let data = json!({ "item_id": open.id, "output_index": open.index, "content_index": 0, "delta": text, "logprobs": [] });

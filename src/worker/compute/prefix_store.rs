@@ -185,6 +185,8 @@ pub struct PrefixStore {
     memory_order: VecDeque<(u64, usize)>,
     disk_order: VecDeque<(u64, usize)>,
     budget: Budget,
+    /// What the disk held when the store opened, oldest first (stage 0's index starts from it).
+    found_on_disk: Vec<SavedOnDisk>,
     /// The disk's writes and removals, in order, done by a thread of their own.
     writer: Option<Sender<DiskJob>>,
 }
@@ -207,7 +209,8 @@ pub struct Budget {
 
 impl PrefixStore {
     pub fn new(disk: Option<PrefixDisk>, budget: Budget) -> PrefixStore {
-        let disk_order = disk.iter().flat_map(PrefixDisk::list).map(|s| (s.key, s.tokens.len())).collect();
+        let found_on_disk: Vec<SavedOnDisk> = disk.iter().flat_map(PrefixDisk::list).collect();
+        let disk_order = found_on_disk.iter().map(|s| (s.key, s.tokens.len())).collect();
         let writer = disk.clone().map(|disk| {
             let (tx, rx) = channel::<DiskJob>();
             std::thread::spawn(move || {
@@ -227,7 +230,15 @@ impl PrefixStore {
             });
             tx
         });
-        PrefixStore { memory: HashMap::new(), disk, writer, memory_order: VecDeque::new(), disk_order, budget }
+        PrefixStore {
+            memory: HashMap::new(),
+            disk,
+            writer,
+            memory_order: VecDeque::new(),
+            disk_order,
+            budget,
+            found_on_disk,
+        }
     }
 
     /// Drops the oldest copies beyond the budgets.
@@ -246,8 +257,18 @@ impl PrefixStore {
         }
     }
 
-    pub fn disk(&self) -> Option<&PrefixDisk> {
-        self.disk.as_ref()
+    /// Whether copies also go to disk.
+    pub fn has_disk(&self) -> bool {
+        self.disk.is_some()
+    }
+
+    pub fn budget(&self) -> Budget {
+        self.budget
+    }
+
+    /// What the disk held when the store opened, oldest first; taken once.
+    pub fn take_found_on_disk(&mut self) -> Vec<SavedOnDisk> {
+        std::mem::take(&mut self.found_on_disk)
     }
 
     /// Waits, at most `within`, for the disk to have every copy sent to it so far.

@@ -6,6 +6,7 @@
 
 use super::{schedule, Compute};
 use crate::transport::{PrefixOp, RingFrame};
+use crate::util::LockExt;
 
 impl Compute {
     /// Does `op` to `slot` on this stage and sends it along the ring (stage 0).
@@ -93,7 +94,7 @@ impl Compute {
         }
         head.history.restored(slot, &prompt[..found.positions]);
         *cached = found.positions;
-        self.stats.lock().map(|mut s| s.restored_prefixes += 1).ok();
+        self.stats.locked().restored_prefixes += 1;
         if self.stages == 1 {
             return false;
         }
@@ -149,9 +150,8 @@ impl Compute {
     fn record_saved(&self) {
         let Some(index) = self.head.as_ref().and_then(|h| h.saved.as_ref()) else { return };
         let (memory, disk) = index.held();
-        if let Ok(mut s) = self.stats.lock() {
-            s.saved_prefix_positions = memory as u64;
-            s.saved_prefix_positions_on_disk = disk as u64;
-        }
+        let mut s = self.stats.locked();
+        s.saved_prefix_positions = memory as u64;
+        s.saved_prefix_positions_on_disk = disk as u64;
     }
 }
