@@ -141,6 +141,10 @@ pub struct LaunchRequest {
     /// nodes' memory beyond the plan allows (default: one more context per slot; 0 keeps none).
     #[serde(default)]
     pub prompt_cache: Option<usize>,
+    /// Most tokens any reply may have, whatever a request asks (default: up to the context's end).
+    /// Bounds what a client that sets no limit (an agent) can make the instance generate.
+    #[serde(default)]
+    pub max_reply_tokens: Option<usize>,
     /// The name clients use (default: the file name without `.gguf`).
     #[serde(default)]
     pub name: Option<String>,

@@ -56,8 +56,9 @@ fn turn_end(events: &[Value]) -> Result<&Value, String> {
 
 #[test]
 fn codex_runs_a_turn_and_resumes_it_through_the_responses_api() {
-    // Codex's prompt is some 4,550 SmolLM2 tokens: a context a little longer bounds the reply.
-    let c = serving("5120");
+    // Codex's prompt is some 4,550 SmolLM2 tokens, and Codex sets no reply limit: the instance's own
+    // keeps the first turn short enough for the resumed one to fit the context.
+    let c = serving("5120", "64");
     let home = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
 
@@ -81,6 +82,12 @@ fn codex_runs_a_turn_and_resumes_it_through_the_responses_api() {
     }
     let stats = counters_after(&c, first["requests"].as_u64().unwrap() + 1);
     assert!(stats["cached_tokens"].as_u64().unwrap() > 4000, "the first turn came back from the cache: {stats}");
+
+    // A turn beyond the context is refused in the words Codex knows (`context_length_exceeded`).
+    let long = "Read this. ".repeat(300);
+    let events = codex_exec(&c, home.path(), work.path(), &[long.as_str()]);
+    let why = turn_end(&events).expect_err("a prompt beyond the context cannot complete");
+    assert!(why.contains("context window"), "Codex saw the context was exceeded: {why}\n{events:?}");
 }
 
 /// `tests/agents/node_modules/.bin/NAME`.
@@ -90,12 +97,13 @@ fn agent(name: &str) -> PathBuf {
     bin
 }
 
-/// A node serving SmolLM2 with `context` tokens per request.
-fn serving(context: &str) -> TestCluster {
+/// A node serving SmolLM2 with `context` tokens per request and replies of at most `max_reply` tokens.
+fn serving(context: &str, max_reply: &str) -> TestCluster {
     let mut c = TestCluster::with_network(1, Network::Loopback);
     c.form(&[]);
     let model = common::model_path();
-    let out = c.cli(0, &["run", model.to_str().unwrap(), "--context", context, "--sequences", "2"]);
+    let args = ["--context", context, "--max-reply-tokens", max_reply, "--sequences", "2"];
+    let out = c.cli(0, &[&["run", model.to_str().unwrap()][..], &args].concat());
     assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
     c
 }

@@ -190,6 +190,15 @@ print(len(pieces)); print("".join(pieces) == whole.choices[0].message.content)
         let message = answer["error"]["message"].as_str().unwrap_or_default();
         assert!(message.contains(needle), "{body} → {message}");
     }
+    // A prompt beyond the context says so in the words each API's clients look for.
+    let long = json!({ "model": model, "prompt": "word ".repeat(400), "max_tokens": 4 });
+    let (_, answer) = post(&c, 0, "/v1/completions", long);
+    assert_eq!(answer["error"]["code"], "context_length_exceeded", "{answer}");
+    let long =
+        json!({ "model": model, "max_tokens": 4, "messages": [{ "role": "user", "content": "word ".repeat(400) }] });
+    let (got, answer) = post(&c, 0, "/v1/messages", long);
+    assert_eq!(got, 400, "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().starts_with("prompt is too long: "), "{answer}");
     let (got, answer) = post_raw(&c, 0, "/v1/chat/completions", "{not json".into());
     assert_eq!(got, 400, "{answer}");
     assert!(answer["error"]["message"].as_str().unwrap().contains("not valid JSON"), "{answer}");

@@ -110,6 +110,7 @@ fn generate(front_port: u16) -> String {
             FrontEvent::Text { text: t } => text += &t,
             FrontEvent::Done { .. } => return text,
             FrontEvent::Error { message, .. } | FrontEvent::Busy { message } => panic!("generation failed: {message}"),
+            FrontEvent::TooLong { prompt_tokens, .. } => panic!("a prompt of {prompt_tokens} tokens did not fit"),
             FrontEvent::Started { .. } => {}
         }
     }

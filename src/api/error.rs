@@ -92,6 +92,21 @@ impl ApiError {
         }
     }
 
+    /// A prompt longer than the instance's context, in the words agents look for: OpenAI's code
+    /// `context_length_exceeded` (Codex ends the turn saying it ran out of room) and Anthropic's
+    /// "prompt is too long" (Claude Code compacts the conversation on it).
+    pub fn context_exceeded(prompt_tokens: usize, context: usize) -> ApiError {
+        ApiError {
+            code: Some("context_length_exceeded"),
+            ..ApiError::bad_request(format!(
+                "prompt is too long: {prompt_tokens} tokens > {} maximum (this instance's context holds \
+                 {context} tokens, one of them for the reply); shorten the conversation, or launch the model \
+                 with a longer --context",
+                context - 1
+            ))
+        }
+    }
+
     pub fn unprocessable(message: impl Into<String>) -> ApiError {
         ApiError { status: StatusCode::UNPROCESSABLE_ENTITY, ..ApiError::bad_request(message) }
     }

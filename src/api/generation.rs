@@ -170,6 +170,9 @@ pub async fn start(state: &ApiState, model: &str, front: FrontRequest) -> Result
                 }
                 Some(FrontEvent::Error { message, client_error: true }) => return Err(ApiError::bad_request(message)),
                 Some(FrontEvent::Busy { message }) => return Err(ApiError::busy(message)),
+                Some(FrontEvent::TooLong { prompt_tokens, context }) => {
+                    return Err(ApiError::context_exceeded(prompt_tokens, context))
+                }
                 Some(FrontEvent::Error { message, .. }) => message,
                 _ => "the model's first stage ended the request before it started".to_string(),
             },
@@ -223,6 +226,9 @@ pub async fn collect(
             Some(FrontEvent::Error { message, .. } | FrontEvent::Busy { message }) => {
                 return Err(ApiError::failed(message))
             }
+            Some(FrontEvent::TooLong { prompt_tokens, context }) => {
+                return Err(ApiError::context_exceeded(prompt_tokens, context))
+            }
             Some(FrontEvent::Started { .. }) => {}
             None => return Err(ApiError::failed(STOPPED)),
         }
@@ -265,6 +271,9 @@ where
                 }
                 Some(FrontEvent::Error { message, .. } | FrontEvent::Busy { message }) => {
                     (Piece::Failed(message), true)
+                }
+                Some(FrontEvent::TooLong { prompt_tokens, context }) => {
+                    (Piece::Failed(ApiError::context_exceeded(prompt_tokens, context).message), true)
                 }
                 None => (Piece::Failed(STOPPED.into()), true),
             };

@@ -52,6 +52,10 @@ pub struct RunArgs {
     /// allows; 0 keeps none). The disk keeps more, in each node's data directory
     #[arg(long)]
     prompt_cache: Option<usize>,
+    /// Most tokens any reply may have, whatever a request asks (default: up to the context's end): a
+    /// bound for clients that set none, such as coding agents.
+    #[arg(long, value_parser = super::at_least_one)]
+    max_reply_tokens: Option<usize>,
     /// The name clients use (default: the model's own).
     #[arg(long)]
     name: Option<String>,
@@ -78,7 +82,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let model = std::fs::canonicalize(&args.model).unwrap_or(args.model.clone());
     let body = serde_json::json!({
         "model": model, "layers": args.layers, "context": args.context, "sequences": args.sequences,
-        "threads": args.threads, "batch": args.batch, "kv_type": args.kv_type, "prompt_cache": args.prompt_cache, "name": args.name, "parallel": args.parallel,
+        "threads": args.threads, "batch": args.batch, "kv_type": args.kv_type, "prompt_cache": args.prompt_cache,
+        "max_reply_tokens": args.max_reply_tokens, "name": args.name, "parallel": args.parallel,
         "nodes": (!args.nodes.is_empty()).then_some(&args.nodes),
     });
     if args.replace {

@@ -25,7 +25,7 @@ pub enum GenerateError {
 pub fn generate(
     instances: &Arc<Instances>,
     model: &str,
-    request: FrontRequest,
+    mut request: FrontRequest,
 ) -> Result<UnboundedReceiver<FrontEvent>, GenerateError> {
     let (instance, head) = {
         let registry = instances.registry();
@@ -39,6 +39,9 @@ pub fn generate(
         let Some(head) = info.head() else {
             return Err(GenerateError::NotReady(model.to_string(), "it has no stages".into()));
         };
+        if let Some(cap) = info.request.as_ref().and_then(|r| r.max_reply_tokens) {
+            request.max_tokens = request.max_tokens.min(cap);
+        }
         (info.id.clone(), head)
     };
     let (tx, rx) = mpsc::unbounded_channel();

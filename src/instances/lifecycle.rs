@@ -92,12 +92,18 @@ fn batch_for(request: &LaunchRequest) -> usize {
 }
 
 /// A batch the request names must be one a stage can take: refused (not clamped) when 0 or past
-/// [`MAX_LAUNCH_BATCH`].
-fn check_batch(request: &LaunchRequest) -> Result<(), LaunchError> {
+/// [`MAX_LAUNCH_BATCH`]; so is a reply limit of 0.
+fn check_limits(request: &LaunchRequest) -> Result<(), LaunchError> {
     match request.batch {
         Some(batch) if batch == 0 || batch > MAX_LAUNCH_BATCH => Err(LaunchError::Invalid(format!(
             "a batch of {batch} tokens cannot be used: give 1 to {MAX_LAUNCH_BATCH} (the default is {DEFAULT_BATCH})"
         ))),
+        _ => Ok(()),
+    }?;
+    match request.max_reply_tokens {
+        Some(0) => Err(LaunchError::Invalid(
+            "a reply limit of 0 tokens would answer nothing: give 1 or more, or leave it out".into(),
+        )),
         _ => Ok(()),
     }
 }
@@ -133,7 +139,7 @@ pub async fn preview(instances: &Arc<Instances>, request: &LaunchRequest) -> Res
             .await
             .map_err(|e| LaunchError::Invalid(e.to_string()))??;
     check_context(&model, request)?;
-    check_batch(request)?;
+    check_limits(request)?;
     request.kv_type.unwrap_or_default().check_model(model.config()).map_err(LaunchError::Invalid)?;
     remember_in_library(instances, &request.model).await;
     super::measurement_wait::await_measurements(instances).await;

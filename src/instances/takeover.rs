@@ -153,6 +153,7 @@ mod tests {
             batch: Some(1 << 20),
             kv_type: Some(crate::engine::KvType::Q8_0),
             prompt_cache: Some(4096),
+            max_reply_tokens: Some(64),
             name: Some("m".into()),
             parallel: Some(crate::placement::Parallelism::Tensor),
             nodes: Some(vec!["a".into(), "b".into()]),

@@ -225,11 +225,20 @@ pub enum FrontEvent {
     Busy {
         message: String,
     },
+    /// Refused before it started: the rendered prompt does not fit the context (with room for a token
+    /// of reply). Its own event, so that each API can say so in the words its clients look for.
+    TooLong {
+        prompt_tokens: usize,
+        context: usize,
+    },
 }
 
 impl FrontEvent {
     /// Whether the request ends with this event.
     pub fn is_final(&self) -> bool {
-        matches!(self, FrontEvent::Done { .. } | FrontEvent::Error { .. } | FrontEvent::Busy { .. })
+        matches!(
+            self,
+            FrontEvent::Done { .. } | FrontEvent::Error { .. } | FrontEvent::Busy { .. } | FrontEvent::TooLong { .. }
+        )
     }
 }

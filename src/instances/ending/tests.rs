@@ -53,6 +53,7 @@ fn a_relaunch_uses_the_original_options_and_this_nodes_copy() {
         batch: Some(128),
         kv_type: None,
         prompt_cache: None,
+        max_reply_tokens: None,
         name: None,
         parallel: None,
         nodes: None,

@@ -189,7 +189,6 @@ impl Compute {
 
     /// Renders and tokenizes the prompt of `request`; the prompt, and how the reply will be laid out.
     fn prompt_of(&mut self, request: &FrontRequest) -> Result<(Vec<u32>, ReplyFormat), String> {
-        let context = self.stage.context();
         let head = self.head.as_mut().expect("stage 0");
         let mut reply = ReplyFormat::Plain;
         // A request's own text is guarded, so that only the template's markup becomes control tokens.
@@ -219,12 +218,6 @@ impl Compute {
         if prompt.is_empty() {
             return Err("the prompt is empty".to_string());
         }
-        if prompt.len() >= context {
-            return Err(format!(
-                "the prompt is {} tokens but the instance's context holds {context}; shorten it",
-                prompt.len()
-            ));
-        }
         if prompt.iter().any(|&t| t as usize >= vocabulary) {
             return Err("a prompt token is outside the vocabulary".into());
         }
@@ -246,7 +239,13 @@ impl Compute {
             let sampler = if single { Some(self.sampler(&request.sampling)?) } else { None };
             Ok((p, reply, sampler))
         });
+        let context = self.stage.context();
         let (prompt, reply, mut sampler) = match admitted {
+            Ok((prompt, ..)) if prompt.len() >= context => {
+                let _ = events.send(FrontEvent::TooLong { prompt_tokens: prompt.len(), context });
+                self.head.as_mut().expect("stage 0").free_slot(slot);
+                return self.start_waiting();
+            }
             Ok(admitted) => admitted,
             Err(message) => {
                 Self::reject(&events, message);

@@ -510,6 +510,11 @@ kv_type?: KvType | null,
  */
 prompt_cache?: number | null, 
 /**
+ * Most tokens any reply may have, whatever a request asks (default: up to the context's end).
+ * Bounds what a client that sets no limit (an agent) can make the instance generate.
+ */
+max_reply_tokens?: number | null, 
+/**
  * The name clients use (default: the file name without `.gguf`).
  */
 name?: string | null, 
