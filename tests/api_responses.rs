@@ -2,7 +2,8 @@
 //! against one real node serving SmolLM2 (issue 48 item 2): a greedy response gives the chat completion's
 //! text for the same conversation (instructions and a string, or items), whole and streamed (Responses'
 //! events, in order and numbered, whose deltas make the text); `previous_response_id` goes on from a
-//! remembered response with only the new input (the prompt cache giving back the earlier turns); a
+//! remembered response with only the new input (the prompt cache giving back the earlier turns), and a
+//! remembered response is read back, its input items listed and it is deleted; a
 //! required or named function tool is called with arguments that parse, whole and streamed, and its
 //! output sent back is answered; a response kept with `store: false` or never made is a 404 that says
 //! why, and an input item the node cannot read a 400 naming it.
@@ -50,6 +51,13 @@ fn the_responses_api_answers_as_chat_completions_do_and_goes_on_from_a_response(
     assert_eq!(next["text"], r["next_chat"], "the remembered conversation, then the new question: {r:#}");
     assert!(next["cached"].as_u64().unwrap() > 0, "the prompt cache gave back the earlier turns: {r:#}");
     assert!(next["input"].as_u64().unwrap() > text["input"].as_u64().unwrap(), "{r:#}");
+
+    // Read back as it was answered, its conversation listed (the earlier turn, its answer, the new
+    // question), deleted once, and then gone.
+    let stored = &r["stored"];
+    assert_eq!((&stored["back"]["id"], &stored["back"]["text"]), (&next["id"], &next["text"]), "{r:#}");
+    assert_eq!(stored["inputs"], json!(["message", "message", "message"]), "{r:#}");
+    assert_eq!(stored["gone"], json!({ "retrieve": 404, "delete": 404 }), "{r:#}");
 
     let call = &r["call"];
     assert_eq!(call["name"], "get_weather", "{r:#}");

@@ -8,7 +8,7 @@
 mod common;
 
 use serde_json::{json, Map, Value};
-use shoal::model::{ChatMessage, ChatTemplate, GgufFile, Literals, Markup, ReplyFormat, Tokenizer};
+use shoal::model::{CallFormat, ChatMessage, ChatTemplate, GgufFile, Literals, Markup, ReplyFormat, Tokenizer};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -239,6 +239,25 @@ fn each_family_says_what_it_can_do_as_ollama_names_it() {
         String::new(),
     );
     assert_eq!(smollm2.unwrap().capabilities(), ["completion"], "SmolLM2's template ignores tools");
+}
+
+/// How each family writes a tool call decides whether calls the model chooses itself can be held to
+/// JSON (only where the template shows JSON in `<tool_call>` blocks).
+#[test]
+fn each_family_says_how_it_writes_tool_calls() {
+    let format = |name: &str, bos: &str, eos: &str| load(name, bos, eos).call_format();
+    assert_eq!(format("Qwen-Qwen2.5-7B-Instruct", "", "<|im_end|>"), CallFormat::HermesJson);
+    assert_eq!(format("Qwen-Qwen3-0.6B", "", "<|im_end|>"), CallFormat::HermesJson);
+    assert_eq!(format("Qwen3.5-4B", "", "<|im_end|>"), CallFormat::XmlFunctions);
+    assert_eq!(format("Qwen3-Coder", "", "<|im_end|>"), CallFormat::XmlFunctions);
+    let llama = "meta-llama-Llama-3.3-70B-Instruct";
+    assert_eq!(format(llama, "<|begin_of_text|>", "<|eot_id|>"), CallFormat::Other);
+    assert_eq!(format("openai-gpt-oss-120b", "<|startoftext|>", "<|return|>"), CallFormat::Other);
+    // XML inside `<tool_call>`: GLM's keys and values, MiniMax's invocations.
+    assert_eq!(format("GLM-4.6", "", "<|endoftext|>"), CallFormat::Other);
+    let hermes = "NousResearch-Hermes-3-Llama-3.1-8B-tool_use";
+    assert_eq!(format(hermes, "<|begin_of_text|>", "<|eot_id|>"), CallFormat::HermesJson);
+    assert_eq!(format("MiniMax-M3", "", ""), CallFormat::Other);
 }
 
 /// gpt-oss's harmony markers, as its vocabulary (o200k_harmony) holds them: control tokens.

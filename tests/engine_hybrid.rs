@@ -4,14 +4,14 @@
 //! give llama.cpp's logits at every position fed a token at a time, prefilled in one step and prefilled
 //! in chunks; greedy tokens equal llama.cpp's and equal split at every layer; a stage's memory is its
 //! layers' bytes plus the KV rows of its full-attention layers and the state of its linear ones, as
-//! placement counts them; a sequence cannot be taken back to a position its state has passed.
+//! placement counts them; a sequence goes back only to a checkpoint of its state, exactly.
 
 mod common;
 
 use common::oracle;
 use common::random_kimi;
 use common::random_model::{self, RandomModel};
-use shoal::engine::{LocalPipeline, Stage, StageInput, StageOptions, WireFormat};
+use shoal::engine::{LocalPipeline, Segment, Stage, StageInput, StageOptions, WireFormat, STATE_CHECKPOINTS};
 use shoal::model::Model;
 use std::path::PathBuf;
 
@@ -111,7 +111,8 @@ fn hybrid_models_greedy_tokens_are_llama_cpp_and_equal_split_at_every_layer() {
 }
 
 /// A stage holds KV rows for its full-attention layers only and, per sequence, a fixed state for each
-/// linear layer (the convolution's last inputs and a head-width square per value head, F32); placement
+/// linear layer (the convolution's last inputs and a head-width square per value head, F32) with room
+/// for its checkpoints; placement
 /// counts the same bytes, and the weights are exactly the stage's layers' tensors.
 #[test]
 fn a_hybrid_stage_holds_kv_rows_for_full_layers_and_a_state_for_linear_ones() {
@@ -134,7 +135,9 @@ fn a_hybrid_stage_holds_kv_rows_for_full_layers_and_a_state_for_linear_ones() {
         assert_eq!(needs.state_per_sequence, linear_layers * state_bytes, "{}", model.name());
         for range in [0..1, 0..2, 1..3, 2..model.layers, 0..model.layers] {
             let full = range.clone().filter(|l| (l + 1).is_multiple_of(linear.interval)).count() as u64;
-            let want = (full * kv_bytes + (range.len() as u64 - full) * state_bytes) * options.sequences as u64;
+            // Each sequence's state, and its checkpoints at most (a copy each).
+            let states = state_bytes * (1 + STATE_CHECKPOINTS as u64);
+            let want = (full * kv_bytes + (range.len() as u64 - full) * states) * options.sequences as u64;
             let stage = Stage::load(&file, range.clone(), options.clone()).unwrap();
             assert_eq!(stage.memory().kv_cache, want, "{} layers {range:?}", model.name());
             assert_eq!(needs.stage(range.clone()).kv_cache, want, "{} layers {range:?}", model.name());
@@ -146,21 +149,49 @@ fn a_hybrid_stage_holds_kv_rows_for_full_layers_and_a_state_for_linear_ones() {
     }
 }
 
-/// A linear layer's state has passed the positions before it: a step may continue a sequence or start
-/// it again from 0, not go back. Starting again gives the same logits as the first time (the state is
-/// not carried over from the earlier request).
+/// A linear layer's state has passed the positions before it: a step may continue a sequence, start it
+/// again from 0 (the same logits as the first time: the state is not carried over from the earlier
+/// request) or go back to a checkpoint — the end of a prefill chunk that asked no logits, as stage 0
+/// cuts a prompt a few tokens before its end — which gives, bit for bit, what a sequence that never
+/// went past it gives; no other position.
 #[test]
-fn a_qwen35_sequence_continues_or_starts_again_but_does_not_go_back() {
-    let model = random_model::qwen35();
-    let file = Model::open(&model.write()).unwrap();
-    let mut stage = Stage::load(&file, 0..model.layers, oracle::options()).unwrap();
-    let prompt = [1u32, 2, 3, 4, 5, 6, 7];
-    let first = stage.forward(0, 0, StageInput::Tokens(&prompt)).unwrap().to_vec();
-    stage.forward(0, 7, StageInput::Tokens(&[8])).unwrap();
-    let error = stage.forward(0, 3, StageInput::Tokens(&[4])).unwrap_err().to_string();
-    assert!(error.contains("cannot go back to position 3") && error.contains("start the sequence again"), "{error}");
-    let again = stage.forward(0, 0, StageInput::Tokens(&prompt)).unwrap().to_vec();
-    assert_eq!(again, first, "a sequence started again reads a zero state");
+fn a_hybrid_sequence_continues_starts_again_or_goes_back_to_a_checkpoint() {
+    for model in models() {
+        let file = Model::open(&model.write()).unwrap();
+        let options = StageOptions { sequences: 2, ..oracle::options() };
+        let mut stage = Stage::load(&file, 0..model.layers, options).unwrap();
+        let name = model.name();
+        let prompt = [1u32, 2, 3, 4, 5, 6, 7];
+        let chunk = |seq, tokens| Segment { seq, start: 0, tokens, logits: false };
+        stage.forward_batch(&[chunk(0, 5)], StageInput::Tokens(&prompt[..5])).unwrap();
+        let first = stage.forward(0, 5, StageInput::Tokens(&prompt[5..])).unwrap().to_vec();
+        stage.forward(0, 7, StageInput::Tokens(&[8])).unwrap();
+        assert_eq!(stage.checkpoints(0), [5], "{name}");
+        let error = stage.forward(0, 3, StageInput::Tokens(&[4])).unwrap_err().to_string();
+        assert!(
+            error.contains("cannot go back to position 3") && error.contains("checkpoints at [5]"),
+            "{name}: {error}"
+        );
+
+        // Back to the checkpoint, another way on: as a sequence that ran only the chunk.
+        let back = stage.forward(0, 5, StageInput::Tokens(&[9, 10])).unwrap().to_vec();
+        stage.forward_batch(&[chunk(1, 5)], StageInput::Tokens(&prompt[..5])).unwrap();
+        let never_past = stage.forward(1, 5, StageInput::Tokens(&[9, 10])).unwrap().to_vec();
+        assert_eq!(back, never_past, "{name}: gone back to position 5");
+        assert_eq!(stage.len(0), 7, "{name}");
+        // Twice, and past the first way on again: the checkpoint stays while nothing goes before it.
+        assert_eq!(stage.forward(0, 5, StageInput::Tokens(&prompt[5..])).unwrap(), &first[..], "{name}");
+
+        stage.forward(0, 0, StageInput::Tokens(&prompt)).unwrap();
+        assert!(stage.checkpoints(0).is_empty(), "{name}: starting again forgets them");
+        let again = stage.forward(0, 0, StageInput::Tokens(&prompt)).unwrap().to_vec();
+        let whole = Stage::load(&file, 0..model.layers, oracle::options())
+            .unwrap()
+            .forward(0, 0, StageInput::Tokens(&prompt))
+            .unwrap()
+            .to_vec();
+        assert_eq!(again, whole, "{name}: a sequence started again reads a zero state");
+    }
 }
 
 /// A tensor-parallel group is refused with the reason, before anything loads.

@@ -2,7 +2,8 @@
 //! each seen refused, with the node still answering: request bodies that never come or come a byte at a
 //! time, a body over the limit, the dashboard framed by another page, instance names that would print
 //! escape sequences, event streams without the token taking every connection, a chat template that
-//! runs away, the library's paths shown to a reader without the token.
+//! runs away, the library's paths and a remembered response's conversation shown to a reader without
+//! the token.
 
 mod common;
 
@@ -223,6 +224,39 @@ fn a_reader_without_the_token_sees_file_names_not_paths() {
         let (_, holder) = raw_http(&api, &format!("{head}\r\nAuthorization: Bearer s3cret"), "");
         assert!(folders.iter().all(|f| holder.to_string().contains(f)), "{path} with the token: {holder}");
     }
+}
+
+/// A remembered response holds a conversation: on a node with a token, where other reads are open,
+/// reading one back (or what went into it) needs the token, as deleting it does.
+#[test]
+fn a_remembered_response_is_read_back_only_with_the_token() {
+    let (_c, api) = one_loopback_node(&["--api-token", "s3cret"]);
+    let post = |path: &str, body: serde_json::Value| {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {api}\r\nContent-Type: application/json\r\nAuthorization: Bearer s3cret"
+        );
+        raw_http(&api, &head, &body.to_string())
+    };
+    let model = std::fs::canonicalize(common::model_path()).unwrap();
+    let (status, launched) = post("/api/instances", json!({ "model": model, "context": 256, "sequences": 1 }));
+    assert!(status < 300, "{status} {launched}");
+    let ask = json!({ "model": "SmolLM2-135M-Instruct.Q4_1", "input": "Hi", "max_output_tokens": 2 });
+    let (status, response) = post("/v1/responses", ask);
+    assert_eq!(status, 200, "{response}");
+    let id = response["id"].as_str().unwrap();
+    for (method, path) in [
+        ("GET", format!("/v1/responses/{id}")),
+        ("GET", format!("/v1/responses/{id}/input_items")),
+        ("DELETE", format!("/v1/responses/{id}")),
+    ] {
+        let head = format!("{method} {path} HTTP/1.1\r\nHost: {api}\r\nContent-Type: application/json");
+        let (status, stranger) = raw_http(&api, &head, "");
+        assert_eq!(status, 401, "{method} {path} without the token: {stranger}");
+        assert!(!stranger.to_string().contains("Hi"), "{stranger}");
+    }
+    let head = format!("GET /v1/responses/{id} HTTP/1.1\r\nHost: {api}\r\nAuthorization: Bearer s3cret");
+    let (status, holder) = raw_http(&api, &head, "");
+    assert_eq!((status, &holder["id"]), (200, &response["id"]), "{holder}");
 }
 
 /// Opens a connection and sends a chat request's head announcing a body that never comes; the

@@ -1,5 +1,6 @@
 //! Structured output. With SmolLM2's real vocabulary and random logits (no model could be more
-//! careless), the constrained sampler still only writes JSON that its schema accepts, and always ends.
+//! careless), the constrained sampler still only writes JSON that its schema accepts, and always ends;
+//! under lazily constrained tool calls, each call it opens parses and names an offered tool.
 //! Through the official clients against two real nodes serving SmolLM2 split in two stages (so the
 //! stage that samples is not the one that took the request), every reply to OpenAI's `json_schema`,
 //! Ollama's `format` and Anthropic's `output_format` validates with pydantic; a single-stage instance
@@ -81,6 +82,67 @@ fn random_logits_under_a_schema_give_json_that_the_schema_accepts() {
         assert!(ended, "seed {seed}: no end after 400 tokens: {text}");
         let value: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}"));
         is_person(&value).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}"));
+    }
+}
+
+/// A reply that may call tools (`tool_choice: auto`): with random logits, the text is free until it
+/// opens a call (`<tool_call>`, steered there), then the call is a JSON object naming an offered tool
+/// with arguments its parameters accept, then `</tool_call>`; the text after it is free again.
+#[test]
+fn random_logits_under_lazy_tool_calls_open_only_calls_that_parse() {
+    let model = Model::open(&common::model_path()).unwrap();
+    let tokenizer = model.tokenizer().unwrap();
+    let mut grammars = Grammars::new(model.tokenizer().unwrap());
+    let tool = |name: &str, arguments: Value| {
+        json!({ "type": "object", "additionalProperties": false, "required": ["name", "arguments"],
+                "properties": { "name": { "const": name }, "arguments": arguments } })
+    };
+    let call = json!({ "anyOf": [tool("person", person_schema()), tool("clock", json!({ "type": "object", "properties": {}, "additionalProperties": false }))] });
+    let format = OutputFormat::ToolCalls { open: "<tool_call>".into(), close: "</tool_call>".into(), call };
+    assert!(format.check().is_ok());
+    let vocabulary = tokenizer.vocabulary_size();
+    let eos = (0..vocabulary as u32).find(|&t| tokenizer.is_end_of_generation(t)).unwrap();
+    let steer = tokenizer.encode_plain("Let me look.<tool_call>").unwrap();
+    let params = SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, ..SamplingParams::default() };
+    for seed in 0..10u64 {
+        let mut sampler = Sampler::new(SamplingParams { seed, ..params.clone() });
+        sampler.constrain(grammars.constraint(&format).unwrap());
+        let mut noise = rand_chacha::ChaCha8Rng::seed_from_u64(2000 + seed);
+        let mut tokens: Vec<u32> = Vec::new();
+        let mut after_call = 0;
+        loop {
+            let mut logits: Vec<f32> = (0..vocabulary).map(|_| noise.random_range(-4.0..4.0)).collect();
+            let text = tokenizer.decode(&tokens);
+            if let Some(&next) = steer.get(tokens.len()) {
+                logits[next as usize] = 100.0;
+            } else if text.contains("</tool_call>") {
+                after_call += 1;
+                if after_call > 3 {
+                    logits[eos as usize] = 100.0;
+                }
+            } else {
+                // Inside the call nothing may end the reply, however likely.
+                logits[eos as usize] = 100.0;
+            }
+            let token = sampler.sample(&logits);
+            if tokenizer.is_end_of_generation(token) {
+                break;
+            }
+            tokens.push(token);
+            assert!(tokens.len() < 400, "seed {seed}: no end after 400 tokens: {}", tokenizer.decode(&tokens));
+        }
+        let text = tokenizer.decode(&tokens);
+        let (before, rest) = text.split_once("<tool_call>").unwrap_or_else(|| panic!("seed {seed}: {text}"));
+        assert_eq!(before, "Let me look.", "seed {seed}: free text before the call");
+        let (inside, after) = rest.split_once("</tool_call>").unwrap_or_else(|| panic!("seed {seed}: {text}"));
+        assert!(after.chars().count() <= 3 * 16, "seed {seed}: {after:?}");
+        let value: Value =
+            serde_json::from_str(inside.trim_matches('\n')).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}"));
+        match value["name"].as_str() {
+            Some("person") => is_person(&value["arguments"]).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}")),
+            Some("clock") => assert_eq!(value["arguments"], json!({}), "seed {seed}: {text}"),
+            _ => panic!("seed {seed}: not an offered tool: {text}"),
+        }
     }
 }
 

@@ -104,7 +104,9 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
         .route("/v1/messages", post(anthropic::messages))
-        .route("/v1/responses", post(responses::create));
+        .route("/v1/responses", post(responses::create))
+        .route("/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
+        .route("/v1/responses/{id}/input_items", get(responses::input_items));
     guarded(ollama::routes(router).fallback(get(ui::serve)), state)
 }
 

@@ -189,7 +189,7 @@ pub(super) fn check_chat(
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<(String, FrontRequest, bool, Route), ApiError> {
     let request: ChatRequest = super::openai::parse(body)?;
-    let (tools, _) = tools::offered(request.tools, tools::Choice::Auto)?;
+    let (tools, calls) = tools::offered(request.tools, tools::Choice::Auto)?;
     let messages = request
         .messages
         .filter(|m| !m.is_empty())
@@ -209,7 +209,8 @@ pub(super) fn check_chat(
     }
     let route = Route::Chat { tools: !tools.is_empty(), thinking: request.common.shows_thinking() };
     let variables = request.common.variables()?;
-    let (model, front) = request.common.to_front(tools::prompt(chat, tools, variables))?;
+    let (model, mut front) = request.common.to_front(tools::prompt(chat, tools, variables))?;
+    tools::impose(&mut front.sampling.format, calls)?;
     Ok((model, front, request.common.stream.unwrap_or(true), route))
 }
 

@@ -1,7 +1,8 @@
 //! Tool calls for `/v1/chat/completions`: the `tools` a request offers and the messages that carry calls
 //! and results, as the model's chat template takes them; and the calls in the model's output: Qwen's and
-//! Hermes' `<tool_call>{"name": …, "arguments": {…}}</tool_call>` blocks, and Llama 3's reply that is one
-//! JSON object `{"name": …, "parameters": {…}}`. [`ToolStream`] holds back the text that may be a call
+//! Hermes' `<tool_call>{"name": …, "arguments": {…}}</tool_call>` blocks, Qwen3-Coder's and Qwen3.5's
+//! `<tool_call><function=…><parameter=…>…</tool_call>` blocks, and Llama 3's reply that is one JSON
+//! object `{"name": …, "parameters": {…}}`. [`ToolStream`] holds back the text that may be a call
 //! while streaming, so that clients get content as it comes and each call whole.
 
 use super::ApiError;
@@ -45,10 +46,12 @@ impl Choice {
     }
 }
 
-/// The tools a request offers the model under `choice`, and when the choice requires a call, the
-/// format that makes the reply one: a JSON object `{"name": …, "arguments": {…}}` naming an offered
-/// tool (or the named one) with arguments valid for its parameters, which the reply's parsing takes
-/// as the call (see [`split`]), in any model's template.
+/// The tools a request offers the model under `choice`, and the format its calls are held to. When
+/// the choice requires a call, the reply is one: a JSON object `{"name": …, "arguments": {…}}` naming
+/// an offered tool (or the named one) with arguments valid for its parameters, which the reply's
+/// parsing takes as the call (see [`split`]), in any model's template. When the model decides
+/// (`auto`), each `<tool_call>` block it opens holds such an object (Qwen's and Hermes' format; a
+/// model that calls otherwise is not held to anything).
 pub fn offered(tools: Vec<Value>, choice: Choice) -> Result<(Vec<Value>, Option<OutputFormat>), ApiError> {
     if choice == Choice::None {
         return Ok((vec![], None));
@@ -58,8 +61,9 @@ pub fn offered(tools: Vec<Value>, choice: Choice) -> Result<(Vec<Value>, Option<
         return Err(ApiError::bad_param("tools", message));
     }
     let callable: Vec<&Value> = match &choice {
-        Choice::Auto | Choice::None => return Ok((tools, None)),
-        Choice::Required => tools.iter().collect(),
+        Choice::None => return Ok((tools, None)),
+        Choice::Auto if tools.is_empty() => return Ok((tools, None)),
+        Choice::Auto | Choice::Required => tools.iter().collect(),
         Choice::Named(name) => tools.iter().filter(|t| t["function"]["name"] == name.as_str()).collect(),
     };
     if callable.is_empty() {
@@ -85,16 +89,20 @@ pub fn offered(tools: Vec<Value>, choice: Choice) -> Result<(Vec<Value>, Option<
         [one] => call(one),
         many => json!({ "anyOf": many.iter().map(call).collect::<Vec<_>>() }),
     };
-    let format = OutputFormat::JsonSchema { schema };
+    let format = match choice {
+        Choice::Auto => OutputFormat::ToolCalls { open: OPEN.into(), close: CLOSE.into(), call: schema },
+        _ => OutputFormat::JsonSchema { schema },
+    };
     format.check().map_err(|e| ApiError::bad_param("tools", format!("a tool's parameters: {e}")))?;
     Ok((tools, Some(format)))
 }
 
-/// Sets the format a required tool call imposes (`forced`) on a request's `format`; refuses a
-/// request that also asks for another shape of reply.
+/// Sets the format the tools impose (`forced`) on a request's `format`; refuses a request that
+/// requires a call and also asks for another shape of reply. A reply that asks for a shape keeps it
+/// when the model may call or not (its calls are then not held to the tools' parameters).
 pub fn impose(format: &mut Option<OutputFormat>, forced: Option<OutputFormat>) -> Result<(), ApiError> {
     match (format.is_some(), forced) {
-        (_, None) => Ok(()),
+        (_, None) | (true, Some(OutputFormat::ToolCalls { .. })) => Ok(()),
         (true, Some(_)) => Err(ApiError::bad_param(
             "tool_choice",
             "a required tool call and a response format cannot be asked for together: the call is the reply",
@@ -195,6 +203,34 @@ impl ToolCall {
     }
 }
 
+impl ToolCall {
+    /// A call written as Qwen3-Coder's and Qwen3.5's templates show them: `<function=NAME>`, then per
+    /// argument `<parameter=KEY>` on a line, its value on the lines after, `</parameter>`, then
+    /// `</function>`. A value that reads as JSON (a number, `true`, an object…) is taken as that JSON, any
+    /// other as a string: the template writes objects and lists as JSON and the rest as they are.
+    fn from_functions(text: &str) -> Option<ToolCall> {
+        let rest = text.trim().strip_prefix("<function=")?;
+        let (name, mut rest) = rest.split_once('>')?;
+        let mut arguments = serde_json::Map::new();
+        loop {
+            rest = rest.trim_start();
+            if let Some(after) = rest.strip_prefix("</function>") {
+                return after
+                    .trim()
+                    .is_empty()
+                    .then(|| ToolCall { name: name.trim().to_string(), arguments: arguments.into() });
+            }
+            let (key, after) = rest.strip_prefix("<parameter=")?.split_once('>')?;
+            let (value, after) = after.split_once("</parameter>")?;
+            let value = value.strip_prefix('\n').unwrap_or(value);
+            let value = value.strip_suffix('\n').unwrap_or(value);
+            let parsed = serde_json::from_str::<Value>(value).ok().filter(|v| !v.is_string());
+            arguments.insert(key.trim().to_string(), parsed.unwrap_or_else(|| Value::String(value.to_string())));
+            rest = after;
+        }
+    }
+}
+
 /// Splits a whole reply into its text and its calls. Blocks that do not parse stay in the text.
 pub fn split(text: &str) -> (String, Vec<ToolCall>) {
     if let Some(call) = text.trim_start().starts_with('{').then(|| ToolCall::from_json(text)).flatten() {
@@ -207,7 +243,7 @@ pub fn split(text: &str) -> (String, Vec<ToolCall>) {
             Some(end) => (&after[..end], &after[end + CLOSE.len()..]),
             None => (after, ""),
         };
-        match ToolCall::from_json(inside) {
+        match ToolCall::from_json(inside).or_else(|| ToolCall::from_functions(inside)) {
             Some(call) => {
                 content.push_str(&rest[..start]);
                 calls.push(call);
@@ -282,6 +318,24 @@ mod tests {
         let broken = "<tool_call>{not json</tool_call> ok";
         assert_eq!(split(broken), (broken.to_string(), vec![]));
         assert_eq!(calls[0].to_openai(0)["function"]["arguments"], "{\"city\":\"Oslo\"}");
+    }
+
+    #[test]
+    fn qwen35_function_blocks_are_calls_with_their_parameters() {
+        // As Qwen3.5's template writes an earlier call, and as the model then writes its own.
+        let text = "I will look.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan José\n</parameter>\n\
+                    <parameter=days>\n3\n</parameter>\n<parameter=units>\n{\"temp\": \"C\"}\n</parameter>\n\
+                    <parameter=note>\ntwo\nlines\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=now>\n\
+                    </function>\n</tool_call>";
+        let (content, calls) = split(text);
+        assert_eq!(content, "I will look.");
+        let arguments = json!({ "city": "San José", "days": 3, "units": { "temp": "C" }, "note": "two\nlines" });
+        assert_eq!(calls[0], ToolCall { name: "get_weather".into(), arguments });
+        assert_eq!(calls[1], ToolCall { name: "now".into(), arguments: json!({}) });
+        let unclosed = "<tool_call>\n<function=f>\n<parameter=a>\n1\n</function>\n</tool_call>";
+        assert_eq!(split(unclosed), (unclosed.to_string(), vec![]), "a parameter never closed");
+        let trailing = "<tool_call>\n<function=f>\n</function> and more\n</tool_call>";
+        assert_eq!(split(trailing).1, vec![], "text after the function");
     }
 
     #[test]

@@ -2,6 +2,11 @@
 //! sampled. llguidance compiles the schema into a grammar and, before every token, says which tokens of
 //! the model's vocabulary may come next; the sampler drops the others, so the reply always parses. The
 //! stage that samples builds the vocabulary's token trie once, on the first constrained request.
+//!
+//! Tool calls the model may make among free text (`tool_choice: auto`) are constrained lazily, as
+//! llama.cpp's lazy grammars are: nothing is masked until the reply's text ends with the call's opening
+//! (`<tool_call>`); from there until its closing, only a JSON object naming an offered tool with
+//! arguments valid for its parameters may come; then the text is free again.
 
 use crate::model::Tokenizer;
 use llguidance::api::TopLevelGrammar;
@@ -18,23 +23,42 @@ pub enum OutputFormat {
     JsonObject,
     /// JSON that validates against `schema`.
     JsonSchema { schema: serde_json::Value },
+    /// Free text in which each tool call opened with `open` is a JSON object valid for `call`, then
+    /// `close` (a newline allowed on either side of the object).
+    ToolCalls { open: String, close: String, call: serde_json::Value },
 }
 
 impl OutputFormat {
     /// The grammar of the reply. Unless the schema says otherwise (llguidance's `x-guidance` options),
     /// the JSON is written on one line with a space after `,` and `:`: free whitespace would let a
     /// model pad the reply with newlines until it runs out of tokens.
+    /// For tool calls, the grammar of one call after its opening.
     fn grammar(&self) -> TopLevelGrammar {
         let mut schema = match self {
             OutputFormat::JsonObject => serde_json::json!({"type": "object"}),
-            OutputFormat::JsonSchema { schema } => schema.clone(),
+            OutputFormat::JsonSchema { schema } | OutputFormat::ToolCalls { call: schema, .. } => schema.clone(),
         };
         if let Some(fields) = schema.as_object_mut() {
             fields.entry("x-guidance").or_insert_with(
                 || serde_json::json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}),
             );
         }
-        TopLevelGrammar::from_json_schema(schema)
+        match self {
+            OutputFormat::ToolCalls { close, .. } => {
+                // A JSON string is a Lark string literal.
+                let close = serde_json::Value::from(close.as_str());
+                TopLevelGrammar::from_lark(format!("start: \"\\n\"? CALL \"\\n\"? {close}\nCALL: %json {schema}\n"))
+            }
+            _ => TopLevelGrammar::from_json_schema(schema),
+        }
+    }
+
+    /// The text after which the grammar starts, for a format that waits for one.
+    fn trigger(&self) -> Option<&str> {
+        match self {
+            OutputFormat::ToolCalls { open, .. } => Some(open),
+            _ => None,
+        }
     }
 
     /// Compiles the format without a model's vocabulary, so that a schema llguidance cannot use is
@@ -92,8 +116,16 @@ impl Grammars {
         });
         let built = built.as_ref().map_err(Clone::clone)?;
         let parser = built.factory.create_parser(format.grammar()).map_err(|e| format!("the JSON schema: {e}"))?;
-        let eos = built.factory.tok_env().tok_trie().eos_token();
-        Ok(Constraint { matcher: Matcher::new(Ok(parser)), eos, ends: built.ends.clone(), failed: None })
+        let env = built.factory.tok_env().clone();
+        let eos = env.tok_trie().eos_token();
+        let matcher = Matcher::new(Ok(parser));
+        let (active, lazy) = match format.trigger() {
+            None => (Some(matcher), None),
+            Some(trigger) => {
+                (None, Some(Lazy { trigger: trigger.as_bytes().to_vec(), pristine: matcher, tail: Vec::new(), env }))
+            }
+        };
+        Ok(Constraint { active, lazy, eos, ends: built.ends.clone(), failed: None })
     }
 }
 
@@ -124,24 +156,51 @@ fn build(tokenizer: Tokenizer) -> Result<Built, String> {
 
 /// One request's constraint: which tokens may come next, given those sampled so far.
 pub struct Constraint {
-    matcher: Matcher,
+    /// The grammar in force; none while a lazy one waits for its trigger.
+    active: Option<Matcher>,
+    lazy: Option<Lazy>,
     eos: u32,
     ends: Arc<Vec<u32>>,
     /// Why the grammar broke, if it did: the reply then ends.
     failed: Option<String>,
 }
 
+/// A grammar that starts each time the reply's text ends with `trigger`, and ends when it is complete.
+struct Lazy {
+    trigger: Vec<u8>,
+    /// The grammar as it starts, cloned for each use.
+    pristine: Matcher,
+    /// The reply's last bytes while no grammar is in force, as long as the trigger at most.
+    tail: Vec<u8>,
+    env: TokEnv,
+}
+
+impl Lazy {
+    /// Whether the reply's text, with `token` after it, ends with the trigger.
+    fn triggered_by(&mut self, token: u32) -> bool {
+        let bytes = self.env.tok_trie().decode_raw(&[token]);
+        self.tail.extend(bytes.iter().filter(|&&b| b != TokTrie::SPECIAL_TOKEN_MARKER));
+        let keep = self.tail.len().saturating_sub(self.trigger.len());
+        self.tail.drain(..keep);
+        self.tail == self.trigger
+    }
+}
+
 impl Constraint {
     /// Sets the logits of every token the grammar does not allow next to −∞. When the grammar is
-    /// complete (or broke), only ending the reply is allowed.
+    /// complete (or broke), only ending the reply is allowed; while a lazy grammar waits, nothing is
+    /// masked.
     pub fn mask(&mut self, logits: &mut [f32]) {
-        let mask = match self.failed.is_none().then(|| self.matcher.compute_mask_or_eos()) {
-            Some(Ok(mask)) => mask,
-            Some(Err(e)) => {
+        if self.failed.is_none() && self.active.is_none() {
+            return;
+        }
+        let mask = match self.failed.is_none().then(|| self.active.as_mut().map(Matcher::compute_mask_or_eos)) {
+            Some(Some(Ok(mask))) => mask,
+            Some(Some(Err(e))) => {
                 self.fail(e.to_string());
                 end_only(self.eos, logits.len())
             }
-            None => end_only(self.eos, logits.len()),
+            _ => end_only(self.eos, logits.len()),
         };
         let may_end = mask.is_allowed(self.eos);
         for (id, logit) in logits.iter_mut().enumerate() {
@@ -154,13 +213,26 @@ impl Constraint {
         }
     }
 
-    /// Advances the grammar by the sampled `token`.
+    /// Advances the grammar by the sampled `token`: a lazy one starts after its trigger and, once
+    /// complete, waits for the next.
     pub fn commit(&mut self, token: u32) {
         if self.failed.is_some() || self.ends.contains(&token) {
             return;
         }
-        if let Err(e) = self.matcher.consume_token(token) {
-            self.fail(e.to_string());
+        let Some(matcher) = self.active.as_mut() else {
+            if let Some(lazy) = self.lazy.as_mut() {
+                if lazy.triggered_by(token) {
+                    self.active = Some(lazy.pristine.deep_clone());
+                    lazy.tail.clear();
+                }
+            }
+            return;
+        };
+        if let Err(e) = matcher.consume_token(token) {
+            return self.fail(e.to_string());
+        }
+        if self.lazy.is_some() && matcher.is_accepting().unwrap_or(false) {
+            self.active = None;
         }
     }
 

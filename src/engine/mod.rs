@@ -32,7 +32,7 @@ pub use kv_cache::{
 };
 pub use pipeline::{split_ranges, LocalPipeline};
 pub use sampler::{argmax, Sampler, SamplingParams};
-pub use stage::{Segment, Stage, StageInput, StageMemory, StageOptions};
+pub use stage::{Segment, Stage, StageInput, StageMemory, StageOptions, STATE_CHECKPOINTS};
 pub use stage_options::default_threads;
 pub use stop::StopStrings;
 pub use weights::StageWeights;

@@ -2,8 +2,9 @@
 //! gated delta-net), per sequence, the convolution's last inputs and the delta rule's matrix per value
 //! head, in F32 as llama.cpp keeps them. Its size does not grow with the context: a step reads the
 //! state its sequence's previous step left and writes the state after its own last token. A state
-//! cannot be taken back to an earlier position, so a sequence continues where it stands or starts
-//! again from position 0, where a step reads zeros instead of what an earlier request left.
+//! cannot be taken back to an earlier position, so a sequence continues where it stands, goes back to a
+//! checkpoint the stage copied aside (`stage/checkpoints.rs`) or starts again from position 0, where a
+//! step reads zeros instead of what an earlier request left.
 
 use super::EngineError;
 use crate::ggml::{DType, Device, GraphBuilder, SetTensor, SetTensorRef, Tensor, TensorSet};

@@ -66,7 +66,7 @@ impl Stage {
                 if state > 0 { "all its" } else { "at most its" }
             )));
         }
-        self.cache.truncate(seq, 0);
+        self.truncate(seq, 0);
         let read = self.cache.copy_in(seq, saved, positions, data).map_err(EngineError::Unsupported)?;
         if state > 0 {
             self.state.copy_in(seq, &data[read..]).map_err(EngineError::Unsupported)?;

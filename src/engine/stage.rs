@@ -12,9 +12,12 @@ pub use super::stage_options::StageOptions;
 use super::weights::StageWeights;
 use super::EngineError;
 
+mod checkpoints;
 mod checks;
+
 use crate::ggml::{Backend, Device, DeviceKind, Graph, Repacking, WeightPlacement};
 use crate::model::{Model, ModelConfig};
+pub use checkpoints::STATE_CHECKPOINTS;
 use half::f16;
 use std::ops::Range;
 
@@ -62,6 +65,8 @@ pub struct Stage {
     pub(super) cache: KvCache,
     /// The recurrent state of the stage's linear-attention layers (empty without such layers).
     pub(super) state: RecurrentState,
+    /// Copies of the recurrent state at earlier positions, so that a sequence can go back to them.
+    checkpoints: checkpoints::StateCheckpoints,
     backend: Backend,
     /// The graph of the previous step, reused while the shape stays the same (a decode step usually does).
     graph: Option<(GraphShape, Graph)>,
@@ -178,6 +183,7 @@ impl Stage {
             layers,
             options,
             weights,
+            checkpoints: checkpoints::StateCheckpoints::new(cache.sequences()),
             cache,
             state,
             backend,
@@ -386,11 +392,12 @@ impl Stage {
         self.group.as_ref()
     }
 
-    /// The stage's memory; `kv_cache` counts the recurrent state of linear-attention layers too.
+    /// The stage's memory; `kv_cache` counts the recurrent state of linear-attention layers too, and
+    /// the most its checkpoints may take.
     pub fn memory(&self) -> StageMemory {
         StageMemory {
             weights: self.weights.mapped_bytes(),
-            kv_cache: self.cache.bytes() + self.state.bytes(),
+            kv_cache: self.cache.bytes() + self.state.bytes() + self.checkpoint_bytes(),
             compute: self.compute_bytes,
         }
     }
@@ -412,6 +419,7 @@ impl Stage {
     /// Forgets sequence `seq` from position `len` on.
     pub fn truncate(&mut self, seq: usize, len: usize) {
         self.cache.truncate(seq, len);
+        self.checkpoints.cut(seq, len);
     }
 
     /// The output of the last successful [`Stage::forward`].
@@ -438,6 +446,7 @@ impl Stage {
     /// segment that asks for them, in order (none asking: the last row's, to be ignored).
     pub fn forward_batch(&mut self, segments: &[Segment], input: StageInput<'_>) -> Result<&[f32], EngineError> {
         self.check_batch(segments, &input)?;
+        self.go_back_to_checkpoints(segments)?;
         let tokens = input.tokens();
         let is_last = self.is_last();
         self.output_rows.clear();
@@ -538,6 +547,7 @@ impl Stage {
             self.forget_unfinished(segments);
             return Err(EngineError::NonFinite { layers: self.layers.clone(), index: bad });
         }
+        self.take_checkpoints(segments)?;
         Ok(&self.output)
     }
 
@@ -545,7 +555,7 @@ impl Stage {
     /// undone, so its sequences must start again from position 0.
     fn forget_unfinished(&mut self, segments: &[Segment]) {
         if self.state.is_present() {
-            segments.iter().for_each(|s| self.cache.truncate(s.seq, 0));
+            segments.iter().for_each(|s| self.truncate(s.seq, 0));
         }
     }
 

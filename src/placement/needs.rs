@@ -125,7 +125,8 @@ impl ModelNeeds {
         let context = context.max(1).div_ceil(CACHE_BLOCK) * CACHE_BLOCK;
         // Each layer's F16 cache row (keys and values, or DeepSeek's latent) per position it holds: the
         // context, or for a sliding-window layer a ring of its window's positions.
-        // A linear-attention layer keeps a recurrent state per sequence instead, whatever the context.
+        // A linear-attention layer keeps a recurrent state per sequence instead, whatever the context,
+        // and copies of it at a few earlier positions (checkpoints, so that a sequence can go back).
         let rows: Vec<_> = (0..c.layers).map(|l| c.cache_row(l)).collect();
         let kv_per_layer = rows
             .iter()
@@ -133,7 +134,8 @@ impl ModelNeeds {
             .map(|(layer, row)| {
                 let held = crate::engine::kv_cache_positions(row, context, batch);
                 let rows = crate::engine::kv_bytes_per_position(row, kv_type) * held as u64;
-                (rows + c.linear_state_bytes(layer)) * sequences.max(1) as u64
+                let states = 1 + crate::engine::STATE_CHECKPOINTS as u64;
+                (rows + c.linear_state_bytes(layer) * states) * sequences.max(1) as u64
             })
             .collect();
         // What each further position costs: the layers that see the whole context.

@@ -5,7 +5,8 @@
 //! structured output; `reasoning.effort` sets the template's reasoning effort. The answer is a response
 //! object whose `output` holds the reply's reasoning, its message and its function calls, whole or
 //! streamed as Responses events ([`stream`]). A response is remembered ([`log`]) unless `store` is false,
-//! so the next request can send only what is new with `previous_response_id`.
+//! so the next request can send only what is new with `previous_response_id`, and a client can read it
+//! back (`GET /v1/responses/{id}`, its `input_items`) or delete it.
 
 mod input;
 pub mod log;
@@ -19,7 +20,8 @@ use crate::engine::FinishReason;
 use crate::model::ChatMessage;
 use crate::worker::{FrontRequest, GenerationReport};
 use axum::extract::rejection::JsonRejection;
-use axum::extract::State;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
@@ -168,8 +170,85 @@ pub async fn create(
     }
     let Finished { text, reason, report } = generation::collect(&state, &model, events).await?;
     let output = output_items(&reply::split(format, with_tools, &text));
-    remember(&state, &shape, keep, &output);
-    Ok(Json(shape.response("completed", output, Some(usage(&report)), Some(reason))).into_response())
+    let response = shape.response("completed", output, Some(usage(&report)), Some(reason));
+    remember(&state, keep, &response);
+    Ok(Json(response).into_response())
+}
+
+/// `GET /v1/responses/{id}`: a remembered response as it was answered.
+pub async fn retrieve(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(remembered(&state, &headers, &id)?.response))
+}
+
+/// The page `GET /v1/responses/{id}/input_items` asks for: newest first unless `order` is `asc`, at most
+/// `limit` (1 to 100, default 20), after the item whose id is `after`.
+#[derive(Deserialize)]
+pub struct Page {
+    order: Option<String>,
+    limit: Option<usize>,
+    after: Option<String>,
+}
+
+/// `GET /v1/responses/{id}/input_items`: what went into a remembered response, a page at a time.
+pub async fn input_items(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(page): Query<Page>,
+) -> Result<Json<Value>, ApiError> {
+    let mut inputs = remembered(&state, &headers, &id)?.inputs;
+    match page.order.as_deref() {
+        None | Some("desc") => inputs.reverse(),
+        Some("asc") => {}
+        Some(_) => return Err(ApiError::bad_param("order", "`order` is asc or desc")),
+    }
+    let limit = page.limit.unwrap_or(20);
+    if !(1..=100).contains(&limit) {
+        return Err(ApiError::bad_param("limit", "`limit` is 1 to 100"));
+    }
+    let id_of = |item: &Value| item["id"].as_str().map(str::to_string);
+    if let Some(after) = &page.after {
+        let at = inputs.iter().position(|i| id_of(i).as_deref() == Some(after.as_str()));
+        let at = at.ok_or_else(|| ApiError::bad_param("after", format!("no input item {after:?} in this response")))?;
+        inputs.drain(..=at);
+    }
+    let has_more = inputs.len() > limit;
+    inputs.truncate(limit);
+    let (first, last) = (inputs.first().and_then(id_of), inputs.last().and_then(id_of));
+    Ok(Json(json!({ "object": "list", "data": inputs, "first_id": first, "last_id": last, "has_more": has_more })))
+}
+
+/// `DELETE /v1/responses/{id}`: forgets a remembered response.
+pub async fn delete(State(state): State<ApiState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    if !state.responses.forget(&id) {
+        return Err(not_remembered(&id));
+    }
+    Ok(Json(json!({ "id": id, "object": "response.deleted", "deleted": true })))
+}
+
+/// Response `id`, for a reader allowed to see it: a conversation is no public read, so on a node with
+/// a token (where other reads are open) the token is needed.
+fn remembered(state: &ApiState, headers: &HeaderMap, id: &str) -> Result<log::Remembered, ApiError> {
+    if state.token.is_some() && !state.carries_token(headers) {
+        return Err(ApiError::unauthorized());
+    }
+    state.responses.get(id).ok_or_else(|| not_remembered(id))
+}
+
+fn not_remembered(id: &str) -> ApiError {
+    ApiError::not_found(
+        format!(
+            "no response {id:?} is remembered here (the node keeps the last {} for {} hours, not across restarts, \
+             and none sent with store: false)",
+            log::KEPT,
+            log::KEPT_FOR.as_secs() / 3600
+        ),
+        "response_not_found",
+    )
 }
 
 /// A whole reply's output items: its reasoning, its message (also when empty, unless it only calls),
@@ -218,11 +297,15 @@ fn usage(report: &GenerationReport) -> Value {
     })
 }
 
-/// Remembers the response as its conversation (`items` sent, then its `output`), when it is kept.
-fn remember(state: &ApiState, shape: &Shape, items: Option<Vec<Value>>, output: &[Value]) {
+/// Remembers `response` and its conversation (`items` sent, then its output), when it is kept.
+fn remember(state: &ApiState, items: Option<Vec<Value>>, response: &Value) {
     if let Some(mut items) = items {
-        items.extend(output.iter().cloned());
-        state.responses.keep(&shape.id, &shape.model, items);
+        // Listed later a page at a time, each item needs an id to page after.
+        for item in items.iter_mut().filter_map(Value::as_object_mut) {
+            item.entry("id").or_insert_with(|| json!(new_id("item")));
+        }
+        let output = response["output"].as_array().map_or(&[][..], Vec::as_slice);
+        state.responses.keep(response.clone(), items, output);
     }
 }
 

@@ -185,9 +185,9 @@ pub(super) fn respond(
                 out.extend(output.call(call, &mut numbered));
             }
             out.extend(output.close(&mut numbered));
-            remember(&remembering, &shape, keep.take(), &output.done);
             let response =
                 shape.response("completed", std::mem::take(&mut output.done), Some(usage(&report)), Some(reason));
+            remember(&remembering, keep.take(), &response);
             let name = if reason == FinishReason::Length { "response.incomplete" } else { "response.completed" };
             out.push(numbered.event(name, json!({ "response": response })));
             out

@@ -1,6 +1,6 @@
 //! The checks a step passes before a stage runs it: a batch of one to `batch` tokens whose segments are
 //! each a different sequence, positions that follow what each sequence holds (and that its sliding ring
-//! or recurrent state can still continue from) within the context, and an input of the stage's kind.
+//! or recurrent state can still continue from, or go back to) within the context, and an input of the stage's kind.
 
 use super::{Segment, Stage, StageInput};
 use crate::engine::EngineError;
@@ -52,12 +52,13 @@ impl Stage {
             )));
         }
         self.cache.check_resume(seq, start).map_err(EngineError::BadInput)?;
-        if self.state.is_present() && start != 0 && start != self.cache.len(seq) {
+        if self.state.is_present() && !self.can_start_at(seq, start) {
             return Err(EngineError::BadInput(format!(
                 "cannot go back to position {start} of sequence {seq}: this stage's linear-attention layers keep \
-                 one recurrent state per sequence, after its position {}; continue from there or start the \
-                 sequence again from 0",
-                self.cache.len(seq)
+                 one recurrent state per sequence, after its position {}, and checkpoints at {:?}; continue from \
+                 one of those or start the sequence again from 0",
+                self.cache.len(seq),
+                self.checkpoints(seq)
             )));
         }
         if start + tokens > self.cache.context() {

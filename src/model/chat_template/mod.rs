@@ -54,6 +54,18 @@ pub struct ChatTemplate {
     format: Shape,
     /// Whether the template uses the `tools` it is given.
     takes_tools: bool,
+    calls: CallFormat,
+}
+
+/// How the template shows the model's tool calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallFormat {
+    /// `<tool_call>` blocks holding `{"name": …, "arguments": {…}}` (Hermes, Qwen 2.5 and 3).
+    HermesJson,
+    /// `<tool_call>` blocks holding `<function=NAME>` and `<parameter=…>` lines (Qwen3-Coder, Qwen3.5).
+    XmlFunctions,
+    /// Another format, or none.
+    Other,
 }
 
 /// What the template's source says of the replies it asks for.
@@ -102,7 +114,17 @@ impl ChatTemplate {
             Shape::Plain
         };
         let takes_tools = env.get_template("chat").is_ok_and(|t| t.undeclared_variables(false).contains("tools"));
-        let template = ChatTemplate { env, bos, eos, format, takes_tools };
+        // Templates that write calls as XML inside `<tool_call>` (GLM's `<arg_key>`, MiniMax's `<invoke>`)
+        // say so; the rest that show `<tool_call>` write JSON in it.
+        let xml = ["<arg_key>", "<invoke", "<parameter"].iter().any(|marker| source.contains(marker));
+        let calls = if source.contains("<function=") {
+            CallFormat::XmlFunctions
+        } else if source.contains("<tool_call>") && !xml {
+            CallFormat::HermesJson
+        } else {
+            CallFormat::Other
+        };
+        let template = ChatTemplate { env, bos, eos, format, takes_tools, calls };
         template.check_it_finishes()?;
         Ok(template)
     }
@@ -151,6 +173,11 @@ impl ChatTemplate {
             capabilities.push("thinking");
         }
         capabilities
+    }
+
+    /// How the template shows the model's tool calls.
+    pub fn call_format(&self) -> CallFormat {
+        self.calls
     }
 
     /// How the reply to `prompt` (rendered by this template) is laid out.

@@ -6,12 +6,12 @@
 //! cancellation or a failure, freeing its slot for the next in the queue.
 
 use super::prefix_index::PrefixIndex;
-use super::prompt_cache::{Reuse, SlotHistory};
+use super::prompt_cache::{Reuse, SlotHistory, CHECKPOINT_BEFORE_END};
 use super::schedule::{self, Need};
 use super::Compute;
-use crate::engine::{self, FinishReason, Sampler, Segment, StageInput, TokenStream};
+use crate::engine::{self, FinishReason, OutputFormat, Sampler, Segment, StageInput, TokenStream};
 use crate::links::RttWindow;
-use crate::model::{ChatTemplate, Literals, Markup, ModelError, ReplyFormat, Tokenizer};
+use crate::model::{CallFormat, ChatTemplate, Literals, Markup, ModelError, ReplyFormat, Tokenizer};
 use crate::transport::{PrefixOp, Records, RingFrame, StepRows};
 use crate::util::LockExt;
 use crate::worker::protocol::{FrontEvent, FrontRequest, GenerationReport, PromptInput};
@@ -38,6 +38,9 @@ pub(super) struct Active {
     pub(super) restoring: bool,
     /// The chunks the prompt is cut into.
     pub(super) chunk: usize,
+    /// Where the prefill stops once before the prompt's end, for a hybrid model's stages to keep a
+    /// checkpoint of the state there (see [`super::prompt_cache::CHECKPOINT_BEFORE_END`]).
+    checkpoint_at: Option<usize>,
     /// The token to feed next, once sampled; none while its step is on the ring.
     next: Option<u32>,
     /// The position the next token is fed at.
@@ -58,7 +61,8 @@ impl Active {
         if self.restoring {
             Need::Waiting
         } else if self.prefilled < self.prompt.len() {
-            Need::Prefill { remaining: self.prompt.len() - self.prefilled, chunk: self.chunk }
+            let end = self.checkpoint_at.filter(|&at| self.prefilled < at).unwrap_or(self.prompt.len());
+            Need::Prefill { remaining: end - self.prefilled, chunk: self.chunk }
         } else if self.next.is_some() {
             Need::Decode
         } else {
@@ -125,9 +129,10 @@ impl Head {
 
     /// Swaps `slot` (just taken) for the free slot whose cache holds the most of `prompt`; that slot and
     /// how many of the prompt's tokens it gives back.
-    fn slot_for(&mut self, slot: u32, prompt: &[u32]) -> (u32, usize) {
+    /// `checkpoints` tells the positions a slot's recurrent state can go back to.
+    fn slot_for(&mut self, slot: u32, prompt: &[u32], checkpoints: impl Fn(u32) -> Vec<usize>) -> (u32, usize) {
         self.free_slot(slot);
-        let (best, cached) = self.history.best(&self.free_slots, prompt).expect("a slot was just freed");
+        let (best, cached) = self.history.best(&self.free_slots, prompt, checkpoints).expect("a slot was just freed");
         self.free_slots.retain(|&s| s != best);
         (best, cached)
     }
@@ -229,11 +234,18 @@ impl Compute {
         &mut self,
         id: u64,
         slot: u32,
-        request: FrontRequest,
+        mut request: FrontRequest,
         events: UnboundedSender<FrontEvent>,
         queued: Duration,
     ) {
         let single = self.stages == 1;
+        // Calls the model may make are held to JSON only where its template writes them so.
+        let template = &self.head.as_ref().expect("stage 0").template;
+        if matches!(request.sampling.format, Some(OutputFormat::ToolCalls { .. }))
+            && template.call_format() != CallFormat::HermesJson
+        {
+            request.sampling.format = None;
+        }
         // Validated once (a format's schema is compiled to check it); single-stage instances sample here.
         let admitted = request.sampling.validate().and_then(|_| self.prompt_of(&request)).and_then(|(p, reply)| {
             let sampler = if single { Some(self.sampler(&request.sampling)?) } else { None };
@@ -253,7 +265,9 @@ impl Compute {
                 return self.start_waiting();
             }
         };
-        let (slot, mut cached) = self.head.as_mut().expect("stage 0").slot_for(slot, &prompt);
+        let stage = &self.stage;
+        let checkpoints = |slot: u32| stage.checkpoints(slot as usize);
+        let (slot, mut cached) = self.head.as_mut().expect("stage 0").slot_for(slot, &prompt, checkpoints);
         self.save_before_reuse(slot, cached);
         let restoring = self.restore_saved(id, slot, &prompt, &mut cached);
         let _ = events.send(FrontEvent::Started { prompt_tokens: prompt.len(), reply });
@@ -272,6 +286,9 @@ impl Compute {
         let head = self.head.as_mut().expect("stage 0");
         let pipeline = if head.pipelined_prefill { self.stages } else { 1 };
         let chunk = schedule::prompt_chunk(prompt.len() - cached, pipeline, self.stage.options().batch);
+        let checkpoint_at = (head.history.keeps_checkpoints())
+            .then(|| prompt.len().saturating_sub(CHECKPOINT_BEFORE_END))
+            .filter(|&at| at > cached);
         head.active.push(Active {
             id,
             slot,
@@ -285,6 +302,7 @@ impl Compute {
             cached,
             restoring,
             chunk,
+            checkpoint_at,
             next: None,
             queued,
             started: Instant::now(),

@@ -7,8 +7,10 @@
 //!
 //! What a slot may give back depends on what its layers keep: rows per position can be cut back to any
 //! prefix; a sliding-window ring only while it still holds the positions the next token sees; a
-//! recurrent state (Qwen3.5's linear attention) only whole, since it cannot be taken back — so there a
-//! prompt must extend everything the slot ran.
+//! recurrent state (Qwen3.5's linear attention) whole, or as far as one of the checkpoints the stages
+//! copied of it during the slot's last prefill (see `engine`'s `stage/checkpoints.rs`): a prompt's
+//! next-to-last chunk ends [`CHECKPOINT_BEFORE_END`] tokens before its end, where the next turn's
+//! prompt most often departs from what the slot ran (its template renders the reply anew).
 
 use crate::engine::ring_positions;
 use crate::model::ModelConfig;
@@ -39,6 +41,11 @@ impl Reuse {
     }
 }
 
+/// How many tokens before a prompt's end a hybrid model's prefill stops once, so that the stages keep a
+/// checkpoint of the state there: a chat template's generation prompt (`<|im_start|>assistant\n<think>\n`)
+/// is what the next turn renders differently. llama.cpp's server stops at the same place.
+pub const CHECKPOINT_BEFORE_END: usize = 4;
+
 /// The tokens each slot's cache holds, in order from position 0.
 pub struct SlotHistory {
     tokens: Vec<Vec<u32>>,
@@ -53,9 +60,16 @@ impl SlotHistory {
         SlotHistory { tokens: vec![Vec::new(); slots], high_water: vec![0; slots], reuse }
     }
 
+    /// Whether slots give back a recurrent state (then at `checkpoints` too, and prompts stop once
+    /// before their end for one).
+    pub fn keeps_checkpoints(&self) -> bool {
+        self.reuse == Reuse::Whole
+    }
+
     /// How many of `prompt`'s first tokens `slot` can give back: at most all but the last (whose
-    /// logits the request needs), and as its rule allows.
-    pub fn reusable(&self, slot: u32, prompt: &[u32]) -> usize {
+    /// logits the request needs), and as its rule allows; a recurrent state also as far as one of the
+    /// `checkpoints` the stages hold of it.
+    pub fn reusable(&self, slot: u32, prompt: &[u32], checkpoints: &[usize]) -> usize {
         let held = &self.tokens[slot as usize];
         let common = held.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len().saturating_sub(1));
         match self.reuse {
@@ -71,15 +85,15 @@ impl SlotHistory {
                 }
             }
             Reuse::Whole if common == held.len() => common,
-            Reuse::Whole => 0,
+            Reuse::Whole => checkpoints.iter().copied().filter(|&at| at <= common).max().unwrap_or(0),
         }
     }
 
     /// Of the `free` slots, the one that gives back the most of `prompt` (the lowest of equals), and how
     /// much.
-    pub fn best(&self, free: &[u32], prompt: &[u32]) -> Option<(u32, usize)> {
+    pub fn best(&self, free: &[u32], prompt: &[u32], checkpoints: impl Fn(u32) -> Vec<usize>) -> Option<(u32, usize)> {
         free.iter()
-            .map(|&slot| (slot, self.reusable(slot, prompt)))
+            .map(|&slot| (slot, self.reusable(slot, prompt, &checkpoints(slot))))
             .max_by_key(|&(slot, n)| (n, std::cmp::Reverse(slot)))
     }
 
@@ -129,18 +143,25 @@ mod tests {
     #[test]
     fn the_slot_with_the_longest_prefix_is_chosen_and_the_last_token_always_runs() {
         let h = history(Reuse::AnyPrefix);
-        assert_eq!(h.best(&[0, 1, 2], &[1, 2, 3, 7]), Some((0, 3)));
-        assert_eq!(h.best(&[1, 2], &[1, 2, 3, 7]), Some((1, 2)));
-        assert_eq!(h.best(&[0, 1, 2], &[1, 2, 3, 4, 5]), Some((0, 4)), "the prompt's last token runs again");
-        assert_eq!(h.best(&[0, 1, 2], &[8]), Some((0, 0)), "no match: the lowest slot");
-        assert_eq!(history(Reuse::Off).best(&[0, 1], &[1, 2, 3, 7]), Some((0, 0)));
+        assert_eq!(h.best(&[0, 1, 2], &[1, 2, 3, 7], |_| Vec::new()), Some((0, 3)));
+        assert_eq!(h.best(&[1, 2], &[1, 2, 3, 7], |_| Vec::new()), Some((1, 2)));
+        assert_eq!(
+            h.best(&[0, 1, 2], &[1, 2, 3, 4, 5], |_| Vec::new()),
+            Some((0, 4)),
+            "the prompt's last token runs again"
+        );
+        assert_eq!(h.best(&[0, 1, 2], &[8], |_| Vec::new()), Some((0, 0)), "no match: the lowest slot");
+        assert_eq!(history(Reuse::Off).best(&[0, 1], &[1, 2, 3, 7], |_| Vec::new()), Some((0, 0)));
     }
 
     #[test]
-    fn a_recurrent_state_is_given_back_only_whole() {
+    fn a_recurrent_state_is_given_back_whole_or_from_a_checkpoint() {
         let h = history(Reuse::Whole);
-        assert_eq!(h.reusable(0, &[1, 2, 3, 4, 5, 6]), 5);
-        assert_eq!(h.reusable(0, &[1, 2, 3, 7]), 0, "the state has passed position 3");
+        assert_eq!(h.reusable(0, &[1, 2, 3, 4, 5, 6], &[]), 5);
+        assert_eq!(h.reusable(0, &[1, 2, 3, 7], &[]), 0, "the state has passed position 3");
+        assert_eq!(h.reusable(0, &[1, 2, 3, 7], &[1, 2, 4]), 2, "back to the last checkpoint before it departs");
+        assert_eq!(h.reusable(0, &[1, 2, 3, 4, 5, 6], &[2]), 5, "whole still beats a checkpoint");
+        assert_eq!(h.reusable(0, &[1, 9], &[2]), 0, "a checkpoint past where it departs is no use");
     }
 
     #[test]
@@ -148,12 +169,12 @@ mod tests {
         let mut h = SlotHistory::new(1, Reuse::Window { window: 4, ring: 8 });
         h.ran(0, 0, &(0..20).collect::<Vec<_>>());
         // The ring holds positions 12..20; the next token at 17 sees 14..17, at 10 it would see 7..10.
-        assert_eq!(h.reusable(0, &(0..17).chain([99]).collect::<Vec<_>>()), 17);
-        assert_eq!(h.reusable(0, &(0..10).chain([99]).collect::<Vec<_>>()), 0);
+        assert_eq!(h.reusable(0, &(0..17).chain([99]).collect::<Vec<_>>(), &[]), 17);
+        assert_eq!(h.reusable(0, &(0..10).chain([99]).collect::<Vec<_>>(), &[]), 0);
         // A shorter request from position 17 leaves the ring holding the earlier one's later positions.
         h.ran(0, 17, &[99]);
-        assert_eq!(h.reusable(0, &(0..17).chain([99, 5]).collect::<Vec<_>>()), 18);
-        assert_eq!(h.reusable(0, &(0..11).chain([98]).collect::<Vec<_>>()), 0);
+        assert_eq!(h.reusable(0, &(0..17).chain([99, 5]).collect::<Vec<_>>(), &[]), 18);
+        assert_eq!(h.reusable(0, &(0..11).chain([98]).collect::<Vec<_>>(), &[]), 0);
     }
 
     #[test]
