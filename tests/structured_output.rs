@@ -11,8 +11,8 @@ mod common;
 use common::cluster::{Network, TestCluster};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
-use shoal::engine::{Grammars, OutputFormat, Sampler, SamplingParams};
-use shoal::model::Model;
+use shoal::engine::{CallStyle, CallableTool, Grammars, OutputFormat, Sampler, SamplingParams};
+use shoal::model::{Model, Tokenizer};
 
 const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1";
 
@@ -85,65 +85,149 @@ fn random_logits_under_a_schema_give_json_that_the_schema_accepts() {
     }
 }
 
-/// A reply that may call tools (`tool_choice: auto`): with random logits, the text is free until it
-/// opens a call (`<tool_call>`, steered there), then the call is a JSON object naming an offered tool
-/// with arguments its parameters accept, then `</tool_call>`; the text after it is free again.
+/// Samples random logits under lazily constrained tool calls of `tools` in `style`, steered through
+/// `steer` (each of its tokens made the likeliest in turn: the constraint still masks those it does not
+/// allow), then free; a few tokens after the call closes, steered to end. The reply's text.
+fn sample_calls(
+    grammars: &mut Grammars,
+    tokenizer: &Tokenizer,
+    tools: Vec<CallableTool>,
+    style: CallStyle,
+    steer: &str,
+    seed: u64,
+) -> String {
+    let format = OutputFormat::ToolCalls { tools, style };
+    format.check().unwrap();
+    let vocabulary = tokenizer.vocabulary_size();
+    let eos = (0..vocabulary as u32).find(|&t| tokenizer.is_end_of_generation(t)).unwrap();
+    let steer = tokenizer.encode_plain(steer).unwrap();
+    let params =
+        SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed, ..SamplingParams::default() };
+    let mut sampler = Sampler::new(params);
+    sampler.constrain(grammars.constraint(&format).unwrap());
+    let mut noise = rand_chacha::ChaCha8Rng::seed_from_u64(2000 + seed);
+    let mut tokens: Vec<u32> = Vec::new();
+    let mut after_call = 0;
+    loop {
+        let mut logits: Vec<f32> = (0..vocabulary).map(|_| noise.random_range(-4.0..4.0)).collect();
+        if let Some(&next) = steer.get(tokens.len()) {
+            logits[next as usize] = 100.0;
+        } else if tokenizer.decode(&tokens).contains("</tool_call>") {
+            after_call += 1;
+            if after_call > 3 {
+                logits[eos as usize] = 100.0;
+            }
+        } else {
+            // Inside the call nothing may end the reply, however likely.
+            logits[eos as usize] = 100.0;
+        }
+        let token = sampler.sample(&logits);
+        if tokenizer.is_end_of_generation(token) {
+            return tokenizer.decode(&tokens);
+        }
+        tokens.push(token);
+        assert!(tokens.len() < 600, "seed {seed}: no end after 600 tokens: {}", tokenizer.decode(&tokens));
+    }
+}
+
+/// The call inside a reply `Let me look.<tool_call>…</tool_call>…`.
+fn the_call(text: &str) -> &str {
+    let (before, rest) = text.split_once("<tool_call>").unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(before, "Let me look.", "free text before the call: {text}");
+    let (inside, after) = rest.split_once("</tool_call>").unwrap_or_else(|| panic!("unclosed: {text}"));
+    assert!(after.chars().count() <= 3 * 16, "{after:?}");
+    inside
+}
+
+/// `person` (the schema above) and `clock` (no parameters).
+fn json_tools() -> Vec<CallableTool> {
+    vec![
+        CallableTool { name: "person".into(), parameters: person_schema() },
+        CallableTool {
+            name: "clock".into(),
+            parameters: json!({ "type": "object", "properties": {}, "additionalProperties": false }),
+        },
+    ]
+}
+
+/// A reply that may call tools (`tool_choice: auto`) in the JSON style (Hermes, Qwen 2.5 and 3): with
+/// random logits the text is free until it opens a call (steered there), then the call is a JSON object
+/// naming an offered tool with arguments its parameters accept, then `</tool_call>`; then free again.
 #[test]
-fn random_logits_under_lazy_tool_calls_open_only_calls_that_parse() {
+fn random_logits_under_lazy_json_tool_calls_open_only_calls_that_parse() {
     let model = Model::open(&common::model_path()).unwrap();
     let tokenizer = model.tokenizer().unwrap();
     let mut grammars = Grammars::new(model.tokenizer().unwrap());
-    let tool = |name: &str, arguments: Value| {
-        json!({ "type": "object", "additionalProperties": false, "required": ["name", "arguments"],
-                "properties": { "name": { "const": name }, "arguments": arguments } })
-    };
-    let call = json!({ "anyOf": [tool("person", person_schema()), tool("clock", json!({ "type": "object", "properties": {}, "additionalProperties": false }))] });
-    let format = OutputFormat::ToolCalls { open: "<tool_call>".into(), close: "</tool_call>".into(), call };
-    assert!(format.check().is_ok());
-    let vocabulary = tokenizer.vocabulary_size();
-    let eos = (0..vocabulary as u32).find(|&t| tokenizer.is_end_of_generation(t)).unwrap();
-    let steer = tokenizer.encode_plain("Let me look.<tool_call>").unwrap();
-    let params = SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, ..SamplingParams::default() };
     for seed in 0..10u64 {
-        let mut sampler = Sampler::new(SamplingParams { seed, ..params.clone() });
-        sampler.constrain(grammars.constraint(&format).unwrap());
-        let mut noise = rand_chacha::ChaCha8Rng::seed_from_u64(2000 + seed);
-        let mut tokens: Vec<u32> = Vec::new();
-        let mut after_call = 0;
-        loop {
-            let mut logits: Vec<f32> = (0..vocabulary).map(|_| noise.random_range(-4.0..4.0)).collect();
-            let text = tokenizer.decode(&tokens);
-            if let Some(&next) = steer.get(tokens.len()) {
-                logits[next as usize] = 100.0;
-            } else if text.contains("</tool_call>") {
-                after_call += 1;
-                if after_call > 3 {
-                    logits[eos as usize] = 100.0;
-                }
-            } else {
-                // Inside the call nothing may end the reply, however likely.
-                logits[eos as usize] = 100.0;
-            }
-            let token = sampler.sample(&logits);
-            if tokenizer.is_end_of_generation(token) {
-                break;
-            }
-            tokens.push(token);
-            assert!(tokens.len() < 400, "seed {seed}: no end after 400 tokens: {}", tokenizer.decode(&tokens));
-        }
-        let text = tokenizer.decode(&tokens);
-        let (before, rest) = text.split_once("<tool_call>").unwrap_or_else(|| panic!("seed {seed}: {text}"));
-        assert_eq!(before, "Let me look.", "seed {seed}: free text before the call");
-        let (inside, after) = rest.split_once("</tool_call>").unwrap_or_else(|| panic!("seed {seed}: {text}"));
-        assert!(after.chars().count() <= 3 * 16, "seed {seed}: {after:?}");
-        let value: Value =
-            serde_json::from_str(inside.trim_matches('\n')).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}"));
-        match value["name"].as_str() {
-            Some("person") => is_person(&value["arguments"]).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}")),
-            Some("clock") => assert_eq!(value["arguments"], json!({}), "seed {seed}: {text}"),
+        let text =
+            sample_calls(&mut grammars, &tokenizer, json_tools(), CallStyle::Json, "Let me look.<tool_call>", seed);
+        let call: Value = serde_json::from_str(the_call(&text).trim_matches('\n'))
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}"));
+        match call["name"].as_str() {
+            Some("person") => is_person(&call["arguments"]).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}")),
+            Some("clock") => assert_eq!(call["arguments"], json!({}), "seed {seed}: {text}"),
             _ => panic!("seed {seed}: not an offered tool: {text}"),
         }
     }
+}
+
+/// The same in Qwen3.5's style: `<function=NAME>`, a `<parameter=KEY>` block per argument (every
+/// required one, in the schema's order, anything but a string as JSON), `</function>`. Random logits
+/// would never end a string, which is free text up to `</parameter>`: the random calls take numbers,
+/// booleans, enumerations and lists, and a steered call shows a string of two lines accepted.
+#[test]
+fn random_logits_under_lazy_function_calls_open_only_calls_that_parse() {
+    let model = Model::open(&common::model_path()).unwrap();
+    let tokenizer = model.tokenizer().unwrap();
+    let mut grammars = Grammars::new(model.tokenizer().unwrap());
+    let settings = json!({ "type": "object", "required": ["age", "unit"], "properties": {
+        "age": { "type": "integer", "minimum": 0, "maximum": 120 },
+        "ok": { "type": "boolean" },
+        "tags": { "type": "array", "items": { "type": "integer" }, "maxItems": 3 },
+        "unit": { "enum": ["c", "f"] },
+    } });
+    let note = json!({ "type": "object", "required": ["text"], "properties": { "text": { "type": "string" } } });
+    let tools = vec![
+        CallableTool { name: "settings".into(), parameters: settings },
+        CallableTool { name: "note".into(), parameters: note },
+    ];
+    for seed in 0..10u64 {
+        let steer = "Let me look.<tool_call>\n<function=settings";
+        let text = sample_calls(&mut grammars, &tokenizer, tools.clone(), CallStyle::XmlFunctions, steer, seed);
+        let body = the_call(&text).strip_prefix("\n<function=settings>\n").unwrap_or_else(|| panic!("{text}"));
+        let mut keys = Vec::new();
+        let mut rest = body;
+        while let Some(block) = rest.strip_prefix("<parameter=") {
+            let (key, block) = block.split_once(">\n").unwrap_or_else(|| panic!("{text}"));
+            let (value, after) = block.split_once("\n</parameter>\n").unwrap_or_else(|| panic!("{text}"));
+            let value: Value = match key {
+                "unit" => json!(value),
+                _ => serde_json::from_str(value).unwrap_or_else(|e| panic!("seed {seed} {key}: {e}: {text}")),
+            };
+            match key {
+                "age" => {
+                    assert!(value.as_f64().is_some_and(|a| a.fract() == 0.0 && (0.0..=120.0).contains(&a)), "{text}")
+                }
+                "ok" => assert!(value.is_boolean(), "{text}"),
+                "tags" => {
+                    // JSON's integers include -0, which serde reads as a float.
+                    let whole = |n: &Value| n.as_f64().is_some_and(|f| f.fract() == 0.0);
+                    assert!(value.as_array().is_some_and(|t| t.len() <= 3 && t.iter().all(whole)), "{text}")
+                }
+                "unit" => assert!(value == "c" || value == "f", "{text}"),
+                other => panic!("seed {seed}: no parameter {other}: {text}"),
+            }
+            keys.push(key);
+            rest = after;
+        }
+        assert_eq!(rest, "</function>\n", "seed {seed}: {text}");
+        assert!(keys.contains(&"age") && keys.contains(&"unit"), "seed {seed}: the required ones: {text}");
+        let order = ["age", "ok", "tags", "unit"];
+        assert!(keys.is_sorted_by_key(|k| order.iter().position(|o| o == k)), "seed {seed}: in order: {text}");
+    }
+    let call = "Let me look.<tool_call>\n<function=note>\n<parameter=text>\nTwo\nlines\n</parameter>\n</function>\n</tool_call>";
+    let text = sample_calls(&mut grammars, &tokenizer, tools, CallStyle::XmlFunctions, call, 0);
+    assert!(text.starts_with(call), "a string of two lines is accepted as it is: {text}");
 }
 
 /// The reply's text of a whole OpenAI chat completion.

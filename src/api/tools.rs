@@ -6,13 +6,11 @@
 //! while streaming, so that clients get content as it comes and each call whole.
 
 use super::ApiError;
-use crate::engine::OutputFormat;
+use crate::engine::tool_calls::{call_schema, CLOSE, OPEN};
+use crate::engine::{CallStyle, CallableTool, OutputFormat};
 use crate::model::ChatMessage;
 use crate::worker::PromptInput;
 use serde_json::{json, Value};
-
-const OPEN: &str = "<tool_call>";
-const CLOSE: &str = "</tool_call>";
 
 /// Which calls a request's `tool_choice` asks for.
 #[derive(Clone, Debug, PartialEq)]
@@ -73,25 +71,21 @@ pub fn offered(tools: Vec<Value>, choice: Choice) -> Result<(Vec<Value>, Option<
         };
         return Err(ApiError::bad_param("tool_choice", why));
     }
-    let call = |t: &&Value| {
-        let parameters = t["function"].get("parameters").filter(|p| p.is_object()).cloned();
-        json!({
-            "type": "object",
-            "additionalProperties": false,
-            "required": ["name", "arguments"],
-            "properties": {
-                "name": { "const": t["function"]["name"] },
-                "arguments": parameters.unwrap_or(json!({ "type": "object" })),
-            },
+    let callable: Vec<CallableTool> = callable
+        .iter()
+        .map(|t| CallableTool {
+            name: t["function"]["name"].as_str().unwrap_or_default().to_string(),
+            parameters: t["function"]
+                .get("parameters")
+                .filter(|p| p.is_object())
+                .cloned()
+                .unwrap_or(json!({ "type": "object" })),
         })
-    };
-    let schema = match callable.as_slice() {
-        [one] => call(one),
-        many => json!({ "anyOf": many.iter().map(call).collect::<Vec<_>>() }),
-    };
+        .collect();
+    // The model's template decides the style (stage 0 sets it); JSON until then.
     let format = match choice {
-        Choice::Auto => OutputFormat::ToolCalls { open: OPEN.into(), close: CLOSE.into(), call: schema },
-        _ => OutputFormat::JsonSchema { schema },
+        Choice::Auto => OutputFormat::ToolCalls { tools: callable, style: CallStyle::Json },
+        _ => OutputFormat::JsonSchema { schema: call_schema(&callable) },
     };
     format.check().map_err(|e| ApiError::bad_param("tools", format!("a tool's parameters: {e}")))?;
     Ok((tools, Some(format)))

@@ -8,6 +8,7 @@
 //! (`<tool_call>`); from there until its closing, only a JSON object naming an offered tool with
 //! arguments valid for its parameters may come; then the text is free again.
 
+use super::tool_calls::{self, CallStyle, CallableTool};
 use crate::model::Tokenizer;
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{ApproximateTokEnv, SimpleVob, TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
@@ -23,40 +24,30 @@ pub enum OutputFormat {
     JsonObject,
     /// JSON that validates against `schema`.
     JsonSchema { schema: serde_json::Value },
-    /// Free text in which each tool call opened with `open` is a JSON object valid for `call`, then
-    /// `close` (a newline allowed on either side of the object).
-    ToolCalls { open: String, close: String, call: serde_json::Value },
+    /// Free text in which each tool call the model opens (`<tool_call>`) is a call of one of `tools`
+    /// with arguments valid for its parameters, written in `style`, up to `</tool_call>`.
+    ToolCalls { tools: Vec<CallableTool>, style: CallStyle },
 }
 
 impl OutputFormat {
     /// The grammar of the reply. Unless the schema says otherwise (llguidance's `x-guidance` options),
     /// the JSON is written on one line with a space after `,` and `:`: free whitespace would let a
     /// model pad the reply with newlines until it runs out of tokens.
-    /// For tool calls, the grammar of one call after its opening.
+    /// For tool calls, the grammar of one call after its opening (see [`tool_calls`]).
     fn grammar(&self) -> TopLevelGrammar {
-        let mut schema = match self {
-            OutputFormat::JsonObject => serde_json::json!({"type": "object"}),
-            OutputFormat::JsonSchema { schema } | OutputFormat::ToolCalls { call: schema, .. } => schema.clone(),
-        };
-        if let Some(fields) = schema.as_object_mut() {
-            fields.entry("x-guidance").or_insert_with(
-                || serde_json::json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}),
-            );
-        }
         match self {
-            OutputFormat::ToolCalls { close, .. } => {
-                // A JSON string is a Lark string literal.
-                let close = serde_json::Value::from(close.as_str());
-                TopLevelGrammar::from_lark(format!("start: \"\\n\"? CALL \"\\n\"? {close}\nCALL: %json {schema}\n"))
+            OutputFormat::JsonObject => {
+                TopLevelGrammar::from_json_schema(compact(serde_json::json!({"type": "object"})))
             }
-            _ => TopLevelGrammar::from_json_schema(schema),
+            OutputFormat::JsonSchema { schema } => TopLevelGrammar::from_json_schema(compact(schema.clone())),
+            OutputFormat::ToolCalls { tools, style } => tool_calls::grammar(tools, *style, compact),
         }
     }
 
     /// The text after which the grammar starts, for a format that waits for one.
     fn trigger(&self) -> Option<&str> {
         match self {
-            OutputFormat::ToolCalls { open, .. } => Some(open),
+            OutputFormat::ToolCalls { .. } => Some(tool_calls::OPEN),
             _ => None,
         }
     }
@@ -70,6 +61,16 @@ impl OutputFormat {
             .as_ref()?;
         factory.create_parser(self.grammar()).map(|_| ()).map_err(|e| format!("the JSON schema cannot be used: {e}"))
     }
+}
+
+/// `schema` written on one line with a space after `,` and `:`, unless it says otherwise.
+fn compact(mut schema: serde_json::Value) -> serde_json::Value {
+    if let Some(fields) = schema.as_object_mut() {
+        fields.entry("x-guidance").or_insert_with(
+            || serde_json::json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}),
+        );
+    }
+    schema
 }
 
 /// A model's vocabulary as llguidance sees it: each token's bytes (control tokens marked as special).
@@ -260,5 +261,17 @@ mod tests {
         let bad = OutputFormat::JsonSchema { schema: serde_json::json!({"type": "no-such-type"}) };
         let err = bad.check().unwrap_err();
         assert!(err.contains("JSON schema"), "{err}");
+    }
+
+    #[test]
+    fn tool_names_and_keys_that_look_like_grammar_stay_text() {
+        let parameters = serde_json::json!({ "type": "object", "required": ["k\"ey>"], "properties": {
+            "k\"ey>": { "type": "string" }, "n/": { "type": "integer" }, "u": { "enum": ["a\"", "b\n"] },
+        } });
+        let tools = vec![CallableTool { name: "na\"me\n/".into(), parameters }];
+        for style in [CallStyle::Json, CallStyle::XmlFunctions] {
+            let format = OutputFormat::ToolCalls { tools: tools.clone(), style };
+            assert_eq!(format.check(), Ok(()), "{style:?}");
+        }
     }
 }

@@ -20,6 +20,7 @@ mod snapshot;
 mod stage;
 mod stage_options;
 mod stop;
+pub mod tool_calls;
 pub mod weight_rate;
 mod weights;
 
@@ -35,6 +36,7 @@ pub use sampler::{argmax, Sampler, SamplingParams};
 pub use stage::{Segment, Stage, StageInput, StageMemory, StageOptions, STATE_CHECKPOINTS};
 pub use stage_options::default_threads;
 pub use stop::StopStrings;
+pub use tool_calls::{CallStyle, CallableTool};
 pub use weights::StageWeights;
 
 use crate::model::ModelError;

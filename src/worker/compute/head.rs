@@ -9,7 +9,7 @@ use super::prefix_index::PrefixIndex;
 use super::prompt_cache::{Reuse, SlotHistory, CHECKPOINT_BEFORE_END};
 use super::schedule::{self, Need};
 use super::Compute;
-use crate::engine::{self, FinishReason, OutputFormat, Sampler, Segment, StageInput, TokenStream};
+use crate::engine::{self, CallStyle, FinishReason, OutputFormat, Sampler, Segment, StageInput, TokenStream};
 use crate::links::RttWindow;
 use crate::model::{CallFormat, ChatTemplate, Literals, Markup, ModelError, ReplyFormat, Tokenizer};
 use crate::transport::{PrefixOp, Records, RingFrame, StepRows};
@@ -239,12 +239,13 @@ impl Compute {
         queued: Duration,
     ) {
         let single = self.stages == 1;
-        // Calls the model may make are held to JSON only where its template writes them so.
-        let template = &self.head.as_ref().expect("stage 0").template;
-        if matches!(request.sampling.format, Some(OutputFormat::ToolCalls { .. }))
-            && template.call_format() != CallFormat::HermesJson
-        {
-            request.sampling.format = None;
+        // Calls the model may make are held to the style its template writes them in, where it is known.
+        if let Some(OutputFormat::ToolCalls { style, .. }) = request.sampling.format.as_mut() {
+            match self.head.as_ref().expect("stage 0").template.call_format() {
+                CallFormat::HermesJson => *style = CallStyle::Json,
+                CallFormat::XmlFunctions => *style = CallStyle::XmlFunctions,
+                CallFormat::Other => request.sampling.format = None,
+            }
         }
         // Validated once (a format's schema is compiled to check it); single-stage instances sample here.
         let admitted = request.sampling.validate().and_then(|_| self.prompt_of(&request)).and_then(|(p, reply)| {
