@@ -85,18 +85,16 @@ fn random_logits_under_a_schema_give_json_that_the_schema_accepts() {
     }
 }
 
-/// Samples random logits under lazily constrained tool calls of `tools` in `style`, steered through
+/// Samples random logits under `format` (lazily constrained tool calls), steered through
 /// `steer` (each of its tokens made the likeliest in turn: the constraint still masks those it does not
 /// allow), then free; a few tokens after the call closes, steered to end. The reply's text.
 fn sample_calls(
     grammars: &mut Grammars,
     tokenizer: &Tokenizer,
-    tools: Vec<CallableTool>,
-    style: CallStyle,
+    format: OutputFormat,
     steer: &str,
     seed: u64,
 ) -> String {
-    let format = OutputFormat::ToolCalls { tools, style };
     format.check().unwrap();
     let vocabulary = tokenizer.vocabulary_size();
     let eos = (0..vocabulary as u32).find(|&t| tokenizer.is_end_of_generation(t)).unwrap();
@@ -130,13 +128,13 @@ fn sample_calls(
     }
 }
 
-/// The call inside a reply `Let me look.<tool_call>…</tool_call>…`.
-fn the_call(text: &str) -> &str {
+/// The call inside a reply `Let me look.<tool_call>…</tool_call>…`, and what follows it.
+fn the_call(text: &str) -> (&str, &str) {
     let (before, rest) = text.split_once("<tool_call>").unwrap_or_else(|| panic!("{text}"));
     assert_eq!(before, "Let me look.", "free text before the call: {text}");
     let (inside, after) = rest.split_once("</tool_call>").unwrap_or_else(|| panic!("unclosed: {text}"));
     assert!(after.chars().count() <= 3 * 16, "{after:?}");
-    inside
+    (inside, after)
 }
 
 /// `person` (the schema above) and `clock` (no parameters).
@@ -152,17 +150,23 @@ fn json_tools() -> Vec<CallableTool> {
 
 /// A reply that may call tools (`tool_choice: auto`) in the JSON style (Hermes, Qwen 2.5 and 3): with
 /// random logits the text is free until it opens a call (steered there), then the call is a JSON object
-/// naming an offered tool with arguments its parameters accept, then `</tool_call>`; then free again.
+/// naming an offered tool with arguments its parameters accept, then `</tool_call>`; then free again —
+/// or, with one call only (`parallel_tool_calls: false`), the end.
 #[test]
 fn random_logits_under_lazy_json_tool_calls_open_only_calls_that_parse() {
     let model = Model::open(&common::model_path()).unwrap();
     let tokenizer = model.tokenizer().unwrap();
     let mut grammars = Grammars::new(model.tokenizer().unwrap());
     for seed in 0..10u64 {
-        let text =
-            sample_calls(&mut grammars, &tokenizer, json_tools(), CallStyle::Json, "Let me look.<tool_call>", seed);
-        let call: Value = serde_json::from_str(the_call(&text).trim_matches('\n'))
-            .unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}"));
+        let single = seed % 2 == 1;
+        let format = OutputFormat::ToolCalls { tools: json_tools(), style: CallStyle::Json, single };
+        let text = sample_calls(&mut grammars, &tokenizer, format, "Let me look.<tool_call>", seed);
+        let (inside, after) = the_call(&text);
+        if single {
+            assert_eq!(after, "", "seed {seed}: one call, then the end: {text}");
+        }
+        let call: Value =
+            serde_json::from_str(inside.trim_matches('\n')).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}"));
         match call["name"].as_str() {
             Some("person") => is_person(&call["arguments"]).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}")),
             Some("clock") => assert_eq!(call["arguments"], json!({}), "seed {seed}: {text}"),
@@ -193,8 +197,9 @@ fn random_logits_under_lazy_function_calls_open_only_calls_that_parse() {
     ];
     for seed in 0..10u64 {
         let steer = "Let me look.<tool_call>\n<function=settings";
-        let text = sample_calls(&mut grammars, &tokenizer, tools.clone(), CallStyle::XmlFunctions, steer, seed);
-        let body = the_call(&text).strip_prefix("\n<function=settings>\n").unwrap_or_else(|| panic!("{text}"));
+        let format = OutputFormat::ToolCalls { tools: tools.clone(), style: CallStyle::XmlFunctions, single: false };
+        let text = sample_calls(&mut grammars, &tokenizer, format, steer, seed);
+        let body = the_call(&text).0.strip_prefix("\n<function=settings>\n").unwrap_or_else(|| panic!("{text}"));
         let mut keys = Vec::new();
         let mut rest = body;
         while let Some(block) = rest.strip_prefix("<parameter=") {
@@ -226,7 +231,8 @@ fn random_logits_under_lazy_function_calls_open_only_calls_that_parse() {
         assert!(keys.is_sorted_by_key(|k| order.iter().position(|o| o == k)), "seed {seed}: in order: {text}");
     }
     let call = "Let me look.<tool_call>\n<function=note>\n<parameter=text>\nTwo\nlines\n</parameter>\n</function>\n</tool_call>";
-    let text = sample_calls(&mut grammars, &tokenizer, tools, CallStyle::XmlFunctions, call, 0);
+    let format = OutputFormat::ToolCalls { tools, style: CallStyle::XmlFunctions, single: false };
+    let text = sample_calls(&mut grammars, &tokenizer, format, call, 0);
     assert!(text.starts_with(call), "a string of two lines is accepted as it is: {text}");
 }
 

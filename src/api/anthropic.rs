@@ -235,6 +235,9 @@ fn to_front(request: MessagesRequest) -> Result<Checked, ApiError> {
     let mut sampling = request.sampling.params(1.0)?;
     sampling.format = request.output_format.as_ref().map(output_format).transpose()?;
     tools::impose(&mut sampling.format, forced)?;
+    if request.tool_choice.as_ref().is_some_and(|c| c["disable_parallel_tool_use"] == true) {
+        tools::one_call_only(&mut sampling.format);
+    }
     let front = FrontRequest {
         prompt: tools::prompt(chat, tools, variables),
         max_tokens,
@@ -448,6 +451,22 @@ async fn respond(state: ApiState, body: Result<Json<Value>, JsonRejection>) -> R
 mod tests {
     use super::*;
     use crate::worker::PromptInput;
+
+    #[test]
+    fn tools_under_auto_hold_calls_lazily_and_one_call_only_when_asked() {
+        let request = |choice: Value| -> MessagesRequest {
+            let tools = json!([{ "name": "w", "input_schema": { "type": "object" } }]);
+            let body = json!({ "model": "m", "max_tokens": 8, "tools": tools, "tool_choice": choice,
+                               "messages": [{ "role": "user", "content": "Weather?" }] });
+            serde_json::from_value(body).unwrap()
+        };
+        let single = |choice: Value| match to_front(request(choice)).unwrap().front.sampling.format {
+            Some(OutputFormat::ToolCalls { tools, single, .. }) => (tools[0].name.clone(), single),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(single(json!({ "type": "auto" })), ("w".to_string(), false));
+        assert_eq!(single(json!({ "type": "auto", "disable_parallel_tool_use": true })), ("w".to_string(), true));
+    }
 
     #[test]
     fn tool_use_and_tool_result_blocks_become_calls_and_tool_messages() {

@@ -71,6 +71,8 @@ struct ChatOnly {
     reasoning_effort: Option<String>,
     /// The chat template's own variables, as llama.cpp's and vLLM's servers take them.
     chat_template_kwargs: Option<serde_json::Map<String, Value>>,
+    /// `false`: one tool call at most.
+    parallel_tool_calls: Option<bool>,
 }
 
 type ChatRequest = generation::ChatRequest<ChatOnly, MessageIn>;
@@ -177,10 +179,13 @@ pub(super) fn check_chat(
     let choice = tools::Choice::from_openai(request.tool_choice.as_ref())?;
     let (tools, forced) = tools::offered(request.tools, choice)?;
     let kind = if tools.is_empty() { Kind::Chat } else { Kind::ChatWithTools };
-    let ChatOnly { common, reasoning_effort, chat_template_kwargs } = request.common;
+    let ChatOnly { common, reasoning_effort, chat_template_kwargs, parallel_tool_calls } = request.common;
     let variables = generation::template_variables(chat_template_kwargs, reasoning_effort.as_deref(), None)?;
     let (model, mut front) = common.to_front(tools::prompt(messages, tools, variables))?;
     tools::impose(&mut front.sampling.format, forced)?;
+    if parallel_tool_calls == Some(false) {
+        tools::one_call_only(&mut front.sampling.format);
+    }
     let include_usage = common.stream_options.as_ref().is_some_and(|o| o.include_usage);
     Ok((model, front, common.stream, include_usage, kind))
 }

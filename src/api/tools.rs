@@ -84,7 +84,7 @@ pub fn offered(tools: Vec<Value>, choice: Choice) -> Result<(Vec<Value>, Option<
         .collect();
     // The model's template decides the style (stage 0 sets it); JSON until then.
     let format = match choice {
-        Choice::Auto => OutputFormat::ToolCalls { tools: callable, style: CallStyle::Json },
+        Choice::Auto => OutputFormat::ToolCalls { tools: callable, style: CallStyle::Json, single: false },
         _ => OutputFormat::JsonSchema { schema: call_schema(&callable) },
     };
     format.check().map_err(|e| ApiError::bad_param("tools", format!("a tool's parameters: {e}")))?;
@@ -105,6 +105,14 @@ pub fn impose(format: &mut Option<OutputFormat>, forced: Option<OutputFormat>) -
             *format = forced;
             Ok(())
         }
+    }
+}
+
+/// Lets a reply make one tool call at most (OpenAI's `parallel_tool_calls: false`, Anthropic's
+/// `disable_parallel_tool_use`): it ends after its first. A required call is one call already.
+pub fn one_call_only(format: &mut Option<OutputFormat>) {
+    if let Some(OutputFormat::ToolCalls { single, .. }) = format {
+        *single = true;
     }
 }
 

@@ -25,8 +25,14 @@ pub enum OutputFormat {
     /// JSON that validates against `schema`.
     JsonSchema { schema: serde_json::Value },
     /// Free text in which each tool call the model opens (`<tool_call>`) is a call of one of `tools`
-    /// with arguments valid for its parameters, written in `style`, up to `</tool_call>`.
-    ToolCalls { tools: Vec<CallableTool>, style: CallStyle },
+    /// with arguments valid for its parameters, written in `style`, up to `</tool_call>`; with
+    /// `single`, the reply ends after its first call (OpenAI's `parallel_tool_calls: false`).
+    ToolCalls {
+        tools: Vec<CallableTool>,
+        style: CallStyle,
+        #[serde(default)]
+        single: bool,
+    },
 }
 
 impl OutputFormat {
@@ -40,7 +46,7 @@ impl OutputFormat {
                 TopLevelGrammar::from_json_schema(compact(serde_json::json!({"type": "object"})))
             }
             OutputFormat::JsonSchema { schema } => TopLevelGrammar::from_json_schema(compact(schema.clone())),
-            OutputFormat::ToolCalls { tools, style } => tool_calls::grammar(tools, *style, compact),
+            OutputFormat::ToolCalls { tools, style, .. } => tool_calls::grammar(tools, *style, compact),
         }
     }
 
@@ -120,10 +126,12 @@ impl Grammars {
         let env = built.factory.tok_env().clone();
         let eos = env.tok_trie().eos_token();
         let matcher = Matcher::new(Ok(parser));
+        let single = matches!(format, OutputFormat::ToolCalls { single: true, .. });
         let (active, lazy) = match format.trigger() {
             None => (Some(matcher), None),
             Some(trigger) => {
-                (None, Some(Lazy { trigger: trigger.as_bytes().to_vec(), pristine: matcher, tail: Vec::new(), env }))
+                let trigger = trigger.as_bytes().to_vec();
+                (None, Some(Lazy { trigger, pristine: matcher, tail: Vec::new(), env, single }))
             }
         };
         Ok(Constraint { active, lazy, eos, ends: built.ends.clone(), failed: None })
@@ -162,7 +170,8 @@ pub struct Constraint {
     lazy: Option<Lazy>,
     eos: u32,
     ends: Arc<Vec<u32>>,
-    /// Why the grammar broke, if it did: the reply then ends.
+    /// Why nothing but the end may come now: the grammar broke (logged), or the one call a reply may
+    /// make is complete.
     failed: Option<String>,
 }
 
@@ -174,6 +183,8 @@ struct Lazy {
     /// The reply's last bytes while no grammar is in force, as long as the trigger at most.
     tail: Vec<u8>,
     env: TokEnv,
+    /// The reply ends when the grammar has completed once.
+    single: bool,
 }
 
 impl Lazy {
@@ -232,8 +243,13 @@ impl Constraint {
         if let Err(e) = matcher.consume_token(token) {
             return self.fail(e.to_string());
         }
-        if self.lazy.is_some() && matcher.is_accepting().unwrap_or(false) {
-            self.active = None;
+        if let Some(lazy) = self.lazy.as_ref().filter(|_| matcher.is_accepting().unwrap_or(false)) {
+            if lazy.single {
+                // Nothing may follow: the mask now allows only the end.
+                self.failed = Some("one tool call only".into());
+            } else {
+                self.active = None;
+            }
         }
     }
 
@@ -270,7 +286,7 @@ mod tests {
         } });
         let tools = vec![CallableTool { name: "na\"me\n/".into(), parameters }];
         for style in [CallStyle::Json, CallStyle::XmlFunctions] {
-            let format = OutputFormat::ToolCalls { tools: tools.clone(), style };
+            let format = OutputFormat::ToolCalls { tools: tools.clone(), style, single: false };
             assert_eq!(format.check(), Ok(()), "{style:?}");
         }
     }

@@ -146,6 +146,9 @@ pub async fn create(
         None => None,
     };
     tools::impose(&mut sampling.format, forced)?;
+    if request.parallel_tool_calls == Some(false) {
+        tools::one_call_only(&mut sampling.format);
+    }
     let prompt = tools::prompt(turns, offered, variables);
     let front = FrontRequest { prompt, max_tokens, sampling, stop: vec![], ignore_eos: false };
 
