@@ -5,8 +5,9 @@
 //!
 //! Tool calls the model may make among free text (`tool_choice: auto`) are constrained lazily, as
 //! llama.cpp's lazy grammars are: nothing is masked until the reply's text ends with the call's opening
-//! (`<tool_call>`); from there until its closing, only a JSON object naming an offered tool with
-//! arguments valid for its parameters may come; then the text is free again.
+//! (`<tool_call>`); from there until its closing, only a call of an offered tool with arguments valid
+//! for its parameters may come, in the style of the model's template (see [`tool_calls`]); then the
+//! text is free again, or with one call only, the reply ends.
 
 use super::tool_calls::{self, CallStyle, CallableTool};
 use crate::model::Tokenizer;
@@ -188,13 +189,15 @@ struct Lazy {
 }
 
 impl Lazy {
-    /// Whether the reply's text, with `token` after it, ends with the trigger.
+    /// Whether the reply's text, with `token` after it, ends with the trigger, or with the trigger and a
+    /// newline (a token `>\n`: the grammars begin with an optional newline, so they start alike). A
+    /// token that runs further past the trigger leaves that call unconstrained.
     fn triggered_by(&mut self, token: u32) -> bool {
         let bytes = self.env.tok_trie().decode_raw(&[token]);
         self.tail.extend(bytes.iter().filter(|&&b| b != TokTrie::SPECIAL_TOKEN_MARKER));
-        let keep = self.tail.len().saturating_sub(self.trigger.len());
+        let keep = self.tail.len().saturating_sub(self.trigger.len() + 1);
         self.tail.drain(..keep);
-        self.tail == self.trigger
+        self.tail.ends_with(&self.trigger) || self.tail.strip_suffix(b"\n").is_some_and(|t| t.ends_with(&self.trigger))
     }
 }
 
