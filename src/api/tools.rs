@@ -48,8 +48,8 @@ impl Choice {
 /// the choice requires a call, the reply is one: a JSON object `{"name": …, "arguments": {…}}` naming
 /// an offered tool (or the named one) with arguments valid for its parameters, which the reply's
 /// parsing takes as the call (see [`split`]), in any model's template. When the model decides
-/// (`auto`), each `<tool_call>` block it opens holds such an object (Qwen's and Hermes' format; a
-/// model that calls otherwise is not held to anything).
+/// (`auto`), each `<tool_call>` block it opens holds a call of an offered tool, in the style stage 0
+/// picks from the model's template (a model that calls otherwise is not held to anything).
 pub fn offered(tools: Vec<Value>, choice: Choice) -> Result<(Vec<Value>, Option<OutputFormat>), ApiError> {
     if choice == Choice::None {
         return Ok((vec![], None));
@@ -203,9 +203,7 @@ impl ToolCall {
         };
         Some(ToolCall { name, arguments })
     }
-}
 
-impl ToolCall {
     /// A call written as Qwen3-Coder's and Qwen3.5's templates show them: `<function=NAME>`, then per
     /// argument `<parameter=KEY>` on a line, its value on the lines after, `</parameter>`, then
     /// `</function>`. A value that reads as JSON (a number, `true`, an object…) is taken as that JSON, any

@@ -93,15 +93,8 @@ pub async fn create(
         None => Vec::new(),
         Some(id) => {
             let (of, items) = state.responses.conversation(id).ok_or_else(|| {
-                ApiError::not_found(
-                    format!(
-                        "no response {id:?} is remembered here (the node keeps the last {} for {} hours, not across \
-                         restarts, and none sent with store: false): send the whole conversation as input",
-                        log::KEPT,
-                        log::KEPT_FOR.as_secs() / 3600
-                    ),
-                    "previous_response_not_found",
-                )
+                let why = format!("{}: send the whole conversation as input", not_remembered(id));
+                ApiError::not_found(why, "previous_response_not_found")
             })?;
             if of != model {
                 return Err(ApiError::bad_param(
@@ -228,7 +221,7 @@ pub async fn input_items(
 /// `DELETE /v1/responses/{id}`: forgets a remembered response.
 pub async fn delete(State(state): State<ApiState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     if !state.responses.forget(&id) {
-        return Err(not_remembered(&id));
+        return Err(ApiError::not_found(not_remembered(&id), "response_not_found"));
     }
     Ok(Json(json!({ "id": id, "object": "response.deleted", "deleted": true })))
 }
@@ -239,18 +232,16 @@ fn remembered(state: &ApiState, headers: &HeaderMap, id: &str) -> Result<log::Re
     if state.token.is_some() && !state.carries_token(headers) {
         return Err(ApiError::unauthorized());
     }
-    state.responses.get(id).ok_or_else(|| not_remembered(id))
+    state.responses.get(id).ok_or_else(|| ApiError::not_found(not_remembered(id), "response_not_found"))
 }
 
-fn not_remembered(id: &str) -> ApiError {
-    ApiError::not_found(
-        format!(
-            "no response {id:?} is remembered here (the node keeps the last {} for {} hours, not across restarts, \
-             and none sent with store: false)",
-            log::KEPT,
-            log::KEPT_FOR.as_secs() / 3600
-        ),
-        "response_not_found",
+/// Why response `id` cannot be found, and for how long responses are kept.
+fn not_remembered(id: &str) -> String {
+    format!(
+        "no response {id:?} is remembered here (the node keeps the last {} for {} hours, not across restarts, and \
+         none sent with store: false)",
+        log::KEPT,
+        log::KEPT_FOR.as_secs() / 3600
     )
 }
 

@@ -188,10 +188,6 @@ impl Compute {
         self.stats.locked().queued_requests = head.waiting.len();
     }
 
-    fn reject(events: &UnboundedSender<FrontEvent>, message: String) {
-        let _ = events.send(FrontEvent::Error { message, client_error: true });
-    }
-
     /// Renders and tokenizes the prompt of `request`; the prompt, and how the reply will be laid out.
     fn prompt_of(&mut self, request: &FrontRequest) -> Result<(Vec<u32>, ReplyFormat), String> {
         let head = self.head.as_mut().expect("stage 0");
@@ -247,21 +243,23 @@ impl Compute {
                 CallFormat::Other => request.sampling.format = None,
             }
         }
-        // Validated once (a format's schema is compiled to check it); single-stage instances sample here.
-        let admitted = request.sampling.validate().and_then(|_| self.prompt_of(&request)).and_then(|(p, reply)| {
-            let sampler = if single { Some(self.sampler(&request.sampling)?) } else { None };
-            Ok((p, reply, sampler))
-        });
+        // Validated once (a format's schema is compiled to check it), and the length before a sampler's
+        // grammar is compiled; single-stage instances sample here.
         let context = self.stage.context();
+        let refused = |message: String| FrontEvent::Error { message, client_error: true };
+        let admitted = request.sampling.validate().and_then(|_| self.prompt_of(&request)).map_err(refused).and_then(
+            |(p, reply)| {
+                if p.len() >= context {
+                    return Err(FrontEvent::TooLong { prompt_tokens: p.len(), context });
+                }
+                let sampler = if single { Some(self.sampler(&request.sampling).map_err(refused)?) } else { None };
+                Ok((p, reply, sampler))
+            },
+        );
         let (prompt, reply, mut sampler) = match admitted {
-            Ok((prompt, ..)) if prompt.len() >= context => {
-                let _ = events.send(FrontEvent::TooLong { prompt_tokens: prompt.len(), context });
-                self.head.as_mut().expect("stage 0").free_slot(slot);
-                return self.start_waiting();
-            }
             Ok(admitted) => admitted,
-            Err(message) => {
-                Self::reject(&events, message);
+            Err(refusal) => {
+                let _ = events.send(refusal);
                 self.head.as_mut().expect("stage 0").free_slot(slot);
                 return self.start_waiting();
             }

@@ -69,7 +69,7 @@ impl SlotHistory {
     /// How many of `prompt`'s first tokens `slot` can give back: at most all but the last (whose
     /// logits the request needs), and as its rule allows; a recurrent state also as far as one of the
     /// `checkpoints` the stages hold of it.
-    pub fn reusable(&self, slot: u32, prompt: &[u32], checkpoints: &[usize]) -> usize {
+    pub fn reusable(&self, slot: u32, prompt: &[u32], checkpoints: impl Fn(u32) -> Vec<usize>) -> usize {
         let held = &self.tokens[slot as usize];
         let common = held.iter().zip(prompt).take_while(|(a, b)| a == b).count().min(prompt.len().saturating_sub(1));
         match self.reuse {
@@ -85,7 +85,7 @@ impl SlotHistory {
                 }
             }
             Reuse::Whole if common == held.len() => common,
-            Reuse::Whole => checkpoints.iter().copied().filter(|&at| at <= common).max().unwrap_or(0),
+            Reuse::Whole => checkpoints(slot).into_iter().filter(|&at| at <= common).max().unwrap_or(0),
         }
     }
 
@@ -93,7 +93,7 @@ impl SlotHistory {
     /// much.
     pub fn best(&self, free: &[u32], prompt: &[u32], checkpoints: impl Fn(u32) -> Vec<usize>) -> Option<(u32, usize)> {
         free.iter()
-            .map(|&slot| (slot, self.reusable(slot, prompt, &checkpoints(slot))))
+            .map(|&slot| (slot, self.reusable(slot, prompt, &checkpoints)))
             .max_by_key(|&(slot, n)| (n, std::cmp::Reverse(slot)))
     }
 
@@ -157,11 +157,11 @@ mod tests {
     #[test]
     fn a_recurrent_state_is_given_back_whole_or_from_a_checkpoint() {
         let h = history(Reuse::Whole);
-        assert_eq!(h.reusable(0, &[1, 2, 3, 4, 5, 6], &[]), 5);
-        assert_eq!(h.reusable(0, &[1, 2, 3, 7], &[]), 0, "the state has passed position 3");
-        assert_eq!(h.reusable(0, &[1, 2, 3, 7], &[1, 2, 4]), 2, "back to the last checkpoint before it departs");
-        assert_eq!(h.reusable(0, &[1, 2, 3, 4, 5, 6], &[2]), 5, "whole still beats a checkpoint");
-        assert_eq!(h.reusable(0, &[1, 9], &[2]), 0, "a checkpoint past where it departs is no use");
+        assert_eq!(h.reusable(0, &[1, 2, 3, 4, 5, 6], |_| Vec::new()), 5);
+        assert_eq!(h.reusable(0, &[1, 2, 3, 7], |_| Vec::new()), 0, "the state has passed position 3");
+        assert_eq!(h.reusable(0, &[1, 2, 3, 7], |_| vec![1, 2, 4]), 2, "back to the last checkpoint before it departs");
+        assert_eq!(h.reusable(0, &[1, 2, 3, 4, 5, 6], |_| vec![2]), 5, "whole still beats a checkpoint");
+        assert_eq!(h.reusable(0, &[1, 9], |_| vec![2]), 0, "a checkpoint past where it departs is no use");
     }
 
     #[test]
@@ -169,12 +169,12 @@ mod tests {
         let mut h = SlotHistory::new(1, Reuse::Window { window: 4, ring: 8 });
         h.ran(0, 0, &(0..20).collect::<Vec<_>>());
         // The ring holds positions 12..20; the next token at 17 sees 14..17, at 10 it would see 7..10.
-        assert_eq!(h.reusable(0, &(0..17).chain([99]).collect::<Vec<_>>(), &[]), 17);
-        assert_eq!(h.reusable(0, &(0..10).chain([99]).collect::<Vec<_>>(), &[]), 0);
+        assert_eq!(h.reusable(0, &(0..17).chain([99]).collect::<Vec<_>>(), |_| Vec::new()), 17);
+        assert_eq!(h.reusable(0, &(0..10).chain([99]).collect::<Vec<_>>(), |_| Vec::new()), 0);
         // A shorter request from position 17 leaves the ring holding the earlier one's later positions.
         h.ran(0, 17, &[99]);
-        assert_eq!(h.reusable(0, &(0..17).chain([99, 5]).collect::<Vec<_>>(), &[]), 18);
-        assert_eq!(h.reusable(0, &(0..11).chain([98]).collect::<Vec<_>>(), &[]), 0);
+        assert_eq!(h.reusable(0, &(0..17).chain([99, 5]).collect::<Vec<_>>(), |_| Vec::new()), 18);
+        assert_eq!(h.reusable(0, &(0..11).chain([98]).collect::<Vec<_>>(), |_| Vec::new()), 0);
     }
 
     #[test]
