@@ -289,6 +289,7 @@ fn write_the_random_models() {
         random_model::qwen3next_fused(),
         random_kimi::kimi_k3(),
         random_kimi::kimi_k3_plain(),
+        random_model::minimax_m2(),
     ] {
         println!("random model: {}", model.write().display());
     }

@@ -166,7 +166,7 @@ fn smollm2_batched_equals_alone_whole_and_split() {
 
 #[test]
 fn every_architecture_batched_equals_alone() {
-    let models: [RandomModel; 10] = [
+    let models: [RandomModel; 11] = [
         random_model::qwen3moe(),
         random_model::glm4moe(),
         random_model::gemma3(),
@@ -177,6 +177,7 @@ fn every_architecture_batched_equals_alone() {
         random_model::qwen3next(),
         common::random_kimi::kimi_k3(),
         common::random_kimi::kimi_k3_plain(),
+        random_model::minimax_m2(),
     ];
     for model in models {
         let path = model.write();

@@ -213,6 +213,8 @@ fn random_models_split_unevenly_compute_the_whole_model() {
         ("Qwen3.5-MoE", random_model::qwen35moe()),
         ("Kimi K3 (no checkpoints)", common::random_kimi::kimi_k3_plain()),
         ("Kimi K3 (checkpoints)", common::random_kimi::kimi_k3_softplus()),
+        // Q and K normed across heads: the ranks complete the queries' sum of squares.
+        ("MiniMax M2", random_model::minimax_m2()),
     ] {
         let path = random(model);
         let reference = whole(&path);

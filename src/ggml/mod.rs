@@ -34,6 +34,7 @@ mod log;
 mod model_ops;
 mod recurrent_ops;
 mod repack;
+mod sparse_ops;
 mod tensor_set;
 mod vocab;
 mod widen;

@@ -49,10 +49,14 @@ pub enum Architecture {
     /// the situ activation, and routed experts that run in a narrower latent width.
     #[serde(rename = "kimi-k3")]
     KimiK3,
+    /// MiniMax M2 / M2.1 / M2.5 (`minimax-m2`): grouped-query attention with Q and K normed across all
+    /// heads at once and RoPE on part of each head, sigmoid-routed experts with a selection bias.
+    #[serde(rename = "minimax-m2")]
+    MinimaxM2,
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, gemma3, deepseek2 (DeepSeek V2/V3, Kimi K2), gpt-oss, qwen35 and qwen35moe (Qwen3.5/3.6), qwen3next (Qwen3-Next), kimi-k3 (Kimi K3)";
+    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, gemma3, deepseek2 (DeepSeek V2/V3, Kimi K2), gpt-oss, qwen35 and qwen35moe (Qwen3.5/3.6), qwen3next (Qwen3-Next), kimi-k3 (Kimi K3), minimax-m2 (MiniMax M2)";
 
     pub fn from_gguf_name(name: &str) -> Option<Architecture> {
         match name {
@@ -68,6 +72,7 @@ impl Architecture {
             "qwen35moe" => Some(Architecture::Qwen35Moe),
             "qwen3next" => Some(Architecture::Qwen3Next),
             "kimi-k3" => Some(Architecture::KimiK3),
+            "minimax-m2" => Some(Architecture::MinimaxM2),
             _ => None,
         }
     }
@@ -87,6 +92,7 @@ impl Architecture {
             Architecture::Qwen35Moe => "qwen35moe",
             Architecture::Qwen3Next => "qwen3next",
             Architecture::KimiK3 => "kimi-k3",
+            Architecture::MinimaxM2 => "minimax-m2",
         }
     }
 

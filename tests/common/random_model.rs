@@ -382,6 +382,12 @@ pub fn qwen35moe_bench() -> RandomModel {
     }
 }
 
+/// MiniMax M2 in miniature: 4 layers, Q and K normed across all their heads, RoPE on half of each head,
+/// 16 experts of which 4 are used, sigmoid routing with a selection bias.
+pub fn minimax_m2() -> RandomModel {
+    RandomModel { architecture: "minimax-m2", rope_dims: 8, feed_forward: 32, seed: 0x5eed_0012, ..qwen3moe() }
+}
+
 /// A deterministic generator (splitmix64): the same seed gives the same weights on every machine.
 pub(super) struct Weights(pub(super) u64);
 
@@ -493,6 +499,10 @@ impl RandomModel {
                 .meta(&k("rope.scaling.original_context_length"), Meta::U32(1024));
         }
         let gemma = arch == "gemma3";
+        let minimax = arch == "minimax-m2";
+        if minimax {
+            g = g.meta(&k("expert_gating_func"), Meta::U32(2));
+        }
         if let (Some(mla), None) = (self.mla, self.kimi) {
             g = mla_metadata(g, self, &mla);
         }
@@ -529,8 +539,8 @@ impl RandomModel {
         // Embeddings of unit scale make the tied output head's logits spread widely: clear winners.
         g = g.f16_values("token_embd.weight", &[e, vocab], &w.uniform(e * vocab, 1.7));
         g = g.f32_values("output_norm.weight", &[e], &w.around_one(e, 0.1));
-        if gpt || self.kimi.is_some() {
-            // gpt-oss and Kimi K3 have an output head of their own.
+        if gpt || minimax || self.kimi.is_some() {
+            // gpt-oss, MiniMax M2 and Kimi K3 have an output head of their own.
             g = g.f16_values("output.weight", &[e, vocab], &w.uniform(e * vocab, 1.7));
         }
         if let Some(kimi) = self.kimi {
@@ -570,6 +580,12 @@ impl RandomModel {
                     .f32_values(&n("post_attention_norm.weight"), &[e], &w.around_one(e, 0.1));
                 g = gpt_oss_experts(g, self, l, &mut w, proj);
                 continue;
+            } else if minimax {
+                // Norms across all heads: one weight as wide as Q, one as wide as K.
+                g = g
+                    .f32_values(&n("attn_q_norm.weight"), &[q], &w.around_one(q, 0.1))
+                    .f32_values(&n("attn_k_norm.weight"), &[kv], &w.around_one(kv, 0.1))
+                    .f32_values(&n("ffn_norm.weight"), &[e], &w.around_one(e, 0.1));
             } else if self.mla.is_none() {
                 if arch != "llama" {
                     g = g.f32_values(&n("attn_q_norm.weight"), &[hd], &w.around_one(hd, 0.1)).f32_values(
@@ -601,6 +617,9 @@ impl RandomModel {
                 .f16_values(&n("ffn_gate_exps.weight"), &[e, f, n_exp], &w.uniform(e * f * n_exp, proj))
                 .f16_values(&n("ffn_up_exps.weight"), &[e, f, n_exp], &w.uniform(e * f * n_exp, proj))
                 .f16_values(&n("ffn_down_exps.weight"), &[f, e, n_exp], &w.uniform(f * e * n_exp, down));
+            if minimax {
+                g = g.f32_values(&n("exp_probs_b.bias"), &[n_exp], &w.uniform(n_exp, 0.3));
+            }
             if glm || self.mla.is_some() {
                 let sf = f * self.shared_experts as u64;
                 if glm || self.mla.is_some_and(|m| m.sigmoid_groups.is_some()) {

@@ -9,6 +9,7 @@ mod glm4moe;
 mod gpt_oss;
 mod kimi_k3;
 mod llama;
+mod minimax_m2;
 mod qwen35;
 mod qwen3moe;
 mod qwen3next;
@@ -171,5 +172,6 @@ pub fn graph(architecture: Architecture) -> &'static dyn StageGraph {
         Architecture::Qwen35Moe => &arch::QWEN35MOE,
         Architecture::Qwen3Next => &arch::QWEN3NEXT,
         Architecture::KimiK3 => &arch::KIMI_K3,
+        Architecture::MinimaxM2 => &arch::MINIMAX_M2,
     }
 }

@@ -17,6 +17,18 @@ pub struct AttentionParams {
     pub kq_scale: f32,
     /// The layer attends through the sliding window.
     pub sliding: bool,
+    /// How the optional Q/K norms apply.
+    pub qk_norm: QkNorm,
+}
+
+/// How a layer's Q and K norms (when it has them) apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNorm {
+    /// To each head on its own, one weight of a head's width.
+    PerHead,
+    /// To all heads at once, one weight as wide as all of them (MiniMax M2). A tensor-parallel rank
+    /// holds its query heads (the group completes their sum of squares) and every key head.
+    AcrossHeads,
 }
 
 impl AttentionParams {
@@ -26,7 +38,14 @@ impl AttentionParams {
             Some(w) if config.is_sliding(layer) => (w.freq_base, w.freq_scale, true),
             _ => (config.rope.freq_base, config.rope.freq_scale, false),
         };
-        AttentionParams { freq_base, freq_scale, q_scale: None, kq_scale: config.attention_scale, sliding }
+        AttentionParams {
+            freq_base,
+            freq_scale,
+            q_scale: None,
+            kq_scale: config.attention_scale,
+            sliding,
+            qk_norm: QkNorm::PerHead,
+        }
     }
 }
 
@@ -41,8 +60,21 @@ pub fn attention_block<'g>(
     w: &Attention<SetTensorRef>,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
+    attention_block_with(g, step, layer, attn_norm, w, x, &AttentionParams::of(step.config, layer))
+}
+
+/// [`attention_block`] with the layer's attention as `params` says.
+pub fn attention_block_with<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    layer: usize,
+    attn_norm: &SetTensorRef,
+    w: &Attention<SetTensorRef>,
+    x: Tensor<'g>,
+    params: &AttentionParams,
+) -> Tensor<'g> {
     let normed = norm(g, x, attn_norm, step.config.rms_epsilon);
-    let h = attention(g, step, layer, w, normed, &AttentionParams::of(step.config, layer));
+    let h = attention(g, step, layer, w, normed, params);
     let (h, residual) = step.prune_last_layer(g, layer, h, x);
     g.add(h, residual)
 }
@@ -62,13 +94,19 @@ pub fn attention<'g>(
     let (hd, t) = (c.head_dim as i64, step.tokens());
     let (heads, kv_heads) = (step.heads(), step.kv_heads());
     let local = layer - step.layers.start;
-    let mut q = g.reshape_3d(linear(g, &w.q, w.q_bias.as_ref(), x), hd, heads as i64, t);
-    let mut k = g.reshape_3d(linear(g, &w.k, w.k_bias.as_ref(), x), hd, kv_heads as i64, t);
     let v = g.reshape_3d(linear(g, &w.v, w.v_bias.as_ref(), x), hd, kv_heads as i64, t);
-    if let (Some(qn), Some(kn)) = (&w.q_norm, &w.k_norm) {
-        q = norm(g, q, qn, c.rms_epsilon);
-        k = norm(g, k, kn, c.rms_epsilon);
-    }
+    let (q, k) = match params.qk_norm {
+        QkNorm::PerHead => {
+            let mut q = g.reshape_3d(linear(g, &w.q, w.q_bias.as_ref(), x), hd, heads as i64, t);
+            let mut k = g.reshape_3d(linear(g, &w.k, w.k_bias.as_ref(), x), hd, kv_heads as i64, t);
+            if let (Some(qn), Some(kn)) = (&w.q_norm, &w.k_norm) {
+                q = norm(g, q, qn, c.rms_epsilon);
+                k = norm(g, k, kn, c.rms_epsilon);
+            }
+            (q, k)
+        }
+        QkNorm::AcrossHeads => normed_across_heads(g, step, w, x),
+    };
     let rope = RopeParams {
         n_dims: c.rope.dimensions as i32,
         mode: step.rope_mode,
@@ -107,6 +145,46 @@ pub fn attention<'g>(
         Some(b) => g.add(projected, g.stored(b)),
         None => projected,
     }
+}
+
+/// Q and K ([head, heads, tokens]) normed across all their heads at once ([`QkNorm::AcrossHeads`]).
+/// Unsplit, each is one RMS norm of its whole row, as llama.cpp computes it. On a tensor-parallel rank
+/// the query rows are the rank's heads: the norm divides by the root of the group's mean square (the
+/// rank's sum of squares completed by the group); the keys are computed for every head, normed whole,
+/// and the rank's heads taken.
+fn normed_across_heads<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    w: &Attention<SetTensorRef>,
+    x: Tensor<'g>,
+) -> (Tensor<'g>, Tensor<'g>) {
+    let c = step.config;
+    let (hd, t) = (c.head_dim as i64, step.tokens());
+    let (q_norm, k_norm) = match (&w.q_norm, &w.k_norm) {
+        (Some(q), Some(k)) => (q, k),
+        _ => unreachable!("a layer whose norms span its heads declares both as required"),
+    };
+    let q = linear(g, &w.q, w.q_bias.as_ref(), x);
+    let q = match step.parallel {
+        None => norm(g, q, q_norm, c.rms_epsilon),
+        Some(_) => {
+            let squares = step.complete(g, g.sum_rows(g.sqr(q))); // [1, tokens]
+            let width = (c.heads * c.head_dim) as f32;
+            let root = g.sqrt(g.scale_bias(squares, 1.0 / width, c.rms_epsilon));
+            g.mul(g.div(q, root), g.stored(q_norm))
+        }
+    };
+    let k = norm(g, linear(g, &w.k, None, x), k_norm, c.rms_epsilon); // [hd · all kv heads, tokens]
+    let k = match step.parallel {
+        None => g.reshape_3d(k, hd, c.kv_heads as i64, t),
+        Some(p) => {
+            let held = &p.slice.kv_heads;
+            let st = k.strides();
+            let bytes = 4 * c.head_dim;
+            g.view(k, &[hd, held.len() as i64, t], &[bytes, st[1]], held.start * bytes)
+        }
+    };
+    (g.reshape_3d(q, hd, step.heads() as i64, t), k)
 }
 
 /// Which cached keys and values a layer's queries attend to.

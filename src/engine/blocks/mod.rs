@@ -9,7 +9,7 @@ mod feed_forward;
 mod linear_attention;
 
 pub(super) use attention::{attend, attend_segments, concat_rows, CachedKeys};
-pub use attention::{attention, attention_block, AttentionParams};
+pub use attention::{attention, attention_block, attention_block_with, AttentionParams, QkNorm};
 pub use feed_forward::{
     feed_forward, gated_feed_forward, moe_feed_forward, moe_feed_forward_routed_by, sparse_or_dense_feed_forward,
     Activation,

@@ -13,6 +13,7 @@ mod gpt_oss;
 pub mod groups;
 mod kimi_k3;
 mod llama;
+mod minimax_m2;
 mod qwen35;
 mod qwen3moe;
 mod qwen3next;
@@ -27,6 +28,7 @@ pub use kimi_k3::{
     LatentProjection, ResidualScores, OUTPUT_RESIDUAL_SCORE,
 };
 pub use llama::{Dense, DenseFeedForward, DenseLayer};
+pub use minimax_m2::{MinimaxM2, MinimaxM2Layer};
 pub use qwen35::{
     GatedAttention, GatedDeltaNet, GatedSharedExperts, Qwen35, Qwen35FeedForward, Qwen35Layer, Qwen35Mixer,
 };
@@ -144,6 +146,7 @@ pub static QWEN35: Qwen35 = Qwen35 { experts: false };
 pub static QWEN35MOE: Qwen35 = Qwen35 { experts: true };
 pub static QWEN3NEXT: Qwen3Next = Qwen3Next;
 pub static KIMI_K3: KimiK3 = KimiK3;
+pub static MINIMAX_M2: MinimaxM2 = MinimaxM2;
 
 /// The declaration of `architecture`.
 pub fn declaration(architecture: Architecture) -> &'static dyn Declaration {
@@ -160,6 +163,7 @@ pub fn declaration(architecture: Architecture) -> &'static dyn Declaration {
         Architecture::Qwen35Moe => &QWEN35MOE,
         Architecture::Qwen3Next => &QWEN3NEXT,
         Architecture::KimiK3 => &KIMI_K3,
+        Architecture::MinimaxM2 => &MINIMAX_M2,
     }
 }
 
