@@ -166,7 +166,7 @@ fn smollm2_batched_equals_alone_whole_and_split() {
 
 #[test]
 fn every_architecture_batched_equals_alone() {
-    let models: [RandomModel; 11] = [
+    let models: [RandomModel; 12] = [
         random_model::qwen3moe(),
         random_model::glm4moe(),
         random_model::gemma3(),
@@ -178,6 +178,7 @@ fn every_architecture_batched_equals_alone() {
         common::random_kimi::kimi_k3(),
         common::random_kimi::kimi_k3_plain(),
         random_model::minimax_m2(),
+        common::random_sparse::deepseek32(),
     ];
     for model in models {
         let path = model.write();

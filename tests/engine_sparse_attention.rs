@@ -1,13 +1,17 @@
-//! The models of late 2026, part 2, against llama.cpp: random-weight `minimax-m2` models (Q and K
-//! normed across all heads; tests/common/random_model.rs) give llama.cpp's logits at every position
-//! fed a token at a time, prefilled in one step and prefilled in chunks; greedy tokens equal
-//! llama.cpp's and equal split at every layer.
+//! The models of late 2026, part 2, against llama.cpp: random-weight `minimax-m2` (Q and K normed
+//! across all heads; tests/common/random_model.rs) and `deepseek32` (DeepSeek V3.2's sparse attention
+//! through a lightning indexer, keeping 8 positions per query; tests/common/random_sparse.rs) models give
+//! llama.cpp's logits at every position fed a token at a time, prefilled in one step and prefilled in
+//! chunks; greedy tokens equal llama.cpp's and equal split at every layer; a sparse stage caches the
+//! indexer's keys as placement counts them; files shoal cannot run are refused naming the key.
 
 mod common;
 
+use common::gguf_writer::Meta;
 use common::oracle;
 use common::random_model::{self, RandomModel};
-use shoal::engine::{LocalPipeline, WireFormat};
+use common::random_sparse;
+use shoal::engine::{LocalPipeline, Stage, StageOptions, WireFormat};
 use shoal::model::Model;
 use std::path::PathBuf;
 
@@ -27,8 +31,8 @@ fn same_kernels() -> bool {
     oracle::runs_the_x86_64_v3_kernels()
 }
 
-fn models() -> [RandomModel; 1] {
-    [random_model::minimax_m2()]
+fn models() -> [RandomModel; 2] {
+    [random_model::minimax_m2(), random_sparse::deepseek32()]
 }
 
 #[test]
@@ -91,4 +95,62 @@ fn sparse_models_greedy_tokens_are_llama_cpp_and_equal_split_at_every_layer() {
             }
         }
     }
+}
+
+/// A DeepSeek V3.2 stage caches, per position of each layer, the latent and rotary part and the
+/// lightning indexer's key (F16); placement counts the same bytes (the launch preview's KV cache), and
+/// the weights are exactly the stage's layers' tensors, indexers included.
+#[test]
+fn a_sparse_stage_caches_the_indexer_key_beside_each_latent() {
+    let options = StageOptions { context: 512, sequences: 3, threads: 2, ..StageOptions::default() };
+    let model = random_sparse::deepseek32();
+    let file = Model::open(&model.write()).unwrap();
+    let (mla, indexer) = (model.mla.unwrap(), model.indexer.unwrap());
+    let row = 2 * (mla.kv_lora_rank + model.rope_dims + indexer.width) as u64;
+    let needs = shoal::placement::ModelNeeds::of(&file, options.context, options.sequences, options.batch);
+    for range in [0..1, 1..3, 0..model.layers] {
+        let want = range.len() as u64 * row * 512 * options.sequences as u64;
+        let stage = Stage::load(&file, range.clone(), options.clone()).unwrap();
+        assert_eq!(stage.memory().kv_cache, want, "layers {range:?}: the stage");
+        assert_eq!(needs.stage(range.clone()).kv_cache, want, "layers {range:?}");
+        assert!(
+            needs.stage(range.clone()).compute >= stage.memory().compute,
+            "layers {range:?}: placement {} < the stage {}",
+            needs.stage(range.clone()).compute,
+            stage.memory().compute
+        );
+        let in_file = common::stage_tensor_bytes(&file, &range, model.layers);
+        assert!(file.file().tensors().iter().any(|t| t.name == format!("blk.{}.indexer.proj.weight", range.start)));
+        assert_eq!(stage.weights().mapped_bytes(), in_file, "layers {range:?}");
+        assert_eq!(file.layout().stage_bytes(range.clone()), in_file, "layers {range:?}");
+    }
+}
+
+/// A DeepSeek V3.2 file shoal cannot run as llama.cpp does is refused when it opens, naming the key:
+/// an indexer key width that is not a power of two from 64, or the older combined latent expansion.
+#[test]
+fn a_deepseek32_file_shoal_cannot_run_is_refused_with_the_key() {
+    let model = random_sparse::deepseek32();
+    let narrow = model.write_edited("deepseek32-narrow-indexer", |meta| {
+        for (key, value) in meta.iter_mut() {
+            if key == "deepseek32.attention.indexer.key_length" {
+                *value = Meta::U32(48);
+            }
+        }
+    });
+    let error = Model::open(&narrow).err().expect("refused").to_string();
+    assert!(error.contains("attention.indexer.key_length") && error.contains("power of two"), "{error}");
+    // A key and value per head, as the older files' combined `attn_kv_b` expands them.
+    let joined = model.write_edited("deepseek32-joined", |meta| {
+        meta.retain(|(key, _)| {
+            !key.ends_with("attention.key_length_mla") && !key.ends_with("attention.value_length_mla")
+        });
+        for (key, value) in meta.iter_mut() {
+            if key == "deepseek32.attention.head_count_kv" {
+                *value = Meta::U32(4);
+            }
+        }
+    });
+    let error = Model::open(&joined).err().expect("refused").to_string();
+    assert!(error.contains("attention.key_length_mla") && error.contains("split form"), "{error}");
 }

@@ -215,6 +215,8 @@ fn random_models_split_unevenly_compute_the_whole_model() {
         ("Kimi K3 (checkpoints)", common::random_kimi::kimi_k3_softplus()),
         // Q and K normed across heads: the ranks complete the queries' sum of squares.
         ("MiniMax M2", random_model::minimax_m2()),
+        // Every rank holds the lightning indexer whole and chooses the same positions.
+        ("DeepSeek V3.2", common::random_sparse::deepseek32()),
     ] {
         let path = random(model);
         let reference = whole(&path);
@@ -236,6 +238,7 @@ fn groups_chained_as_pipeline_stages_compute_the_whole_model() {
         ("SmolLM2", common::model_path(), vec![(0..12, vec![1.0, 1.0]), (12..20, vec![1.0]), (20..30, vec![2.0, 1.0])]),
         ("GLM-4.5", random(random_model::glm4moe()), vec![(0..2, vec![1.0, 1.0]), (2..5, vec![1.0, 2.0])]),
         ("DeepSeek V3", random(random_model::deepseek2()), vec![(0..1, vec![1.0]), (1..4, vec![1.0, 1.0])]),
+        ("DeepSeek V3.2", random(common::random_sparse::deepseek32()), vec![(0..2, vec![1.0, 2.0]), (2..4, vec![1.0])]),
         ("gpt-oss", random(random_model::gpt_oss()), vec![(0..2, vec![2.0, 1.0]), (2..4, vec![1.0, 1.0, 1.0])]),
         // A gated delta-net layer alone, then a group over linear and full layers with experts.
         ("Qwen3.5-MoE", random(random_model::qwen35moe()), vec![(0..1, vec![1.0]), (1..4, vec![1.0, 2.0])]),

@@ -87,6 +87,10 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: &GraphShape) -> T
             .then(|| g.input(input::OUTPUT_ROWS, DType::I32, &[shape.outputs as i64])),
         rotate_keys: rotations.0.map(|n| g.input(input::ROTATE_KEYS, DType::F32, &[n as i64, n as i64])),
         rotate_values: rotations.1.map(|n| g.input(input::ROTATE_VALUES, DType::F32, &[n as i64, n as i64])),
+        rotate_indexer: c
+            .sparse_attention
+            .filter(|_| sees_all)
+            .map(|s| g.input(input::ROTATE_INDEXER, DType::F32, &[s.width as i64, s.width as i64])),
         parallel: p.group.map(|group| Parallel {
             slice: group.slice(),
             collective: group.collective(),

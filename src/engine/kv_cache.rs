@@ -406,25 +406,46 @@ impl KvCache {
         };
         let row = self.rows[layer];
         let sequences = seqs.len() as i64;
-        // `width` values of each head, heads `head_width` apart in rows of `row_width`; one sequence's rows
-        // `held` rows after the one before's.
+        // `width` values of each head, heads `head_width` apart in the first `heads_width` of rows of
+        // `row_width`; one sequence's rows `held` rows after the one before's.
         let bytes = |values: usize| self.kv_type.bytes(values) as usize;
-        let of = |cache: Tensor<'g>, width: usize, head_width: usize, row_width: usize| {
+        let of = |cache: Tensor<'g>, width: usize, head_width: usize, heads_width: usize, row_width: usize| {
             let row_bytes = bytes(row_width);
             g.view(
                 cache,
-                &[width as i64, (row_width / head_width) as i64, attended as i64, sequences],
+                &[width as i64, (heads_width / head_width) as i64, attended as i64, sequences],
                 &[bytes(head_width), row_bytes, held * row_bytes],
                 seqs.start * held * row_bytes,
             )
         };
         let k_cache = g.stored(self.keys_of(layer));
-        let k = of(k_cache, key_head, key_head, row.key_width);
+        let attention_keys = row.key_width - row.indexer_width;
+        let k = of(k_cache, key_head, key_head, attention_keys, row.key_width);
         let v = match &self.values[layer] {
-            Some(v_cache) => of(g.stored(v_cache), value_head, value_head, row.value_width),
-            None => of(k_cache, value_head, key_head, row.key_width),
+            Some(v_cache) => of(g.stored(v_cache), value_head, value_head, row.value_width, row.value_width),
+            None => of(k_cache, value_head, key_head, attention_keys, row.key_width),
         };
         (k, v)
+    }
+
+    /// The lightning indexer's cached keys of `layer` (the end of each key row: [`CacheRow::indexer_width`])
+    /// for the sequences `seqs`, the first `attended` positions of each: [width, 1, attended, sequences].
+    pub(super) fn indexer_view<'g>(
+        &self,
+        g: &'g GraphBuilder,
+        layer: usize,
+        seqs: Range<usize>,
+        attended: usize,
+    ) -> Tensor<'g> {
+        let row = self.rows[layer];
+        let bytes = |values: usize| self.kv_type.bytes(values) as usize;
+        let row_bytes = bytes(row.key_width);
+        g.view(
+            g.stored(self.keys_of(layer)),
+            &[row.indexer_width as i64, 1, attended as i64, seqs.len() as i64],
+            &[row_bytes, row_bytes, self.context * row_bytes],
+            seqs.start * self.context * row_bytes + bytes(row.key_width - row.indexer_width),
+        )
     }
 }
 
@@ -433,7 +454,8 @@ mod tests {
     use super::*;
 
     fn sliding_cache(window: usize, batch: usize) -> KvCache {
-        let row = CacheRow { key_width: 2, value_width: 2, values_in_keys: false, window: Some(window) };
+        let row =
+            CacheRow { key_width: 2, value_width: 2, values_in_keys: false, window: Some(window), indexer_width: 0 };
         let full = CacheRow { window: None, ..row };
         KvCache::new(&[row, full], 2048, 1, batch, Device::cpu(), KvType::F16).unwrap()
     }

@@ -92,6 +92,8 @@ pub struct Stage {
     /// With a quantized KV cache: the Walsh-Hadamard matrices that rotate keys and values (empty when
     /// they are not rotated).
     rotate_keys: Vec<f32>,
+    /// The lightning indexer's rotation (sparse attention), as its input wants it.
+    rotate_indexer: Vec<f32>,
     rotate_values: Vec<f32>,
 }
 
@@ -204,10 +206,13 @@ impl Stage {
             gathered: Vec::new(),
             rotate_keys: Vec::new(),
             rotate_values: Vec::new(),
+            rotate_indexer: Vec::new(),
         };
         let (keys, values) = kv_type.rotations(stage.config.head_dim, stage.config.value_dim);
         stage.rotate_keys = keys.map(super::kv_cache::hadamard).unwrap_or_default();
         stage.rotate_values = values.map(super::kv_cache::hadamard).unwrap_or_default();
+        stage.rotate_indexer =
+            stage.config.sparse_attention.map(|s| super::kv_cache::hadamard(s.width)).unwrap_or_default();
         let worst = stage.worst_shapes();
         let mut graphs: Vec<Graph> = worst.iter().map(|shape| stage.build(shape)).collect();
         if let Some(repacking) = Repacking::for_device(device).filter(|_| stage.options.weights.repacks()) {
@@ -513,6 +518,9 @@ impl Stage {
         }
         if graph.has_input(input::ROTATE_VALUES) {
             backend.set_input(graph, input::ROTATE_VALUES, &self.rotate_values);
+        }
+        if graph.has_input(input::ROTATE_INDEXER) {
+            backend.set_input(graph, input::ROTATE_INDEXER, &self.rotate_indexer);
         }
         if is_last && shape.outputs < tokens {
             backend.set_input(graph, input::OUTPUT_ROWS, &self.output_rows);

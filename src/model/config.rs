@@ -29,6 +29,9 @@ pub enum Architecture {
     /// DeepSeek V2/V3, Kimi K2 (`deepseek2`): multi-head latent attention, leading dense layers, routed
     /// experts (grouped, sigmoid or softmax) and shared experts.
     Deepseek2,
+    /// DeepSeek V3.2 (`deepseek32`): DeepSeek V3 with sparse attention, each query attending to the
+    /// positions a lightning indexer scores highest.
+    Deepseek32,
     /// OpenAI's gpt-oss 20B and 120B (`gpt-oss`): attention sinks, alternating sliding-window layers,
     /// biased experts with a clamped SwiGLU, usually in MXFP4.
     #[serde(rename = "gpt-oss")]
@@ -56,7 +59,7 @@ pub enum Architecture {
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, gemma3, deepseek2 (DeepSeek V2/V3, Kimi K2), gpt-oss, qwen35 and qwen35moe (Qwen3.5/3.6), qwen3next (Qwen3-Next), kimi-k3 (Kimi K3), minimax-m2 (MiniMax M2)";
+    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, gemma3, deepseek2 (DeepSeek V2/V3, Kimi K2), deepseek32 (DeepSeek V3.2), gpt-oss, qwen35 and qwen35moe (Qwen3.5/3.6), qwen3next (Qwen3-Next), kimi-k3 (Kimi K3), minimax-m2 (MiniMax M2)";
 
     pub fn from_gguf_name(name: &str) -> Option<Architecture> {
         match name {
@@ -67,6 +70,7 @@ impl Architecture {
             "glm4moe" => Some(Architecture::Glm4Moe),
             "gemma3" => Some(Architecture::Gemma3),
             "deepseek2" => Some(Architecture::Deepseek2),
+            "deepseek32" => Some(Architecture::Deepseek32),
             "gpt-oss" => Some(Architecture::GptOss),
             "qwen35" => Some(Architecture::Qwen35),
             "qwen35moe" => Some(Architecture::Qwen35Moe),
@@ -87,6 +91,7 @@ impl Architecture {
             Architecture::Glm4Moe => "glm4moe",
             Architecture::Gemma3 => "gemma3",
             Architecture::Deepseek2 => "deepseek2",
+            Architecture::Deepseek32 => "deepseek32",
             Architecture::GptOss => "gpt-oss",
             Architecture::Qwen35 => "qwen35",
             Architecture::Qwen35Moe => "qwen35moe",
@@ -152,6 +157,9 @@ pub struct CacheRow {
     pub value_width: usize,
     pub values_in_keys: bool,
     pub window: Option<usize>,
+    /// The last this many values of each key row are the lightning indexer's key (DeepSeek V3.2), not
+    /// attention's: attention reads the `key_width - indexer_width` before them.
+    pub indexer_width: usize,
 }
 
 impl CacheRow {
@@ -225,6 +233,18 @@ pub struct ModelConfig {
     /// The width routed experts compute in, when narrower than the embedding (Kimi K3's
     /// `expert_latent_length`: projected down before the experts and back up after).
     pub expert_latent: Option<usize>,
+    /// DeepSeek sparse attention's lightning indexer (DeepSeek V3.2), for the architectures that have it.
+    pub sparse_attention: Option<SparseAttention>,
+}
+
+/// DeepSeek sparse attention: a lightning indexer scores every cached position for each query with
+/// `heads` small heads of `width` over one key per position (cached beside the layer's latent), and
+/// the query attends only to the `top_k` positions it scores highest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SparseAttention {
+    pub heads: usize,
+    pub width: usize,
+    pub top_k: usize,
 }
 
 /// Sliding-window attention: which layers look back only `size` positions, and the RoPE those layers use.
@@ -471,6 +491,7 @@ impl ModelConfig {
             rope_sections: None,
             residual_block: None,
             expert_latent: None,
+            sparse_attention: None,
         };
         config.rope.attn_factor = config.rope.yarn_attn_factor(1.0, 0.0, file_attn_factor);
         architecture.declaration().hyper_parameters(&keys, &mut config)?;
@@ -481,7 +502,7 @@ impl ModelConfig {
     pub fn cache_row(&self, layer: usize) -> CacheRow {
         if self.is_linear(layer) {
             // A linear layer keeps a recurrent state per sequence instead (`linear_state_bytes`).
-            return CacheRow { key_width: 0, value_width: 0, values_in_keys: false, window: None };
+            return CacheRow { key_width: 0, value_width: 0, values_in_keys: false, window: None, indexer_width: 0 };
         }
         let window = self.sliding_window.as_ref().filter(|_| self.is_sliding(layer)).map(|w| w.size);
         CacheRow { window, ..self.architecture.declaration().cache_row(self, layer) }
@@ -507,6 +528,7 @@ impl ModelConfig {
             value_width: self.kv_heads * self.value_dim,
             values_in_keys: false,
             window: None,
+            indexer_width: 0,
         }
     }
 }

@@ -154,7 +154,12 @@ impl ModelNeeds {
         // (zeros for a sequence it begins, the delta rule's state after the step).
         let linear_states =
             c.linear_attention.as_ref().map_or(0, |l| 3 * l.state_bytes() * sequences.clamp(1, batch) as u64);
-        let compute = batch as u64 * (16 * widest + 2 * context as u64) + (1 << 20) + widened + linear_states;
+        // Sparse attention scores every attended position for each row (F32), then narrows a copy of
+        // the mask to the chosen ones (F16, a few times over), beside its indexer's queries.
+        let sparse = c
+            .sparse_attention
+            .map_or(0, |s| 16 * context as u64 + 12 * s.top_k.min(context) as u64 + 8 * (s.heads * s.width) as u64);
+        let compute = batch as u64 * (16 * widest + 2 * context as u64 + sparse) + (1 << 20) + widened + linear_states;
         let experts = expert_bytes(model);
         let divider = Divider::of(model);
         let groups = (2..=MAX_GROUP)

@@ -8,6 +8,7 @@ pub mod hub;
 pub mod oracle;
 pub mod random_kimi;
 pub mod random_model;
+pub mod random_sparse;
 pub mod split_gguf;
 pub mod tensor_table;
 pub mod vocabulary;

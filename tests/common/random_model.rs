@@ -34,6 +34,8 @@ pub struct RandomModel {
     /// Kimi K3's own parts (its delta attention's shape comes from `linear`, its latent attention's
     /// from `mla`): see [`super::random_kimi`].
     pub kimi: Option<super::random_kimi::RandomKimi>,
+    /// DeepSeek V3.2's lightning indexer (see [`super::random_sparse`]).
+    pub indexer: Option<super::random_sparse::RandomIndexer>,
     pub seed: u64,
 }
 
@@ -91,6 +93,7 @@ pub fn qwen3moe() -> RandomModel {
         mla: None,
         linear: None,
         kimi: None,
+        indexer: None,
         seed: 0x5eed_0001,
     }
 }
@@ -117,6 +120,7 @@ pub fn glm4moe() -> RandomModel {
         mla: None,
         linear: None,
         kimi: None,
+        indexer: None,
         seed: 0x5eed_0002,
     }
 }
@@ -143,6 +147,7 @@ pub fn gemma3() -> RandomModel {
         mla: None,
         linear: None,
         kimi: None,
+        indexer: None,
         seed: 0x5eed_0003,
     }
 }
@@ -506,6 +511,9 @@ impl RandomModel {
         if let (Some(mla), None) = (self.mla, self.kimi) {
             g = mla_metadata(g, self, &mla);
         }
+        if let Some(indexer) = self.indexer {
+            g = super::random_sparse::indexer_metadata(g, self, &indexer);
+        }
         if gemma {
             g = g
                 .meta(&k("attention.sliding_window"), Meta::U32(self.sliding_window as u32))
@@ -556,6 +564,9 @@ impl RandomModel {
             }
             if let Some(mla) = self.mla {
                 g = mla_attention(g, self, &mla, l, &mut w);
+                if let Some(indexer) = self.indexer {
+                    g = super::random_sparse::indexer_tensors(g, self, &mla, &indexer, l, &mut w);
+                }
             } else {
                 g = g
                     .f32_values(&n("attn_norm.weight"), &[e], &w.around_one(e, 0.1))
@@ -754,7 +765,7 @@ fn linear_layer(
 
 /// A `deepseek2` model's own metadata.
 fn mla_metadata(mut g: GgufWriter, model: &RandomModel, mla: &RandomMla) -> GgufWriter {
-    let k = |key: &str| format!("deepseek2.{key}");
+    let k = |key: &str| format!("{}.{key}", model.architecture);
     g = g
         .meta(&k("attention.q_lora_rank"), Meta::U32(mla.q_lora_rank as u32))
         .meta(&k("attention.kv_lora_rank"), Meta::U32(mla.kv_lora_rank as u32))

@@ -5,9 +5,9 @@
 //! correction in the logits' scale; then a dense feed-forward or routed and shared experts.
 
 use super::{Bound, Graph};
-use crate::engine::blocks::{self, AttentionRun, CachedKeys, StepContext};
+use crate::engine::blocks::{self, AttentionRun, CachedKeys, Indexer, StepContext};
 use crate::ggml::{DType, GraphBuilder, RopeParams, SetTensorRef, Tensor};
-use crate::model::arch::{Deepseek2, LatentLayer, LatentQuery, LatentValues, SplitExpansion};
+use crate::model::arch::{Deepseek2, LatentLayer, LatentQuery, LatentValues, LightningIndexer, SplitExpansion};
 use crate::model::{LatentAttention, ModelConfig};
 
 impl Graph for Deepseek2 {
@@ -26,7 +26,7 @@ impl Graph for Deepseek2 {
         let c = step.config;
         let moe = c.moe.as_ref().expect("deepseek2 reads its expert parameters when the model opens");
         let normed = blocks::norm(g, x, &w.attn_norm, c.rms_epsilon);
-        let h = attention(g, step, layer, &w.attention, normed);
+        let h = attention(g, step, layer, &w.attention, None, normed);
         let (h, residual) = step.prune_last_layer(g, layer, h, x);
         let ffn_in = g.add(h, residual);
         let h = blocks::norm(g, ffn_in, &w.ffn_norm, c.rms_epsilon);
@@ -43,15 +43,17 @@ fn kq_scale(config: &ModelConfig, mla: &LatentAttention) -> f32 {
     mscale * mscale / (mla.key_head as f32).sqrt()
 }
 
-/// Multi-head latent attention of one layer over `x` (normed): the result is the output projection's.
-fn attention<'g>(
+/// Multi-head latent attention of one layer over `x` (normed), sparse when the layer has a lightning
+/// `indexer`: the result is the output projection's.
+pub(super) fn attention<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
     layer: usize,
     w: &LatentLayer<SetTensorRef>,
+    indexer: Option<&LightningIndexer<SetTensorRef>>,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
-    let merged = latent_heads(g, step, layer, w, x, true);
+    let merged = latent_heads(g, step, layer, w, indexer, x, true);
     // A rank's heads give its part of the output projection; the group sums the parts.
     step.complete(g, g.mul_mat(g.stored(&w.output), merged))
 }
@@ -59,11 +61,14 @@ fn attention<'g>(
 /// Multi-head latent attention of one layer over `x` (normed), before the output projection: each
 /// head's values side by side, [value · heads, tokens]. The rotary part of queries and keys is turned
 /// by RoPE when `rotate` (DeepSeek), and left as it is otherwise (Kimi K3, which has no positions).
+/// With a lightning `indexer` (DeepSeek V3.2: the split form, a query bottleneck) each query attends
+/// only to the positions the indexer chooses for it, and the indexer's key is cached beside the latent.
 pub(super) fn latent_heads<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
     layer: usize,
     w: &LatentLayer<SetTensorRef>,
+    indexer: Option<&LightningIndexer<SetTensorRef>>,
     x: Tensor<'g>,
     rotate: bool,
 ) -> Tensor<'g> {
@@ -74,13 +79,13 @@ pub(super) fn latent_heads<'g>(
     let nope = key_head - rope_dims;
     let f32_bytes = 4usize;
 
-    let q = match &w.query {
+    let (bottleneck, q) = match &w.query {
         LatentQuery::LowRank(low_rank) => {
             let q = g.mul_mat(g.stored(&low_rank.a), x);
             let q = blocks::norm(g, q, &low_rank.a_norm, c.rms_epsilon);
-            g.mul_mat(g.stored(&low_rank.b), q)
+            (Some(q), g.mul_mat(g.stored(&low_rank.b), q))
         }
-        LatentQuery::Direct(direct) => g.mul_mat(g.stored(&direct.q), x),
+        LatentQuery::Direct(direct) => (None, g.mul_mat(g.stored(&direct.q), x)),
     };
     let q = g.reshape_3d(q, key_head, heads, t);
 
@@ -115,9 +120,21 @@ pub(super) fn latent_heads<'g>(
             let q_pe = turn(q_pe);
             let k = g.concat(g.reshape_3d(kv_cmpr, rank, 1, t), k_pe, 0); // [rank + rope, 1, tokens]
             let k_rows = g.view(k, &[rank + rope_dims, t], &[k.strides()[2]], 0);
+            let sparse = indexer.map(|w| {
+                let bottleneck = bottleneck.expect("a model with a lightning indexer has a query bottleneck");
+                blocks::indexer(g, step, w, x, bottleneck, local)
+            });
+            let k_rows = match &sparse {
+                Some(sparse) => g.concat(k_rows, sparse.keys, 0),
+                None => k_rows,
+            };
             step.cache.store(g, local, k_rows, None, rows);
             let dims = LatentDims { rank, nope, rope: rope_dims, value: mla.value_head as i64, heads, scale };
-            attend_latents(g, step, expansion, &Latent { q_nope, q_pe, kv_cmpr, k_pe, dims }, local)
+            let latent = Latent { q_nope, q_pe, kv_cmpr, k_pe, dims };
+            match &sparse {
+                Some(sparse) => sparse_latents(g, step, expansion, &latent, local, sparse),
+                None => attend_latents(g, step, expansion, &latent, local),
+            }
         }
         LatentValues::Joined(expansion) => {
             let kv = g.mul_mat(g.stored(&expansion.kv_b), kv_cmpr);
@@ -209,6 +226,24 @@ fn attend_latents<'g>(
 fn expands(tokens: usize, d: &LatentDims) -> bool {
     let saved_per_pair = (2 * d.rank - d.nope - d.value).max(0) as usize;
     tokens * (tokens + 1) / 2 * saved_per_pair > 2 * (d.rank * d.nope) as usize
+}
+
+/// Attention of a split-form layer with a lightning indexer (DeepSeek V3.2), its rows and indexer keys
+/// already cached: every run in the latent form, as llama.cpp computes it, each query through the
+/// causal mask narrowed to the positions the indexer chose for it; [value, heads, tokens].
+fn sparse_latents<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    w: &SplitExpansion<SetTensorRef>,
+    latent: &Latent<'g>,
+    layer: usize,
+    indexer: &Indexer<'g>,
+) -> Tensor<'g> {
+    let d = latent.dims;
+    let keys = CachedKeys { layer, key_head: (d.rank + d.rope) as usize, value_head: d.rank as usize, sliding: false };
+    let q = absorbed_queries(g, w, latent);
+    let narrowed = |run: &AttentionRun, mask: Tensor<'g>| indexer.narrowed(g, step, run, mask);
+    values_of_latents(g, w, blocks::attend_masked(g, step, q, keys, d.scale, None, &narrowed))
 }
 
 /// Queries folded into the latent's space (each head's part without RoPE through `attn_k_b`) beside

@@ -149,7 +149,7 @@ fn gated_latent_attention<'g>(
     w: &GatedLatentAttention<SetTensorRef>,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
-    let heads = latent_heads(g, step, layer, &w.attention, x, false);
+    let heads = latent_heads(g, step, layer, &w.attention, None, x, false);
     let heads = match &w.gate {
         Some(gate) => g.mul(heads, g.sigmoid(g.mul_mat(g.stored(gate), x))),
         None => heads,

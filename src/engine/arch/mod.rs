@@ -4,6 +4,7 @@
 //! dense and mixture-of-experts feed-forward, the gated delta-net) are in [`super::blocks`].
 
 mod deepseek2;
+mod deepseek32;
 mod gemma3;
 mod glm4moe;
 mod gpt_oss;
@@ -167,6 +168,7 @@ pub fn graph(architecture: Architecture) -> &'static dyn StageGraph {
         Architecture::Glm4Moe => &arch::GLM4MOE,
         Architecture::Gemma3 => &arch::GEMMA3,
         Architecture::Deepseek2 => &arch::DEEPSEEK2,
+        Architecture::Deepseek32 => &arch::DEEPSEEK32,
         Architecture::GptOss => &arch::GPT_OSS,
         Architecture::Qwen35 => &arch::QWEN35,
         Architecture::Qwen35Moe => &arch::QWEN35MOE,

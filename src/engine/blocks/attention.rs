@@ -210,11 +210,28 @@ pub(in crate::engine) fn attend<'g>(
     kq_scale: f32,
     sinks: Option<Tensor<'g>>,
 ) -> Tensor<'g> {
+    attend_masked(g, step, q, keys, kq_scale, sinks, &|_, mask| mask)
+}
+
+/// How a layer changes a run's part of the causal mask ([attended, tokens, 1, sequences], F16) before
+/// its queries attend through it (sparse attention keeps only the positions its indexer chose).
+pub(in crate::engine) type MaskOf<'a, 'g> = &'a dyn Fn(&AttentionRun, Tensor<'g>) -> Tensor<'g>;
+
+/// [`attend`], each run through its part of the mask as `mask_of` changes it.
+pub(in crate::engine) fn attend_masked<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    q: Tensor<'g>,
+    keys: CachedKeys,
+    kq_scale: f32,
+    sinks: Option<Tensor<'g>>,
+    mask_of: MaskOf<'_, 'g>,
+) -> Tensor<'g> {
     let parts: Vec<Tensor<'g>> = step
         .shape
         .located_runs(keys.sliding)
         .iter()
-        .map(|run| attend_segments(g, step, q, keys, kq_scale, sinks, run))
+        .map(|run| attend_segments_masked(g, step, q, keys, kq_scale, sinks, run, mask_of))
         .collect();
     concat_rows(g, &parts)
 }
@@ -231,6 +248,21 @@ pub(in crate::engine) fn attend_segments<'g>(
     sinks: Option<Tensor<'g>>,
     run: &AttentionRun,
 ) -> Tensor<'g> {
+    attend_segments_masked(g, step, q, keys, kq_scale, sinks, run, &|_, mask| mask)
+}
+
+/// [`attend_segments`] through the run's part of the mask as `mask_of` changes it.
+#[allow(clippy::too_many_arguments)]
+fn attend_segments_masked<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    q: Tensor<'g>,
+    keys: CachedKeys,
+    kq_scale: f32,
+    sinks: Option<Tensor<'g>>,
+    run: &AttentionRun,
+    mask_of: MaskOf<'_, 'g>,
+) -> Tensor<'g> {
     let mask = if keys.sliding { step.mask_sliding } else { step.mask };
     let mask = mask.expect("the stage's graph has the mask of each of its layers' kinds");
     let [d, heads, ..] = q.shape();
@@ -244,6 +276,7 @@ pub(in crate::engine) fn attend_segments<'g>(
     let mask_bytes = attended * t * 2;
     let mask =
         g.view(mask, &[attended as i64, t as i64, 1, n as i64], &[attended * 2, mask_bytes, mask_bytes], run.mask * 2);
+    let mask = mask_of(run, mask);
     let (k, v) = step.cache.view(g, keys.layer, first.seq..first.seq + n, attended, keys.key_head, keys.value_head);
     let out = attend_heads(g, step, q, k, v, Scoring { mask, kq_scale, sinks }); // [d_v, heads, t, n]
     let [d_v, out_heads, ..] = out.shape();

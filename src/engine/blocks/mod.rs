@@ -7,8 +7,9 @@
 mod attention;
 mod feed_forward;
 mod linear_attention;
+mod sparse_attention;
 
-pub(super) use attention::{attend, attend_segments, concat_rows, CachedKeys};
+pub(super) use attention::{attend, attend_masked, attend_segments, concat_rows, CachedKeys};
 pub use attention::{attention, attention_block, attention_block_with, AttentionParams, QkNorm};
 pub use feed_forward::{
     feed_forward, gated_feed_forward, moe_feed_forward, moe_feed_forward_routed_by, sparse_or_dense_feed_forward,
@@ -17,6 +18,7 @@ pub use feed_forward::{
 pub use linear_attention::{
     decay, delta_net, gated_delta_net, kimi_delta_attention, DeltaNetInputs, DeltaNetWeights, OutputGate,
 };
+pub(super) use sparse_attention::{indexer, Indexer};
 
 use super::kv_cache::KvCache;
 use super::recurrent_state::RecurrentState;
@@ -43,6 +45,8 @@ pub(super) mod input {
     /// The Walsh-Hadamard rotations of keys (with queries) and of values before a quantized cache.
     pub const ROTATE_KEYS: &str = "rotate_keys";
     pub const ROTATE_VALUES: &str = "rotate_values";
+    /// The Walsh-Hadamard rotation of the lightning indexer's queries and keys (DeepSeek V3.2).
+    pub const ROTATE_INDEXER: &str = "rotate_indexer";
 }
 
 /// One sequence's part of a step: its tokens are consecutive rows of the step, and its queries attend
@@ -182,6 +186,8 @@ pub struct StepContext<'a, 'g> {
     /// [`crate::engine::KvType::rotations`]).
     pub(super) rotate_keys: Option<Tensor<'g>>,
     pub(super) rotate_values: Option<Tensor<'g>>,
+    /// With sparse attention: the rotation of the lightning indexer's queries and keys.
+    pub(super) rotate_indexer: Option<Tensor<'g>>,
 }
 
 /// A tensor-parallel rank's part in a graph: the heads, columns and experts it holds, and the sum over

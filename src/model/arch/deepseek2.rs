@@ -162,7 +162,34 @@ pub(super) fn latent_cache_row(config: &ModelConfig, mla: &LatentAttention) -> C
         value_width: mla.kv_lora_rank,
         values_in_keys: true,
         window: None,
+        indexer_width: 0,
     }
+}
+
+/// What every DeepSeek file reads beyond the common keys: the next-token-prediction layers it skips,
+/// latent attention (into `config`, and returned) with YaRN's magnitude correction, and the experts.
+pub(super) fn latent_hyper_parameters(
+    keys: &Keys<'_>,
+    config: &mut ModelConfig,
+) -> Result<LatentAttention, ModelError> {
+    super::skip_next_token_layers(keys, config)?;
+    if keys.arch_optional_float("attention.temperature_scale")?.is_some_and(|s| s != 0.0) {
+        return Err(keys.arch_invalid(
+            "attention.temperature_scale",
+            "asks for attention temperature tuning (Mistral Large 3), which shoal does not run",
+        ));
+    }
+    let mla = latent_attention(keys, config, true)?;
+    if config.rope.ext_factor != 0.0 {
+        // DeepSeek's YaRN: both magnitude scales are mscale_all_dim when it is not 1.
+        let all_dims = mla.yarn_log_multiplier;
+        let mscale = if all_dims != 0.0 && all_dims != 1.0 { all_dims } else { 1.0 };
+        let file_factor = keys.arch_optional_float("rope.scaling.attn_factor")?.unwrap_or(1.0) as f32;
+        config.rope.attn_factor = config.rope.yarn_attn_factor(mscale, all_dims, file_factor);
+    }
+    config.moe = Some(experts(keys, config)?);
+    config.latent_attention = Some(mla);
+    Ok(mla)
 }
 
 fn experts(keys: &Keys<'_>, config: &ModelConfig) -> Result<MoeParams, ModelError> {
@@ -195,24 +222,7 @@ impl Declare for Deepseek2 {
     type Layer = Deepseek2Layer<Declared>;
 
     fn hyper_parameters(&self, keys: &Keys<'_>, config: &mut ModelConfig) -> Result<(), ModelError> {
-        super::skip_next_token_layers(keys, config)?;
-        if keys.arch_optional_float("attention.temperature_scale")?.is_some_and(|s| s != 0.0) {
-            return Err(keys.arch_invalid(
-                "attention.temperature_scale",
-                "asks for attention temperature tuning (Mistral Large 3), which shoal does not run",
-            ));
-        }
-        let mla = latent_attention(keys, config, true)?;
-        if config.rope.ext_factor != 0.0 {
-            // DeepSeek's YaRN: both magnitude scales are mscale_all_dim when it is not 1.
-            let all_dims = mla.yarn_log_multiplier;
-            let mscale = if all_dims != 0.0 && all_dims != 1.0 { all_dims } else { 1.0 };
-            let file_factor = keys.arch_optional_float("rope.scaling.attn_factor")?.unwrap_or(1.0) as f32;
-            config.rope.attn_factor = config.rope.yarn_attn_factor(mscale, all_dims, file_factor);
-        }
-        config.moe = Some(experts(keys, config)?);
-        config.latent_attention = Some(mla);
-        Ok(())
+        latent_hyper_parameters(keys, config).map(|_| ())
     }
 
     fn values_may_differ(&self) -> bool {
@@ -235,8 +245,20 @@ impl Declare for Deepseek2 {
     }
 
     fn layer(&self, config: &ModelConfig, layer: usize) -> Self::Layer {
-        let mla = config.latent_attention.expect("deepseek2 reads its attention parameters when the model opens");
         let moe = config.moe.as_ref().expect("deepseek2 reads its expert parameters when the model opens");
+        Deepseek2Layer {
+            attn_norm: Declared::new(&[config.embedding]),
+            attention: LatentLayer::declare(config),
+            ffn_norm: Declared::new(&[config.embedding]),
+            feed_forward: SparseOrDense::declare(config, moe, layer, false),
+        }
+    }
+}
+
+impl LatentLayer<Declared> {
+    /// Latent attention's tensors as `config` shapes them.
+    pub fn declare(config: &ModelConfig) -> LatentLayer<Declared> {
+        let mla = config.latent_attention.expect("deepseek2 reads its attention parameters when the model opens");
         let (e, heads, rope) = (config.embedding, config.heads, config.rope.dimensions as usize);
         let (rank, nope) = (mla.kv_lora_rank, mla.key_head - rope);
         // A tensor-parallel rank holds whole heads: their rows of the query projection and of the
@@ -262,17 +284,12 @@ impl Declare for Deepseek2 {
             let kv_b = Declared::new(&[rank, heads * (nope + mla.value_head)]).split(1, Part::KvHeads);
             LatentValues::Joined(JoinedExpansion { kv_b })
         };
-        Deepseek2Layer {
-            attn_norm: Declared::new(&[e]),
-            attention: LatentLayer {
-                query,
-                kv_a: Declared::new(&[e, rank + rope]),
-                kv_a_norm: Declared::new(&[rank]),
-                values,
-                output: Declared::new(&[heads * mla.value_head, e]).split(0, Part::QueryHeads),
-            },
-            ffn_norm: Declared::new(&[e]),
-            feed_forward: SparseOrDense::declare(config, moe, layer, false),
+        LatentLayer {
+            query,
+            kv_a: Declared::new(&[e, rank + rope]),
+            kv_a_norm: Declared::new(&[rank]),
+            values,
+            output: Declared::new(&[heads * mla.value_head, e]).split(0, Part::QueryHeads),
         }
     }
 }

@@ -9,10 +9,7 @@
 //! experts → `ffn_routed_norm` → `ffn_routed_up`) while the sigmoid router with its selection bias reads
 //! the full-width input. Files carry no next-token-prediction layers.
 
-use super::deepseek2::{
-    latent_attention, latent_cache_row, DirectQuery, LatentLayer, LatentQuery, LatentValues, LowRankQuery,
-    SplitExpansion,
-};
+use super::deepseek2::{latent_attention, latent_cache_row, LatentLayer};
 use super::groups::{Experts, FeedForward, SharedExperts};
 use super::tensor_group::{tensor_group, Declared};
 use super::Declare;
@@ -300,34 +297,12 @@ impl Declare for KimiK3 {
     }
 }
 
-/// Kimi K3's latent attention: DeepSeek's (whose rotary part is never rotated here), gated.
+/// Kimi K3's latent attention: DeepSeek's (whose rotary part is never rotated here; always in the split
+/// form, the only one the model opens with), gated.
 fn gated_latent_attention(config: &ModelConfig) -> GatedLatentAttention<Declared> {
     let mla = config.latent_attention.expect("kimi-k3 reads its attention parameters when the model opens");
-    let (e, heads, rope) = (config.embedding, config.heads, config.rope.dimensions as usize);
-    let (rank, nope) = (mla.kv_lora_rank, mla.key_head - rope);
-    // As DeepSeek's: a tensor-parallel rank holds whole heads, every rank the latent whole.
-    let query = if mla.q_lora_rank > 0 {
-        LatentQuery::LowRank(LowRankQuery {
-            a: Declared::new(&[e, mla.q_lora_rank]),
-            a_norm: Declared::new(&[mla.q_lora_rank]),
-            b: Declared::new(&[mla.q_lora_rank, heads * mla.key_head]).split(1, Part::QueryHeads),
-        })
-    } else {
-        LatentQuery::Direct(DirectQuery { q: Declared::new(&[e, heads * mla.key_head]).split(1, Part::QueryHeads) })
-    };
-    // Always split (the model opens only so): llama.cpp's converter writes attn_k_b and attn_v_b.
-    let values = LatentValues::Split(SplitExpansion {
-        k_b: Declared::new(&[nope, rank, heads]).split(2, Part::QueryHeads),
-        v_b: Declared::new(&[rank, mla.value_head, heads]).split(2, Part::QueryHeads),
-    });
     GatedLatentAttention {
-        attention: LatentLayer {
-            query,
-            kv_a: Declared::new(&[e, rank + rope]),
-            kv_a_norm: Declared::new(&[rank]),
-            values,
-            output: Declared::new(&[heads * mla.value_head, e]).split(0, Part::QueryHeads),
-        },
-        gate: Some(Declared::optional(&[e, heads * mla.value_head]).split(1, Part::QueryHeads)),
+        attention: LatentLayer::declare(config),
+        gate: Some(Declared::optional(&[config.embedding, config.heads * mla.value_head]).split(1, Part::QueryHeads)),
     }
 }

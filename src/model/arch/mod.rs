@@ -7,6 +7,7 @@
 //! architectures share are in [`groups`]; [`tensor_group`] writes such groups.
 
 mod deepseek2;
+mod deepseek32;
 mod gemma3;
 mod glm4moe;
 mod gpt_oss;
@@ -20,6 +21,7 @@ mod qwen3next;
 mod tensor_group;
 
 pub use deepseek2::{Deepseek2, Deepseek2Layer, LatentLayer, LatentQuery, LatentValues, SplitExpansion};
+pub use deepseek32::{Deepseek32, Deepseek32Layer, LightningIndexer};
 pub use gemma3::{Gemma3, Gemma3Layer};
 pub use glm4moe::{Glm4Moe, Glm4MoeLayer};
 pub use gpt_oss::{GptOss, GptOssLayer};
@@ -141,6 +143,7 @@ pub static QWEN3MOE: Qwen3Moe = Qwen3Moe;
 pub static GLM4MOE: Glm4Moe = Glm4Moe;
 pub static GEMMA3: Gemma3 = Gemma3;
 pub static DEEPSEEK2: Deepseek2 = Deepseek2;
+pub static DEEPSEEK32: Deepseek32 = Deepseek32;
 pub static GPT_OSS: GptOss = GptOss;
 pub static QWEN35: Qwen35 = Qwen35 { experts: false };
 pub static QWEN35MOE: Qwen35 = Qwen35 { experts: true };
@@ -158,6 +161,7 @@ pub fn declaration(architecture: Architecture) -> &'static dyn Declaration {
         Architecture::Glm4Moe => &GLM4MOE,
         Architecture::Gemma3 => &GEMMA3,
         Architecture::Deepseek2 => &DEEPSEEK2,
+        Architecture::Deepseek32 => &DEEPSEEK32,
         Architecture::GptOss => &GPT_OSS,
         Architecture::Qwen35 => &QWEN35,
         Architecture::Qwen35Moe => &QWEN35MOE,

@@ -1,0 +1,94 @@
+//! DeepSeek sparse attention (DeepSeek V3.2), as llama.cpp's `src/models/deepseek32.cpp` computes it:
+//! a step's lightning indexer — its heads' queries, its one key per position (cached beside the
+//! position's latent: [`crate::model::CacheRow::indexer_width`]) and its heads' weights —, and for each
+//! run of the step's segments the causal mask narrowed to the `top_k` positions each query scores
+//! highest, through which the layer's latent attention then attends.
+
+use super::{AttentionRun, StepContext};
+use crate::ggml::{DType, GraphBuilder, RopeParams, SetTensorRef, Tensor};
+use crate::model::arch::LightningIndexer;
+
+/// One layer's lightning indexer over a step.
+pub(in crate::engine) struct Indexer<'g> {
+    /// The indexer heads' queries, turned and rotated: [width, heads, tokens].
+    queries: Tensor<'g>,
+    /// Each position's key, turned and rotated, as the cache stores it beside the latent: [width, tokens].
+    pub keys: Tensor<'g>,
+    /// Each head's weight per token, scaled by 1/√(width · heads): [heads, tokens].
+    weights: Tensor<'g>,
+    /// The layer's index within the stage.
+    layer: usize,
+}
+
+/// The lightning indexer of layer `layer` (within the stage) over the step: queries from the query
+/// bottleneck's normed output `bottleneck` ([q_lora_rank, tokens]), keys and weights from the layer's
+/// normed input `x`. Queries and keys are turned by NeoX RoPE on their first rotary dimensions and
+/// rotated by the Walsh-Hadamard matrix (a plain product, as llama.cpp's).
+pub(in crate::engine) fn indexer<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    w: &LightningIndexer<SetTensorRef>,
+    x: Tensor<'g>,
+    bottleneck: Tensor<'g>,
+    layer: usize,
+) -> Indexer<'g> {
+    let c = step.config;
+    let sparse = c.sparse_attention.expect("a sparse-attention layer's model reads its indexer parameters");
+    let (width, heads, t) = (sparse.width as i64, sparse.heads as i64, step.tokens());
+    let rope = RopeParams {
+        n_dims: c.rope.dimensions as i32,
+        mode: 2,
+        n_ctx_orig: c.rope.original_context as i32,
+        freq_base: c.rope.freq_base,
+        freq_scale: c.rope.freq_scale,
+        ext_factor: c.rope.ext_factor,
+        attn_factor: c.rope.attn_factor,
+        beta_fast: c.rope.beta_fast,
+        beta_slow: c.rope.beta_slow,
+    };
+    let rotation = step.rotate_indexer.expect("a stage with sparse attention has the indexer's rotation");
+    let queries = g.reshape_3d(g.mul_mat(g.stored(&w.q_b), bottleneck), width, heads, t);
+    let queries = g.mul_mat(rotation, g.rope(queries, step.positions, None, &rope));
+    let keys = g.mul_mat(g.stored(&w.k), x);
+    // llama.cpp's layer norm epsilon for this architecture.
+    let keys = g.add(g.mul(g.layer_norm(keys, 1e-6), g.stored(&w.k_norm)), g.stored(&w.k_norm_bias));
+    let keys = g.rope(g.reshape_3d(keys, width, 1, t), step.positions, None, &rope);
+    let keys = g.reshape_2d(g.mul_mat(rotation, keys), width, t);
+    let weights = g.scale(g.mul_mat(g.stored(&w.weights), x), 1.0 / ((width * heads) as f32).sqrt());
+    Indexer { queries, keys, weights, layer }
+}
+
+impl<'g> Indexer<'g> {
+    /// The run's part of the causal mask (`mask`: [attended, tokens, 1, sequences], F16) narrowed to
+    /// the positions each query scores highest over its sequence's cached indexer keys (at most
+    /// `top_k`; every position when fewer are attended): the others closed (-∞).
+    pub fn narrowed(
+        &self,
+        g: &'g GraphBuilder,
+        step: &StepContext<'_, 'g>,
+        run: &AttentionRun,
+        mask: Tensor<'g>,
+    ) -> Tensor<'g> {
+        let sparse =
+            step.config.sparse_attention.expect("a sparse-attention layer's model reads its indexer parameters");
+        let first = step.shape.segments[run.segments.start];
+        let (t, n, attended) = (first.tokens as i64, run.segments.len() as i64, first.attended);
+        let [width, heads, ..] = self.queries.shape();
+        let q_st = self.queries.strides();
+        let queries =
+            g.view(self.queries, &[width, heads, t, n], &[q_st[1], q_st[2], t as usize * q_st[2]], run.row * q_st[2]);
+        let w_row = self.weights.strides()[1];
+        let weights =
+            g.view(self.weights, &[heads, t, 1, n], &[w_row, t as usize * w_row, t as usize * w_row], run.row * w_row);
+        let keys = step.cache.indexer_view(g, self.layer, first.seq..first.seq + n as usize, attended);
+        let scores = g.lightning_indexer(queries, keys, weights, mask); // [attended, t, 1, n]
+        let kept = sparse.top_k.min(attended) as i64;
+        let chosen = g.cont(g.top_k(scores, kept)); // I32 [kept, t, 1, n]
+        let attended = attended as i64;
+        // Every position closed, the chosen ones opened (rows of one value each), the causal mask added.
+        let closed = g.reshape_4d(g.fill(mask, f32::NEG_INFINITY), [1, attended, t, n]);
+        let zeros = g.fill(g.reshape_4d(g.cast(chosen, DType::F32), [1, kept, t, n]), 0.0);
+        let opened = g.set_rows(closed, zeros, g.reshape_4d(chosen, [kept, t, n, 1]));
+        g.add(g.reshape_4d(opened, [attended, t, 1, n]), mask)
+    }
+}

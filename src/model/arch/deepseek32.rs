@@ -1,0 +1,132 @@
+//! DeepSeek V3.2 (`deepseek32`): DeepSeek V3's layers (latent attention in the split form, with a query
+//! bottleneck; dense then routed and shared experts) with DeepSeek sparse attention in every layer: a
+//! lightning indexer (`indexer.*`) scores every earlier position for each query — its small heads'
+//! queries from the query bottleneck, one key per position from the layer's input, layer-normed, both
+//! turned by NeoX RoPE on their first rotary values and by a Walsh-Hadamard rotation —, and each query
+//! attends only to the `attention.indexer.top_k` positions it scores highest. The indexer's key is
+//! cached beside each position's latent. Next-token-prediction layers are skipped.
+
+use super::deepseek2::{latent_cache_row, latent_hyper_parameters, LatentLayer};
+use super::groups::SparseOrDense;
+use super::tensor_group::{tensor_group, Declared};
+use super::Declare;
+use crate::model::config::Keys;
+use crate::model::{CacheRow, ModelConfig, ModelError, SparseAttention};
+
+pub struct Deepseek32;
+
+tensor_group! {
+    /// A DeepSeek V3.2 layer.
+    pub struct Deepseek32Layer {
+        attn_norm: tensor "attn_norm.weight",
+        attention: group LatentLayer,
+        indexer: group LightningIndexer,
+        ffn_norm: tensor "ffn_norm.weight",
+        feed_forward: group SparseOrDense,
+    }
+}
+
+tensor_group! {
+    /// The lightning indexer's tensors.
+    pub struct LightningIndexer {
+        /// Its heads' queries, from the query bottleneck's normed output.
+        q_b: tensor "indexer.attn_q_b.weight",
+        /// Its one key per position, from the layer's normed input, then layer-normed.
+        k: tensor "indexer.attn_k.weight",
+        k_norm: tensor "indexer.k_norm.weight",
+        k_norm_bias: tensor "indexer.k_norm.bias",
+        /// Each head's weight in a position's score, per token.
+        weights: tensor "indexer.proj.weight",
+    }
+}
+
+/// Reads the lightning indexer's keys; the key width must be a power of two from 64 (the rotation
+/// llama.cpp applies is that wide) and at least the rotary width.
+pub(super) fn sparse_attention(keys: &Keys<'_>, config: &ModelConfig) -> Result<SparseAttention, ModelError> {
+    let width = keys.arch_count("attention.indexer.key_length")?;
+    if width < 64 || !width.is_power_of_two() {
+        return Err(keys.arch_invalid(
+            "attention.indexer.key_length",
+            &format!("is {width}; the lightning indexer's Walsh-Hadamard rotation needs a power of two from 64"),
+        ));
+    }
+    if (config.rope.dimensions as usize) > width {
+        return Err(keys.arch_invalid(
+            "attention.indexer.key_length",
+            &format!("is {width}, narrower than the {} rotary dimensions", config.rope.dimensions),
+        ));
+    }
+    Ok(SparseAttention {
+        heads: keys.arch_count("attention.indexer.head_count")?,
+        width,
+        top_k: keys.arch_count("attention.indexer.top_k")?,
+    })
+}
+
+impl LightningIndexer<Declared> {
+    /// The indexer of `config` (whose query bottleneck is `q_lora_rank` wide). Every tensor-parallel rank
+    /// holds it whole and chooses the same positions, as every rank holds the latent whole.
+    pub fn declare(config: &ModelConfig, sparse: &SparseAttention, q_lora_rank: usize) -> Self {
+        let (e, d, h) = (config.embedding, sparse.width, sparse.heads);
+        LightningIndexer {
+            q_b: Declared::new(&[q_lora_rank, h * d]),
+            k: Declared::new(&[e, d]),
+            k_norm: Declared::new(&[d]),
+            k_norm_bias: Declared::new(&[d]),
+            weights: Declared::new(&[e, h]),
+        }
+    }
+}
+
+impl Declare for Deepseek32 {
+    type Layer = Deepseek32Layer<Declared>;
+
+    fn hyper_parameters(&self, keys: &Keys<'_>, config: &mut ModelConfig) -> Result<(), ModelError> {
+        let mla = latent_hyper_parameters(keys, config)?;
+        if !mla.absorbed {
+            return Err(keys.arch_invalid(
+                "attention.key_length_mla",
+                "is missing: DeepSeek V3.2 runs latent attention in the split form (attn_k_b, attn_v_b) only",
+            ));
+        }
+        if mla.q_lora_rank == 0 {
+            return Err(
+                keys.arch_invalid("attention.q_lora_rank", "is 0: the lightning indexer reads the query bottleneck")
+            );
+        }
+        config.sparse_attention = Some(sparse_attention(keys, config)?);
+        Ok(())
+    }
+
+    fn values_may_differ(&self) -> bool {
+        true
+    }
+
+    fn partial_rotary(&self) -> bool {
+        true
+    }
+
+    fn rope_mode(&self) -> i32 {
+        0
+    }
+
+    fn cache_row(&self, config: &ModelConfig, _layer: usize) -> CacheRow {
+        let mla = config.latent_attention.expect("deepseek32 reads its attention parameters when the model opens");
+        let sparse = config.sparse_attention.expect("deepseek32 reads its indexer parameters when the model opens");
+        let latent = latent_cache_row(config, &mla);
+        CacheRow { key_width: latent.key_width + sparse.width, indexer_width: sparse.width, ..latent }
+    }
+
+    fn layer(&self, config: &ModelConfig, layer: usize) -> Self::Layer {
+        let moe = config.moe.as_ref().expect("deepseek32 reads its expert parameters when the model opens");
+        let mla = config.latent_attention.expect("deepseek32 reads its attention parameters when the model opens");
+        let sparse = config.sparse_attention.expect("deepseek32 reads its indexer parameters when the model opens");
+        Deepseek32Layer {
+            attn_norm: Declared::new(&[config.embedding]),
+            attention: LatentLayer::declare(config),
+            indexer: LightningIndexer::declare(config, &sparse, mla.q_lora_rank),
+            ffn_norm: Declared::new(&[config.embedding]),
+            feed_forward: SparseOrDense::declare(config, moe, layer, false),
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! DeepSeek V3.2 (`deepseek32`) in miniature, as random weights: its lightning indexer's metadata and
+//! tensors, written beside DeepSeek V3's latent attention and experts by [`super::random_model`].
+
+use super::gguf_writer::{GgufWriter, Meta};
+use super::random_model::{RandomMla, RandomModel, Weights};
+
+/// The lightning indexer's shape: its heads, their width (a power of two from 64, as llama.cpp's
+/// rotation needs) and how many positions each query keeps.
+#[derive(Clone, Copy, Debug)]
+pub struct RandomIndexer {
+    pub heads: usize,
+    pub width: usize,
+    pub top_k: usize,
+}
+
+/// DeepSeek V3.2 in miniature: [`super::random_model::deepseek2`]'s shape without next-token-prediction
+/// layers, and in every layer an indexer of 16 heads 64 wide keeping 8 positions per query, so that the
+/// longer prompts and their continuations attend sparsely.
+pub fn deepseek32() -> RandomModel {
+    RandomModel {
+        architecture: "deepseek32",
+        nextn_layers: 0,
+        indexer: Some(RandomIndexer { heads: 16, width: 64, top_k: 8 }),
+        seed: 0x5eed_0013,
+        ..super::random_model::deepseek2()
+    }
+}
+
+/// The indexer's metadata.
+pub(super) fn indexer_metadata(g: GgufWriter, model: &RandomModel, indexer: &RandomIndexer) -> GgufWriter {
+    let k = |key: &str| format!("{}.attention.indexer.{key}", model.architecture);
+    g.meta(&k("head_count"), Meta::U32(indexer.heads as u32))
+        .meta(&k("key_length"), Meta::U32(indexer.width as u32))
+        .meta(&k("top_k"), Meta::U32(indexer.top_k as u32))
+}
+
+/// Layer `l`'s indexer tensors.
+pub(super) fn indexer_tensors(
+    g: GgufWriter,
+    model: &RandomModel,
+    mla: &RandomMla,
+    indexer: &RandomIndexer,
+    l: usize,
+    w: &mut Weights,
+) -> GgufWriter {
+    let n = |part: &str| format!("blk.{l}.indexer.{part}");
+    let (e, r) = (model.embedding as u64, mla.q_lora_rank as u64);
+    let (h, d) = (indexer.heads as u64, indexer.width as u64);
+    let proj = |fan_in: u64| 1.0 / (fan_in as f32).sqrt() * 1.7;
+    g.f16_values(&n("attn_q_b.weight"), &[r, h * d], &w.uniform(r * h * d, proj(r)))
+        .f16_values(&n("attn_k.weight"), &[e, d], &w.uniform(e * d, proj(e)))
+        .f32_values(&n("k_norm.weight"), &[d], &w.around_one(d, 0.1))
+        .f32_values(&n("k_norm.bias"), &[d], &w.uniform(d, 0.1))
+        .f16_values(&n("proj.weight"), &[e, h], &w.uniform(e * h, proj(e)))
+}
