@@ -305,6 +305,7 @@ fn write_the_benchmark_models() {
         random_model::deepseek2_bench(),
         random_model::gpt_oss_bench(),
         random_model::qwen35moe_bench(),
+        common::random_sparse::deepseek32_bench(),
     ] {
         println!("benchmark model: {}", model.write().display());
     }

@@ -2,8 +2,8 @@
 //! mixture-of-experts model, given as a split GGUF set, with its stages on three nodes (one inside the
 //! leading dense layers), a DeepSeek V3-style model (latent attention), a gpt-oss-style model
 //! (sinks, sliding window, MXFP4 experts), a Qwen3.5-MoE-style model (linear attention with a recurrent
-//! state) and a Kimi K3-style model (residual checkpoints carried between stages), and answer exactly as
-//! the single-process engine does.
+//! state), a Kimi K3-style model (residual checkpoints carried between stages) and a DeepSeek V3.2-style
+//! model (sparse attention), and answer exactly as the single-process engine does.
 
 mod common;
 
@@ -52,6 +52,15 @@ fn three_nodes_serve_a_moe_split_set_exactly_like_one_process() {
 fn three_nodes_serve_deepseek2_exactly_like_one_process() {
     let _one_at_a_time = common::cluster::exclusive();
     check_three_nodes_answer_like_one_process(&random_model::deepseek2().write(), "node0:0-0,node1:1-2,node2:3-3");
+}
+
+/// DeepSeek V3.2's sparse attention on three nodes: each keeps its layers' latents and indexer keys
+/// and narrows its own layers' attention to the positions their indexers choose.
+#[test]
+fn three_nodes_serve_deepseek32_exactly_like_one_process() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let model = common::random_sparse::deepseek32().write();
+    check_three_nodes_answer_like_one_process(&model, "node0:0-0,node1:1-2,node2:3-3");
 }
 
 /// One node with both kinds of layers, one with a sliding layer only, one with a global layer only.

@@ -53,3 +53,15 @@ pub(super) fn indexer_tensors(
         .f32_values(&n("k_norm.bias"), &[d], &w.uniform(d, 0.1))
         .f16_values(&n("proj.weight"), &[e, h], &w.uniform(e * h, proj(e)))
 }
+
+/// A DeepSeek V3.2 large enough to measure: [`super::random_model::deepseek2_bench`]'s shape (6 layers,
+/// 64 grouped experts of which 8 are used, a latent of 128) with an indexer of 16 heads 64 wide keeping
+/// 256 positions, so a 512-token prompt attends sparsely.
+pub fn deepseek32_bench() -> RandomModel {
+    RandomModel {
+        architecture: "deepseek32",
+        indexer: Some(RandomIndexer { heads: 16, width: 64, top_k: 256 }),
+        seed: 0x5eed_0014,
+        ..super::random_model::deepseek2_bench()
+    }
+}

@@ -7,6 +7,7 @@
 use super::{Bound, Graph};
 use crate::engine::blocks::{self, AttentionRun, CachedKeys, Indexer, StepContext};
 use crate::ggml::{DType, GraphBuilder, RopeParams, SetTensorRef, Tensor};
+use crate::model::arch::groups::SparseOrDense;
 use crate::model::arch::{Deepseek2, LatentLayer, LatentQuery, LatentValues, LightningIndexer, SplitExpansion};
 use crate::model::{LatentAttention, ModelConfig};
 
@@ -23,15 +24,33 @@ impl Graph for Deepseek2 {
         w: &Bound<Self>,
         x: Tensor<'g>,
     ) -> Tensor<'g> {
-        let c = step.config;
-        let moe = c.moe.as_ref().expect("deepseek2 reads its expert parameters when the model opens");
-        let normed = blocks::norm(g, x, &w.attn_norm, c.rms_epsilon);
-        let h = attention(g, step, layer, &w.attention, None, normed);
-        let (h, residual) = step.prune_last_layer(g, layer, h, x);
-        let ffn_in = g.add(h, residual);
-        let h = blocks::norm(g, ffn_in, &w.ffn_norm, c.rms_epsilon);
-        g.add(blocks::sparse_or_dense_feed_forward(g, step, &w.feed_forward, moe, h), ffn_in)
+        let norms = [&w.attn_norm, &w.ffn_norm];
+        latent_layer(g, step, layer, norms, &w.attention, None, &w.feed_forward, x)
     }
+}
+
+/// A DeepSeek layer over `x`: `x + attention(norm(x))` (latent attention, sparse with an `indexer`),
+/// then the dense or mixture-of-experts feed-forward behind its norm and residual; `norms` are the
+/// attention's and the feed-forward's.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn latent_layer<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    layer: usize,
+    norms: [&SetTensorRef; 2],
+    attention_weights: &LatentLayer<SetTensorRef>,
+    indexer: Option<&LightningIndexer<SetTensorRef>>,
+    feed_forward: &SparseOrDense<SetTensorRef>,
+    x: Tensor<'g>,
+) -> Tensor<'g> {
+    let c = step.config;
+    let moe = c.moe.as_ref().expect("a DeepSeek model reads its expert parameters when it opens");
+    let normed = blocks::norm(g, x, norms[0], c.rms_epsilon);
+    let h = attention(g, step, layer, attention_weights, indexer, normed);
+    let (h, residual) = step.prune_last_layer(g, layer, h, x);
+    let ffn_in = g.add(h, residual);
+    let h = blocks::norm(g, ffn_in, norms[1], c.rms_epsilon);
+    g.add(blocks::sparse_or_dense_feed_forward(g, step, feed_forward, moe, h), ffn_in)
 }
 
 /// The attention logits' scale: YaRN's magnitude correction (squared, as it applies to both Q and K)
@@ -45,7 +64,7 @@ fn kq_scale(config: &ModelConfig, mla: &LatentAttention) -> f32 {
 
 /// Multi-head latent attention of one layer over `x` (normed), sparse when the layer has a lightning
 /// `indexer`: the result is the output projection's.
-pub(super) fn attention<'g>(
+fn attention<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
     layer: usize,

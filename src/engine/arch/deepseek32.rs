@@ -2,9 +2,9 @@
 //! `src/models/deepseek32.cpp` computes it: DeepSeek V3's layer whose latent attention is sparse, each
 //! query attending only to the positions the layer's lightning indexer chooses for it.
 
-use super::deepseek2::attention;
+use super::deepseek2::latent_layer;
 use super::{Bound, Graph};
-use crate::engine::blocks::{self, StepContext};
+use crate::engine::blocks::StepContext;
 use crate::ggml::{GraphBuilder, Tensor};
 use crate::model::arch::Deepseek32;
 
@@ -17,13 +17,7 @@ impl Graph for Deepseek32 {
         w: &Bound<Self>,
         x: Tensor<'g>,
     ) -> Tensor<'g> {
-        let c = step.config;
-        let moe = c.moe.as_ref().expect("deepseek32 reads its expert parameters when the model opens");
-        let normed = blocks::norm(g, x, &w.attn_norm, c.rms_epsilon);
-        let h = attention(g, step, layer, &w.attention, Some(&w.indexer), normed);
-        let (h, residual) = step.prune_last_layer(g, layer, h, x);
-        let ffn_in = g.add(h, residual);
-        let h = blocks::norm(g, ffn_in, &w.ffn_norm, c.rms_epsilon);
-        g.add(blocks::sparse_or_dense_feed_forward(g, step, &w.feed_forward, moe, h), ffn_in)
+        let norms = [&w.attn_norm, &w.ffn_norm];
+        latent_layer(g, step, layer, norms, &w.attention, Some(&w.indexer), &w.feed_forward, x)
     }
 }
