@@ -291,6 +291,7 @@ fn write_the_random_models() {
         random_kimi::kimi_k3_plain(),
         random_model::minimax_m2(),
         common::random_sparse::deepseek32(),
+        common::random_sparse::glm_dsa(),
     ] {
         println!("random model: {}", model.write().display());
     }

@@ -1,9 +1,12 @@
 //! The models of late 2026, part 2, against llama.cpp: random-weight `minimax-m2` (Q and K normed
-//! across all heads; tests/common/random_model.rs) and `deepseek32` (DeepSeek V3.2's sparse attention
-//! through a lightning indexer, keeping 8 positions per query; tests/common/random_sparse.rs) models give
+//! across all heads; tests/common/random_model.rs), `deepseek32` (DeepSeek V3.2's sparse attention
+//! through a lightning indexer, keeping 8 positions per query) and `glm-dsa` (GLM-5.2;
+//! tests/common/random_sparse.rs) models give
 //! llama.cpp's logits at every position fed a token at a time, prefilled in one step and prefilled in
 //! chunks; greedy tokens equal llama.cpp's and equal split at every layer; a sparse stage caches the
-//! indexer's keys as placement counts them; files shoal cannot run are refused naming the key.
+//! indexer's keys as placement counts them; files shoal cannot run are refused naming the key. GLM-5.2
+//! (`glm-dsa`, layers without an indexer reusing an earlier layer's choice) runs the same checks, and
+//! no stage begins at such a layer.
 
 mod common;
 
@@ -13,6 +16,8 @@ use common::random_model::{self, RandomModel};
 use common::random_sparse;
 use shoal::engine::{LocalPipeline, Stage, StageOptions, WireFormat};
 use shoal::model::Model;
+use shoal::node::NodeId;
+use shoal::placement::{self, ModelNeeds, NodeOffer, Parallelism};
 use std::path::PathBuf;
 
 /// The recording of `model` by llama.cpp built for x86-64-v3 (as release builds are), after checking
@@ -31,8 +36,8 @@ fn same_kernels() -> bool {
     oracle::runs_the_x86_64_v3_kernels()
 }
 
-fn models() -> [RandomModel; 2] {
-    [random_model::minimax_m2(), random_sparse::deepseek32()]
+fn models() -> [RandomModel; 3] {
+    [random_model::minimax_m2(), random_sparse::deepseek32(), random_sparse::glm_dsa()]
 }
 
 #[test]
@@ -76,14 +81,16 @@ fn sparse_models_prefilled_in_chunks_give_llama_cpp_logits() {
     }
 }
 
-/// Split at every layer, and at all of them at once.
+/// Split at every layer a stage may begin at (GLM-5.2's layers without an indexer of their own are
+/// not: the test below), and at all of them at once.
 #[test]
 fn sparse_models_greedy_tokens_are_llama_cpp_and_equal_split_at_every_layer() {
     for model in models() {
         let cases = recorded(&model);
         let file = Model::open(&model.path()).unwrap();
-        let mut split_sets: Vec<Vec<usize>> = (1..model.layers).map(|l| vec![l]).collect();
-        split_sets.push((1..model.layers).collect());
+        let starts: Vec<usize> = (1..model.layers).filter(|&l| file.config().may_begin_stage(l)).collect();
+        let mut split_sets: Vec<Vec<usize>> = starts.iter().map(|&l| vec![l]).collect();
+        split_sets.push(starts.clone());
         for case in &cases {
             let whole = oracle::greedy(&file, &[], &case.prompt_ids, case.greedy.len());
             if same_kernels() {
@@ -97,21 +104,28 @@ fn sparse_models_greedy_tokens_are_llama_cpp_and_equal_split_at_every_layer() {
     }
 }
 
-/// A DeepSeek V3.2 stage caches, per position of each layer, the latent and rotary part and the
-/// lightning indexer's key (F16); placement counts the same bytes (the launch preview's KV cache), and
-/// the weights are exactly the stage's layers' tensors, indexers included.
+/// A sparse stage caches, per position of each layer, the latent and rotary part and, in a layer with an
+/// indexer of its own, the lightning indexer's key (F16); placement counts the same bytes (the launch
+/// preview's KV cache), and the weights are exactly the stage's layers' tensors, indexers included.
 #[test]
 fn a_sparse_stage_caches_the_indexer_key_beside_each_latent() {
     let options = StageOptions { context: 512, sequences: 3, threads: 2, ..StageOptions::default() };
-    let model = random_sparse::deepseek32();
+    for model in [random_sparse::deepseek32(), random_sparse::glm_dsa()] {
+        check_sparse_stage_memory(&model, &options);
+    }
+}
+
+fn check_sparse_stage_memory(model: &RandomModel, options: &StageOptions) {
     let file = Model::open(&model.write()).unwrap();
     let (mla, indexer) = (model.mla.unwrap(), model.indexer.unwrap());
-    let row = 2 * (mla.kv_lora_rank + model.rope_dims + indexer.width) as u64;
+    let own = |l: usize| indexer.types.is_none_or(|types| types[l]);
+    let row = |l: usize| 2 * (mla.kv_lora_rank + model.rope_dims + if own(l) { indexer.width } else { 0 }) as u64;
     let needs = shoal::placement::ModelNeeds::of(&file, options.context, options.sequences, options.batch);
-    for range in [0..1, 1..3, 0..model.layers] {
-        let want = range.len() as u64 * row * 512 * options.sequences as u64;
+    let ranges = [0..1, 0..3, 3..model.layers, 0..model.layers];
+    for range in ranges.into_iter().filter(|r| own(r.start)) {
+        let want = range.clone().map(row).sum::<u64>() * 512 * options.sequences as u64;
         let stage = Stage::load(&file, range.clone(), options.clone()).unwrap();
-        assert_eq!(stage.memory().kv_cache, want, "layers {range:?}: the stage");
+        assert_eq!(stage.memory().kv_cache, want, "{} layers {range:?}: the stage", model.name());
         assert_eq!(needs.stage(range.clone()).kv_cache, want, "layers {range:?}");
         assert!(
             needs.stage(range.clone()).compute >= stage.memory().compute,
@@ -120,7 +134,9 @@ fn a_sparse_stage_caches_the_indexer_key_beside_each_latent() {
             stage.memory().compute
         );
         let in_file = common::stage_tensor_bytes(&file, &range, model.layers);
-        assert!(file.file().tensors().iter().any(|t| t.name == format!("blk.{}.indexer.proj.weight", range.start)));
+        let indexer_tensor =
+            |l: usize| file.file().tensors().iter().any(|t| t.name == format!("blk.{l}.indexer.proj.weight"));
+        assert!(range.clone().all(|l| indexer_tensor(l) == own(l)), "{} layers {range:?}", model.name());
         assert_eq!(stage.weights().mapped_bytes(), in_file, "layers {range:?}");
         assert_eq!(file.layout().stage_bytes(range.clone()), in_file, "layers {range:?}");
     }
@@ -153,4 +169,64 @@ fn a_deepseek32_file_shoal_cannot_run_is_refused_with_the_key() {
     });
     let error = Model::open(&joined).err().expect("refused").to_string();
     assert!(error.contains("attention.key_length_mla") && error.contains("split form"), "{error}");
+}
+
+fn node(name: &str, bytes: u64) -> NodeOffer {
+    NodeOffer {
+        id: NodeId::random(),
+        name: name.into(),
+        bytes,
+        memory_bandwidth: Some(10_000_000_000),
+        weight_rate: None,
+    }
+}
+
+/// GLM-5.2's layers without an indexer of their own reuse the choice an earlier layer's indexer made in
+/// the same step, so a stage never begins at one: placement cuts the model only before layers with an
+/// indexer however the nodes' memory would balance it (a pipeline over nodes of every size, and a
+/// chain), an explicit `--layers` range starting at such a layer is refused with the reason, and so is
+/// a stage loaded there.
+#[test]
+fn a_stage_never_begins_at_a_layer_that_reuses_an_earlier_choice() {
+    let model = random_sparse::glm_dsa();
+    let file = Model::open(&model.write()).unwrap();
+    let reusing: Vec<usize> = (0..model.layers).filter(|&l| !file.config().may_begin_stage(l)).collect();
+    assert_eq!(reusing, [1, 2, 4]);
+    let needs = ModelNeeds::of(&file, 256, 1, 32);
+    let whole = needs.stage(0..model.layers).total();
+    for shares in [[1, 1], [1, 3], [3, 1], [1, 9]] {
+        let nodes: Vec<NodeOffer> =
+            shares.iter().enumerate().map(|(i, &s)| node(&format!("n{i}"), whole * s / 4 + whole / 8)).collect();
+        for mode in [Parallelism::Pipeline, Parallelism::Chain] {
+            let Ok(plan) = placement::plan_mode(&needs, &nodes, &[], Some(mode)) else { continue };
+            for stage in &plan.stages {
+                assert!(!reusing.contains(&stage.layers.start), "{mode:?} over {shares:?}: {:?}", plan.stages);
+            }
+        }
+    }
+    let nodes = [node("a", whole), node("b", whole)];
+    let assignment = placement::parse_layers("a:0-1,b:2-4").unwrap();
+    let error = placement::plan_override(&needs, &nodes, &[], &assignment).unwrap_err().to_string();
+    assert!(error.contains("cannot begin at layer 2") && error.contains("indexer"), "{error}");
+    let assignment = placement::parse_layers("a:0-2,b:3-4").unwrap();
+    assert!(placement::plan_override(&needs, &nodes, &[], &assignment).is_ok());
+    let error = Stage::load(&file, 1..model.layers, oracle::options()).err().expect("refused").to_string();
+    assert!(error.contains("cannot begin at layer 1"), "{error}");
+}
+
+/// A GLM-5 file whose `attention.indexer.types` gives layer 0 no indexer (nothing before it chose) is
+/// refused when it opens, naming the key.
+#[test]
+fn a_glm_dsa_file_whose_first_layer_has_no_indexer_is_refused() {
+    let model = random_sparse::glm_dsa();
+    let path = model.write_edited("glm-dsa-no-first-indexer", |meta| {
+        for (key, value) in meta.iter_mut() {
+            if key == "glm-dsa.attention.indexer.types" {
+                let flags = [false, false, false, true, false].map(shoal::model::Value::Bool).to_vec();
+                *value = Meta::Value(shoal::model::Value::Array(flags));
+            }
+        }
+    });
+    let error = Model::open(&path).err().expect("refused").to_string();
+    assert!(error.contains("attention.indexer.types") && error.contains("layer 0"), "{error}");
 }

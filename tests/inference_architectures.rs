@@ -13,10 +13,11 @@ use serde_json::json;
 use std::path::Path;
 use std::time::Duration;
 
-/// Three nodes run `model` with `layers` (a stage each) and complete two prompts greedily as one
-/// process does.
-fn check_three_nodes_answer_like_one_process(model: &Path, layers: &str) {
-    let mut c = TestCluster::new(3);
+/// As many nodes as `layers` names run `model` with those layers (a stage each) and complete two
+/// prompts greedily as one process does.
+fn check_nodes_answer_like_one_process(model: &Path, layers: &str) {
+    let n = layers.split(',').count();
+    let mut c = TestCluster::new(n);
     c.form(&[]);
     let path = model.to_str().unwrap();
     let out = c.cli(0, &["run", path, "--layers", layers, "--context", "256", "--sequences", "1", "--threads", "1"]);
@@ -26,12 +27,12 @@ fn check_three_nodes_answer_like_one_process(model: &Path, layers: &str) {
     let stages = instances[0]["stages"].as_array().unwrap();
     let mut nodes: Vec<&str> = stages.iter().map(|s| s["node"].as_str().unwrap()).collect();
     nodes.dedup();
-    assert_eq!((stages.len(), nodes.len()), (3, 3), "a stage on each node: {instances:#}");
-    let name = c.get_json(2, "/v1/models")["data"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!((stages.len(), nodes.len()), (n, n), "a stage on each node: {instances:#}");
+    let name = c.get_json(n - 1, "/v1/models")["data"][0]["id"].as_str().unwrap().to_string();
 
     for prompt in ["The capital of France is", "Mixture of experts"] {
         let body = json!({ "model": name, "prompt": prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": true });
-        let (status, answer) = c.post_json(2, "/v1/completions", body);
+        let (status, answer) = c.post_json(n - 1, "/v1/completions", body);
         assert_eq!(status, 200, "{answer}\n{}", c.logs());
         let text = answer["choices"][0]["text"].as_str().unwrap();
         assert_eq!(text, common::single_process_of(model, prompt, 16), "prompt {prompt:?}");
@@ -44,14 +45,14 @@ fn three_nodes_serve_a_moe_split_set_exactly_like_one_process() {
     let model = random_model::glm4moe();
     let dir = tempfile::tempdir().unwrap();
     let parts = split_gguf::split(&model.write(), dir.path(), "glm-moe", 3);
-    check_three_nodes_answer_like_one_process(&parts[0], "node0:0-0,node1:1-2,node2:3-4");
+    check_nodes_answer_like_one_process(&parts[0], "node0:0-0,node1:1-2,node2:3-4");
 }
 
 /// The dense layer alone on one node, the latent-attention MoE layers on the others.
 #[test]
 fn three_nodes_serve_deepseek2_exactly_like_one_process() {
     let _one_at_a_time = common::cluster::exclusive();
-    check_three_nodes_answer_like_one_process(&random_model::deepseek2().write(), "node0:0-0,node1:1-2,node2:3-3");
+    check_nodes_answer_like_one_process(&random_model::deepseek2().write(), "node0:0-0,node1:1-2,node2:3-3");
 }
 
 /// DeepSeek V3.2's sparse attention on three nodes: each keeps its layers' latents and indexer keys
@@ -60,14 +61,29 @@ fn three_nodes_serve_deepseek2_exactly_like_one_process() {
 fn three_nodes_serve_deepseek32_exactly_like_one_process() {
     let _one_at_a_time = common::cluster::exclusive();
     let model = common::random_sparse::deepseek32().write();
-    check_three_nodes_answer_like_one_process(&model, "node0:0-0,node1:1-2,node2:3-3");
+    check_nodes_answer_like_one_process(&model, "node0:0-0,node1:1-2,node2:3-3");
+}
+
+/// GLM-5.2's sparse attention on two nodes, each beginning at a layer with its own indexer (the layers
+/// after it reuse its choice); a range beginning at a layer without one is refused with the reason.
+#[test]
+fn two_nodes_serve_glm_dsa_exactly_like_one_process() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let model = common::random_sparse::glm_dsa().write();
+    check_nodes_answer_like_one_process(&model, "node0:0-2,node1:3-4");
+    let mut c = TestCluster::new(2);
+    c.form(&[]);
+    let args = ["run", model.to_str().unwrap(), "--layers", "node0:0-1,node1:2-4", "--context", "256"];
+    let out = c.cli(0, &args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("cannot begin at layer 2"), "{stderr}");
 }
 
 /// One node with both kinds of layers, one with a sliding layer only, one with a global layer only.
 #[test]
 fn three_nodes_serve_gpt_oss_exactly_like_one_process() {
     let _one_at_a_time = common::cluster::exclusive();
-    check_three_nodes_answer_like_one_process(&random_model::gpt_oss().write(), "node0:0-1,node1:2-2,node2:3-3");
+    check_nodes_answer_like_one_process(&random_model::gpt_oss().write(), "node0:0-1,node1:2-2,node2:3-3");
 }
 
 /// Qwen3.5-MoE's hybrid layers: a linear layer alone on one node, a full and a linear layer on the
@@ -75,7 +91,7 @@ fn three_nodes_serve_gpt_oss_exactly_like_one_process() {
 #[test]
 fn three_nodes_serve_qwen35moe_exactly_like_one_process() {
     let _one_at_a_time = common::cluster::exclusive();
-    check_three_nodes_answer_like_one_process(&random_model::qwen35moe().write(), "node0:0-0,node1:1-2,node2:3-3");
+    check_nodes_answer_like_one_process(&random_model::qwen35moe().write(), "node0:0-0,node1:1-2,node2:3-3");
 }
 
 /// Kimi K3's residual checkpoints cross the network with the hidden state: the boundaries after layer
@@ -84,7 +100,7 @@ fn three_nodes_serve_qwen35moe_exactly_like_one_process() {
 fn three_nodes_serve_kimi_k3_exactly_like_one_process() {
     let _one_at_a_time = common::cluster::exclusive();
     let model = common::random_kimi::kimi_k3().write();
-    check_three_nodes_answer_like_one_process(&model, "node0:0-0,node1:1-2,node2:3-4");
+    check_nodes_answer_like_one_process(&model, "node0:0-0,node1:1-2,node2:3-4");
 }
 
 /// A node of a qwen35moe instance killed: the owner places the model again on the nodes left, each

@@ -89,8 +89,10 @@ fn forward<'g>(g: &'g GraphBuilder, p: &StageParts<'_>, shape: &GraphShape) -> T
         rotate_values: rotations.1.map(|n| g.input(input::ROTATE_VALUES, DType::F32, &[n as i64, n as i64])),
         rotate_indexer: c
             .sparse_attention
+            .as_ref()
             .filter(|_| sees_all)
             .map(|s| g.input(input::ROTATE_INDEXER, DType::F32, &[s.width as i64, s.width as i64])),
+        sparse_choices: Default::default(),
         parallel: p.group.map(|group| Parallel {
             slice: group.slice(),
             collective: group.collective(),

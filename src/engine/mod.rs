@@ -49,6 +49,11 @@ pub enum EngineError {
     Model(#[from] ModelError),
     #[error("layers {}..{} are not a range inside the model's {model_layers} layers", layers.start, layers.end)]
     InvalidLayers { layers: Range<usize>, model_layers: usize },
+    #[error(
+        "a stage cannot begin at layer {layer}: it has no lightning indexer of its own and attends to the \
+         positions an earlier layer's indexer chose; begin the stage at a layer with one"
+    )]
+    StageStart { layer: usize },
     #[error("split points {splits:?} must rise strictly between 0 and the model's {layers} layers (for example --split 10,20)")]
     InvalidSplit { splits: Vec<usize>, layers: usize },
     #[error(

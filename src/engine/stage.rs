@@ -147,6 +147,9 @@ impl Stage {
         if layers.start >= layers.end || layers.end > config.layers {
             return Err(EngineError::InvalidLayers { layers, model_layers: config.layers });
         }
+        if !config.may_begin_stage(layers.start) {
+            return Err(EngineError::StageStart { layer: layers.start });
+        }
         let options = StageOptions {
             context: options.context.max(1),
             sequences: options.sequences.max(1),
@@ -212,7 +215,7 @@ impl Stage {
         stage.rotate_keys = keys.map(super::kv_cache::hadamard).unwrap_or_default();
         stage.rotate_values = values.map(super::kv_cache::hadamard).unwrap_or_default();
         stage.rotate_indexer =
-            stage.config.sparse_attention.map(|s| super::kv_cache::hadamard(s.width)).unwrap_or_default();
+            stage.config.sparse_attention.as_ref().map(|s| super::kv_cache::hadamard(s.width)).unwrap_or_default();
         let worst = stage.worst_shapes();
         let mut graphs: Vec<Graph> = worst.iter().map(|shape| stage.build(shape)).collect();
         if let Some(repacking) = Repacking::for_device(device).filter(|_| stage.options.weights.repacks()) {

@@ -23,6 +23,10 @@ pub enum Architecture {
     /// and a shared expert, partial RoPE, biases on Q, K and V.
     #[serde(rename = "glm4moe")]
     Glm4Moe,
+    /// GLM-5 / 5.1 / 5.2 (`glm-dsa`): DeepSeek V3.2's sparse latent attention (GLM-5.2: only some layers
+    /// with an indexer of their own), sigmoid-routed experts.
+    #[serde(rename = "glm-dsa")]
+    GlmDsa,
     /// Gemma 3 (270M to 27B, text): sliding-window and global layers, norms before and after attention
     /// and feed-forward, GELU, scaled embeddings.
     Gemma3,
@@ -59,7 +63,7 @@ pub enum Architecture {
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, gemma3, deepseek2 (DeepSeek V2/V3, Kimi K2), deepseek32 (DeepSeek V3.2), gpt-oss, qwen35 and qwen35moe (Qwen3.5/3.6), qwen3next (Qwen3-Next), kimi-k3 (Kimi K3), minimax-m2 (MiniMax M2)";
+    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, glm-dsa (GLM-5), gemma3, deepseek2 (DeepSeek V2/V3, Kimi K2), deepseek32 (DeepSeek V3.2), gpt-oss, qwen35 and qwen35moe (Qwen3.5/3.6), qwen3next (Qwen3-Next), kimi-k3 (Kimi K3), minimax-m2 (MiniMax M2)";
 
     pub fn from_gguf_name(name: &str) -> Option<Architecture> {
         match name {
@@ -68,6 +72,7 @@ impl Architecture {
             "qwen3" => Some(Architecture::Qwen3),
             "qwen3moe" => Some(Architecture::Qwen3Moe),
             "glm4moe" => Some(Architecture::Glm4Moe),
+            "glm-dsa" => Some(Architecture::GlmDsa),
             "gemma3" => Some(Architecture::Gemma3),
             "deepseek2" => Some(Architecture::Deepseek2),
             "deepseek32" => Some(Architecture::Deepseek32),
@@ -89,6 +94,7 @@ impl Architecture {
             Architecture::Qwen3 => "qwen3",
             Architecture::Qwen3Moe => "qwen3moe",
             Architecture::Glm4Moe => "glm4moe",
+            Architecture::GlmDsa => "glm-dsa",
             Architecture::Gemma3 => "gemma3",
             Architecture::Deepseek2 => "deepseek2",
             Architecture::Deepseek32 => "deepseek32",
@@ -240,11 +246,23 @@ pub struct ModelConfig {
 /// DeepSeek sparse attention: a lightning indexer scores every cached position for each query with
 /// `heads` small heads of `width` over one key per position (cached beside the layer's latent), and
 /// the query attends only to the `top_k` positions it scores highest.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct SparseAttention {
     pub heads: usize,
     pub width: usize,
     pub top_k: usize,
+    /// ggml's RoPE mode of the indexer's queries and keys (DeepSeek V3.2: NeoX, 2; GLM-5: 0).
+    pub rope_mode: i32,
+    /// Per layer, whether it has an indexer of its own; a layer without one attends to the positions
+    /// the last layer before it with one chose (GLM-5.2). Empty: every layer has its own.
+    pub own_indexer: Vec<bool>,
+}
+
+impl SparseAttention {
+    /// Whether layer `layer` has an indexer of its own (else it reuses the last choice before it).
+    pub fn has_indexer(&self, layer: usize) -> bool {
+        self.own_indexer.get(layer).copied().unwrap_or(true)
+    }
 }
 
 /// Sliding-window attention: which layers look back only `size` positions, and the RoPE those layers use.
@@ -506,6 +524,12 @@ impl ModelConfig {
         }
         let window = self.sliding_window.as_ref().filter(|_| self.is_sliding(layer)).map(|w| w.size);
         CacheRow { window, ..self.architecture.declaration().cache_row(self, layer) }
+    }
+
+    /// Whether a pipeline stage may begin at `layer`: not at a sparse-attention layer that reuses the
+    /// positions an earlier layer's indexer chose (GLM-5.2), since the choice does not cross stages.
+    pub fn may_begin_stage(&self, layer: usize) -> bool {
+        self.sparse_attention.as_ref().is_none_or(|s| s.has_indexer(layer))
     }
 
     /// Whether `layer` is a linear-attention layer with a recurrent state.

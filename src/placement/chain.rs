@@ -300,6 +300,9 @@ fn chain_plan(needs: &ModelNeeds, sums: &Sums, parts: &[&Runner], table: &LinkTa
         for j in i..=l - (g - i) {
             for start in (i - 1)..j {
                 let Some((before, _)) = best[i - 1][start] else { continue };
+                if !needs.may_begin_stage(start) {
+                    continue;
+                }
                 let Some((step, links)) = cost(i - 1, &(start..j)) else { continue };
                 let cost = before + step + links;
                 if best[i][j].is_none_or(|(c, _)| cost < c) {

@@ -296,7 +296,7 @@ impl Ring<'_> {
         for i in 1..=k {
             for j in i..=l - (k - i) {
                 for start in (i - 1)..j {
-                    if best[i - 1][start].is_infinite() {
+                    if best[i - 1][start].is_infinite() || !self.needs.may_begin_stage(start) {
                         continue;
                     }
                     let worst = best[i - 1][start].max(load(i - 1, start..j));

@@ -53,6 +53,9 @@ pub struct ModelNeeds {
     pub compute_last_extra: u64,
     /// Bytes of one token's hidden state on the wire (f32).
     pub hidden_bytes_per_token: u64,
+    /// Layers at which a pipeline stage may not begin (GLM-5.2's layers that reuse an earlier layer's
+    /// sparse-attention choice): no plan cuts the model before them.
+    pub no_stage_starts: Vec<usize>,
     pub context: usize,
     pub sequences: usize,
     pub vocabulary: usize,
@@ -158,6 +161,7 @@ impl ModelNeeds {
         // the mask to the chosen ones (F16, a few times over), beside its indexer's queries.
         let sparse = c
             .sparse_attention
+            .as_ref()
             .map_or(0, |s| 16 * context as u64 + 12 * s.top_k.min(context) as u64 + 8 * (s.heads * s.width) as u64);
         let compute = batch as u64 * (16 * widest + 2 * context as u64 + sparse) + (1 << 20) + widened + linear_states;
         let experts = expert_bytes(model);
@@ -199,10 +203,16 @@ impl ModelNeeds {
             compute_last_extra: 4 * c.vocabulary as u64,
             // The widest boundary's: Kimi K3's hidden state grows with its residual checkpoints.
             hidden_bytes_per_token: 4 * c.hidden_width(c.layers.saturating_sub(1)) as u64,
+            no_stage_starts: (0..c.layers).filter(|&l| !c.may_begin_stage(l)).collect(),
             context,
             sequences: sequences.max(1),
             vocabulary: c.vocabulary,
         }
+    }
+
+    /// Whether a stage may begin at `layer`.
+    pub fn may_begin_stage(&self, layer: usize) -> bool {
+        !self.no_stage_starts.contains(&layer)
     }
 
     pub fn layers(&self) -> usize {

@@ -77,6 +77,13 @@ pub fn plan_override(
                 a.layers.start
             )));
         }
+        if !needs.may_begin_stage(a.layers.start) {
+            return Err(PlacementError::BadOverride(format!(
+                "{} cannot begin at layer {}: that layer has no lightning indexer of its own and attends to the \
+                 positions an earlier layer's indexer chose; begin each range at a layer with one",
+                a.node, a.layers.start
+            )));
+        }
         expected = a.layers.end;
         match nodes_named(nodes, &a.node).as_slice() {
             [one] => chosen.push(*one),

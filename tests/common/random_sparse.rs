@@ -11,6 +11,8 @@ pub struct RandomIndexer {
     pub heads: usize,
     pub width: usize,
     pub top_k: usize,
+    /// Which layers have an indexer of their own (`attention.indexer.types`; GLM-5.2), when not all.
+    pub types: Option<&'static [bool]>,
 }
 
 /// DeepSeek V3.2 in miniature: [`super::random_model::deepseek2`]'s shape without next-token-prediction
@@ -20,18 +22,42 @@ pub fn deepseek32() -> RandomModel {
     RandomModel {
         architecture: "deepseek32",
         nextn_layers: 0,
-        indexer: Some(RandomIndexer { heads: 16, width: 64, top_k: 8 }),
+        indexer: Some(RandomIndexer { heads: 16, width: 64, top_k: 8, types: None }),
         seed: 0x5eed_0013,
         ..super::random_model::deepseek2()
+    }
+}
+
+/// GLM-5.2 in miniature: [`deepseek32`]'s shape in 5 layers, of which layers 0 and 3 have an indexer
+/// of their own (the indexer's RoPE in ggml's normal mode) and the others reuse the choice of the last
+/// one before them.
+pub fn glm_dsa() -> RandomModel {
+    RandomModel {
+        architecture: "glm-dsa",
+        layers: 5,
+        indexer: Some(RandomIndexer {
+            types: Some(&[true, false, false, true, false]),
+            ..deepseek32().indexer.unwrap()
+        }),
+        seed: 0x5eed_0015,
+        ..deepseek32()
     }
 }
 
 /// The indexer's metadata.
 pub(super) fn indexer_metadata(g: GgufWriter, model: &RandomModel, indexer: &RandomIndexer) -> GgufWriter {
     let k = |key: &str| format!("{}.attention.indexer.{key}", model.architecture);
-    g.meta(&k("head_count"), Meta::U32(indexer.heads as u32))
+    let g = g
+        .meta(&k("head_count"), Meta::U32(indexer.heads as u32))
         .meta(&k("key_length"), Meta::U32(indexer.width as u32))
-        .meta(&k("top_k"), Meta::U32(indexer.top_k as u32))
+        .meta(&k("top_k"), Meta::U32(indexer.top_k as u32));
+    match indexer.types {
+        Some(types) => {
+            let flags = types.iter().map(|&own| shoal::model::Value::Bool(own)).collect();
+            g.meta(&k("types"), Meta::Value(shoal::model::Value::Array(flags)))
+        }
+        None => g,
+    }
 }
 
 /// Layer `l`'s indexer tensors.
@@ -43,6 +69,9 @@ pub(super) fn indexer_tensors(
     l: usize,
     w: &mut Weights,
 ) -> GgufWriter {
+    if indexer.types.is_some_and(|types| !types[l]) {
+        return g;
+    }
     let n = |part: &str| format!("blk.{l}.indexer.{part}");
     let (e, r) = (model.embedding as u64, mla.q_lora_rank as u64);
     let (h, d) = (indexer.heads as u64, indexer.width as u64);
@@ -60,7 +89,7 @@ pub(super) fn indexer_tensors(
 pub fn deepseek32_bench() -> RandomModel {
     RandomModel {
         architecture: "deepseek32",
-        indexer: Some(RandomIndexer { heads: 16, width: 64, top_k: 256 }),
+        indexer: Some(RandomIndexer { heads: 16, width: 64, top_k: 256, types: None }),
         seed: 0x5eed_0014,
         ..super::random_model::deepseek2_bench()
     }

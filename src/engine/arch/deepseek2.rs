@@ -5,7 +5,7 @@
 //! correction in the logits' scale; then a dense feed-forward or routed and shared experts.
 
 use super::{Bound, Graph};
-use crate::engine::blocks::{self, AttentionRun, CachedKeys, Indexer, StepContext};
+use crate::engine::blocks::{self, AttentionRun, CachedKeys, MaskOf, StepContext};
 use crate::ggml::{DType, GraphBuilder, RopeParams, SetTensorRef, Tensor};
 use crate::model::arch::groups::SparseOrDense;
 use crate::model::arch::{Deepseek2, LatentLayer, LatentQuery, LatentValues, LightningIndexer, SplitExpansion};
@@ -25,11 +25,22 @@ impl Graph for Deepseek2 {
         x: Tensor<'g>,
     ) -> Tensor<'g> {
         let norms = [&w.attn_norm, &w.ffn_norm];
-        latent_layer(g, step, layer, norms, &w.attention, None, &w.feed_forward, x)
+        latent_layer(g, step, layer, norms, &w.attention, Sparsity::Dense, &w.feed_forward, x)
     }
 }
 
-/// A DeepSeek layer over `x`: `x + attention(norm(x))` (latent attention, sparse with an `indexer`),
+/// Which positions a layer's latent attention reads.
+#[derive(Clone, Copy)]
+pub(super) enum Sparsity<'w> {
+    /// Every earlier position (DeepSeek V3, Kimi K3).
+    Dense,
+    /// Those its lightning indexer chooses (DeepSeek V3.2; GLM-5's layers with an indexer).
+    Indexed(&'w LightningIndexer<SetTensorRef>),
+    /// Those the last layer before it with an indexer chose (GLM-5.2's other layers).
+    Reused,
+}
+
+/// A DeepSeek layer over `x`: `x + attention(norm(x))` (latent attention, as `sparsity` says),
 /// then the dense or mixture-of-experts feed-forward behind its norm and residual; `norms` are the
 /// attention's and the feed-forward's.
 #[allow(clippy::too_many_arguments)]
@@ -39,14 +50,14 @@ pub(super) fn latent_layer<'g>(
     layer: usize,
     norms: [&SetTensorRef; 2],
     attention_weights: &LatentLayer<SetTensorRef>,
-    indexer: Option<&LightningIndexer<SetTensorRef>>,
+    sparsity: Sparsity<'_>,
     feed_forward: &SparseOrDense<SetTensorRef>,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
     let c = step.config;
     let moe = c.moe.as_ref().expect("a DeepSeek model reads its expert parameters when it opens");
     let normed = blocks::norm(g, x, norms[0], c.rms_epsilon);
-    let h = attention(g, step, layer, attention_weights, indexer, normed);
+    let h = attention(g, step, layer, attention_weights, sparsity, normed);
     let (h, residual) = step.prune_last_layer(g, layer, h, x);
     let ffn_in = g.add(h, residual);
     let h = blocks::norm(g, ffn_in, norms[1], c.rms_epsilon);
@@ -62,17 +73,17 @@ fn kq_scale(config: &ModelConfig, mla: &LatentAttention) -> f32 {
     mscale * mscale / (mla.key_head as f32).sqrt()
 }
 
-/// Multi-head latent attention of one layer over `x` (normed), sparse when the layer has a lightning
-/// `indexer`: the result is the output projection's.
+/// Multi-head latent attention of one layer over `x` (normed), over the positions `sparsity` says: the
+/// result is the output projection's.
 fn attention<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
     layer: usize,
     w: &LatentLayer<SetTensorRef>,
-    indexer: Option<&LightningIndexer<SetTensorRef>>,
+    sparsity: Sparsity<'_>,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
-    let merged = latent_heads(g, step, layer, w, indexer, x, true);
+    let merged = latent_heads(g, step, layer, w, sparsity, x, true);
     // A rank's heads give its part of the output projection; the group sums the parts.
     step.complete(g, g.mul_mat(g.stored(&w.output), merged))
 }
@@ -80,14 +91,15 @@ fn attention<'g>(
 /// Multi-head latent attention of one layer over `x` (normed), before the output projection: each
 /// head's values side by side, [value · heads, tokens]. The rotary part of queries and keys is turned
 /// by RoPE when `rotate` (DeepSeek), and left as it is otherwise (Kimi K3, which has no positions).
-/// With a lightning `indexer` (DeepSeek V3.2: the split form, a query bottleneck) each query attends
-/// only to the positions the indexer chooses for it, and the indexer's key is cached beside the latent.
+/// Sparse (DeepSeek V3.2, GLM-5: the split form, a query bottleneck), each query attends only to the
+/// positions chosen for it, by the layer's lightning indexer, whose key is cached beside the latent,
+/// or by an earlier layer's.
 pub(super) fn latent_heads<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
     layer: usize,
     w: &LatentLayer<SetTensorRef>,
-    indexer: Option<&LightningIndexer<SetTensorRef>>,
+    sparsity: Sparsity<'_>,
     x: Tensor<'g>,
     rotate: bool,
 ) -> Tensor<'g> {
@@ -139,10 +151,13 @@ pub(super) fn latent_heads<'g>(
             let q_pe = turn(q_pe);
             let k = g.concat(g.reshape_3d(kv_cmpr, rank, 1, t), k_pe, 0); // [rank + rope, 1, tokens]
             let k_rows = g.view(k, &[rank + rope_dims, t], &[k.strides()[2]], 0);
-            let sparse = indexer.map(|w| {
-                let bottleneck = bottleneck.expect("a model with a lightning indexer has a query bottleneck");
-                blocks::indexer(g, step, w, x, bottleneck, local)
-            });
+            let sparse = match sparsity {
+                Sparsity::Indexed(w) => {
+                    let bottleneck = bottleneck.expect("a model with a lightning indexer has a query bottleneck");
+                    Some(blocks::indexer(g, step, w, x, bottleneck, local))
+                }
+                Sparsity::Dense | Sparsity::Reused => None,
+            };
             let k_rows = match &sparse {
                 Some(sparse) => g.concat(k_rows, sparse.keys, 0),
                 None => k_rows,
@@ -150,9 +165,16 @@ pub(super) fn latent_heads<'g>(
             step.cache.store(g, local, k_rows, None, rows);
             let dims = LatentDims { rank, nope, rope: rope_dims, value: mla.value_head as i64, heads, scale };
             let latent = Latent { q_nope, q_pe, kv_cmpr, k_pe, dims };
-            match &sparse {
-                Some(sparse) => sparse_latents(g, step, expansion, &latent, local, sparse),
-                None => attend_latents(g, step, expansion, &latent, local),
+            match (&sparse, sparsity) {
+                (Some(indexer), _) => {
+                    let chosen = |run: &AttentionRun, mask| indexer.narrowed(g, step, run, mask);
+                    sparse_latents(g, step, expansion, &latent, local, &chosen)
+                }
+                (None, Sparsity::Reused) => {
+                    let reused = |run: &AttentionRun, mask| blocks::reused_choice(g, step, run, mask);
+                    sparse_latents(g, step, expansion, &latent, local, &reused)
+                }
+                (None, _) => attend_latents(g, step, expansion, &latent, local),
             }
         }
         LatentValues::Joined(expansion) => {
@@ -247,22 +269,21 @@ fn expands(tokens: usize, d: &LatentDims) -> bool {
     tokens * (tokens + 1) / 2 * saved_per_pair > 2 * (d.rank * d.nope) as usize
 }
 
-/// Attention of a split-form layer with a lightning indexer (DeepSeek V3.2), its rows and indexer keys
-/// already cached: every run in the latent form, as llama.cpp computes it, each query through the
-/// causal mask narrowed to the positions the indexer chose for it; [value, heads, tokens].
+/// Attention of a sparse split-form layer (DeepSeek V3.2, GLM-5), its rows already cached: every run in
+/// the latent form, as llama.cpp computes it, each query through the causal mask as `chosen` narrows it
+/// to the positions chosen for it; [value, heads, tokens].
 fn sparse_latents<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
     w: &SplitExpansion<SetTensorRef>,
     latent: &Latent<'g>,
     layer: usize,
-    indexer: &Indexer<'g>,
+    chosen: MaskOf<'_, 'g>,
 ) -> Tensor<'g> {
     let d = latent.dims;
     let keys = CachedKeys { layer, key_head: (d.rank + d.rope) as usize, value_head: d.rank as usize, sliding: false };
     let q = absorbed_queries(g, w, latent);
-    let narrowed = |run: &AttentionRun, mask: Tensor<'g>| indexer.narrowed(g, step, run, mask);
-    values_of_latents(g, w, blocks::attend_masked(g, step, q, keys, d.scale, None, &narrowed))
+    values_of_latents(g, w, blocks::attend_masked(g, step, q, keys, d.scale, None, chosen))
 }
 
 /// Queries folded into the latent's space (each head's part without RoPE through `attn_k_b`) beside

@@ -2,7 +2,7 @@
 //! `src/models/deepseek32.cpp` computes it: DeepSeek V3's layer whose latent attention is sparse, each
 //! query attending only to the positions the layer's lightning indexer chooses for it.
 
-use super::deepseek2::latent_layer;
+use super::deepseek2::{latent_layer, Sparsity};
 use super::{Bound, Graph};
 use crate::engine::blocks::StepContext;
 use crate::ggml::{GraphBuilder, Tensor};
@@ -18,6 +18,6 @@ impl Graph for Deepseek32 {
         x: Tensor<'g>,
     ) -> Tensor<'g> {
         let norms = [&w.attn_norm, &w.ffn_norm];
-        latent_layer(g, step, layer, norms, &w.attention, Some(&w.indexer), &w.feed_forward, x)
+        latent_layer(g, step, layer, norms, &w.attention, Sparsity::Indexed(&w.indexer), &w.feed_forward, x)
     }
 }

@@ -8,7 +8,7 @@
 //! ([`crate::model::ModelConfig::hidden_width`]). A layer that banks (every `attn_res.block_size`-th)
 //! appends its input and restarts the stream from its attention's output.
 
-use super::deepseek2::latent_heads;
+use super::deepseek2::{latent_heads, Sparsity};
 use super::{Bound, Graph};
 use crate::engine::blocks::{self, norm, Activation, StepContext};
 use crate::ggml::{GraphBuilder, SetTensorRef, Tensor};
@@ -149,7 +149,7 @@ fn gated_latent_attention<'g>(
     w: &GatedLatentAttention<SetTensorRef>,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
-    let heads = latent_heads(g, step, layer, &w.attention, None, x, false);
+    let heads = latent_heads(g, step, layer, &w.attention, Sparsity::Dense, x, false);
     let heads = match &w.gate {
         Some(gate) => g.mul(heads, g.sigmoid(g.mul_mat(g.stored(gate), x))),
         None => heads,

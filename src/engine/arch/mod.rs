@@ -7,6 +7,7 @@ mod deepseek2;
 mod deepseek32;
 mod gemma3;
 mod glm4moe;
+mod glm_dsa;
 mod gpt_oss;
 mod kimi_k3;
 mod llama;
@@ -166,6 +167,7 @@ pub fn graph(architecture: Architecture) -> &'static dyn StageGraph {
         Architecture::Qwen3 => &arch::QWEN3,
         Architecture::Qwen3Moe => &arch::QWEN3MOE,
         Architecture::Glm4Moe => &arch::GLM4MOE,
+        Architecture::GlmDsa => &arch::GLM_DSA,
         Architecture::Gemma3 => &arch::GEMMA3,
         Architecture::Deepseek2 => &arch::DEEPSEEK2,
         Architecture::Deepseek32 => &arch::DEEPSEEK32,

@@ -9,7 +9,7 @@ mod feed_forward;
 mod linear_attention;
 mod sparse_attention;
 
-pub(super) use attention::{attend, attend_masked, attend_segments, concat_rows, CachedKeys};
+pub(super) use attention::{attend, attend_masked, attend_segments, concat_rows, CachedKeys, MaskOf};
 pub use attention::{attention, attention_block, attention_block_with, AttentionParams, QkNorm};
 pub use feed_forward::{
     feed_forward, gated_feed_forward, moe_feed_forward, moe_feed_forward_routed_by, sparse_or_dense_feed_forward,
@@ -18,12 +18,13 @@ pub use feed_forward::{
 pub use linear_attention::{
     decay, delta_net, gated_delta_net, kimi_delta_attention, DeltaNetInputs, DeltaNetWeights, OutputGate,
 };
-pub(super) use sparse_attention::{indexer, Indexer};
+pub(super) use sparse_attention::{indexer, reused_choice};
 
 use super::kv_cache::KvCache;
 use super::recurrent_state::RecurrentState;
 use crate::ggml::{Collective, DType, GraphBuilder, SetTensorRef, Tensor};
 use crate::model::{LinearAttention, ModelConfig, TensorSlice};
+use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -188,6 +189,9 @@ pub struct StepContext<'a, 'g> {
     pub(super) rotate_values: Option<Tensor<'g>>,
     /// With sparse attention: the rotation of the lightning indexer's queries and keys.
     pub(super) rotate_indexer: Option<Tensor<'g>>,
+    /// With sparse attention: the positions the stage's last layer with an indexer chose, per run of
+    /// the step (by the run's first row), for the layers after it that reuse them (GLM-5.2).
+    pub(super) sparse_choices: RefCell<Vec<(usize, Tensor<'g>)>>,
 }
 
 /// A tensor-parallel rank's part in a graph: the heads, columns and experts it holds, and the sum over

@@ -2,7 +2,8 @@
 //! a step's lightning indexer — its heads' queries, its one key per position (cached beside the
 //! position's latent: [`crate::model::CacheRow::indexer_width`]) and its heads' weights —, and for each
 //! run of the step's segments the causal mask narrowed to the `top_k` positions each query scores
-//! highest, through which the layer's latent attention then attends.
+//! highest, through which the layer's latent attention then attends; GLM-5.2's layers without an
+//! indexer narrow it to the choice of the last layer before them that has one.
 
 use super::{AttentionRun, StepContext};
 use crate::ggml::{DType, GraphBuilder, RopeParams, SetTensorRef, Tensor};
@@ -22,8 +23,8 @@ pub(in crate::engine) struct Indexer<'g> {
 
 /// The lightning indexer of layer `layer` (within the stage) over the step: queries from the query
 /// bottleneck's normed output `bottleneck` ([q_lora_rank, tokens]), keys and weights from the layer's
-/// normed input `x`. Queries and keys are turned by NeoX RoPE on their first rotary dimensions and
-/// rotated by the Walsh-Hadamard matrix (a plain product, as llama.cpp's).
+/// normed input `x`. Queries and keys are turned by RoPE (in the model's indexer mode) on their first
+/// rotary dimensions and rotated by the Walsh-Hadamard matrix (a plain product, as llama.cpp's).
 pub(in crate::engine) fn indexer<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
@@ -33,11 +34,11 @@ pub(in crate::engine) fn indexer<'g>(
     layer: usize,
 ) -> Indexer<'g> {
     let c = step.config;
-    let sparse = c.sparse_attention.expect("a sparse-attention layer's model reads its indexer parameters");
+    let sparse = c.sparse_attention.as_ref().expect("a sparse model reads its indexer parameters");
     let (width, heads, t) = (sparse.width as i64, sparse.heads as i64, step.tokens());
     let rope = RopeParams {
         n_dims: c.rope.dimensions as i32,
-        mode: 2,
+        mode: sparse.rope_mode,
         n_ctx_orig: c.rope.original_context as i32,
         freq_base: c.rope.freq_base,
         freq_scale: c.rope.freq_scale,
@@ -61,7 +62,8 @@ pub(in crate::engine) fn indexer<'g>(
 impl<'g> Indexer<'g> {
     /// The run's part of the causal mask (`mask`: [attended, tokens, 1, sequences], F16) narrowed to
     /// the positions each query scores highest over its sequence's cached indexer keys (at most
-    /// `top_k`; every position when fewer are attended): the others closed (-∞).
+    /// `top_k`; every position when fewer are attended); the choice is kept for the layers after this
+    /// one that reuse it ([`reused_choice`]).
     pub fn narrowed(
         &self,
         g: &'g GraphBuilder,
@@ -69,8 +71,7 @@ impl<'g> Indexer<'g> {
         run: &AttentionRun,
         mask: Tensor<'g>,
     ) -> Tensor<'g> {
-        let sparse =
-            step.config.sparse_attention.expect("a sparse-attention layer's model reads its indexer parameters");
+        let sparse = step.config.sparse_attention.as_ref().expect("a sparse model reads its indexer parameters");
         let first = step.shape.segments[run.segments.start];
         let (t, n, attended) = (first.tokens as i64, run.segments.len() as i64, first.attended);
         let [width, heads, ..] = self.queries.shape();
@@ -82,13 +83,40 @@ impl<'g> Indexer<'g> {
             g.view(self.weights, &[heads, t, 1, n], &[w_row, t as usize * w_row, t as usize * w_row], run.row * w_row);
         let keys = step.cache.indexer_view(g, self.layer, first.seq..first.seq + n as usize, attended);
         let scores = g.lightning_indexer(queries, keys, weights, mask); // [attended, t, 1, n]
-        let kept = sparse.top_k.min(attended) as i64;
-        let chosen = g.cont(g.top_k(scores, kept)); // I32 [kept, t, 1, n]
-        let attended = attended as i64;
-        // Every position closed, the chosen ones opened (rows of one value each), the causal mask added.
-        let closed = g.reshape_4d(g.fill(mask, f32::NEG_INFINITY), [1, attended, t, n]);
-        let zeros = g.fill(g.reshape_4d(g.cast(chosen, DType::F32), [1, kept, t, n]), 0.0);
-        let opened = g.set_rows(closed, zeros, g.reshape_4d(chosen, [kept, t, n, 1]));
-        g.add(g.reshape_4d(opened, [attended, t, 1, n]), mask)
+        let chosen = g.top_k(scores, sparse.top_k.min(attended) as i64); // I32 [kept, t, 1, n]
+        let mut choices = step.sparse_choices.borrow_mut();
+        choices.retain(|(row, _)| *row != run.row);
+        choices.push((run.row, chosen));
+        narrowed_to(g, chosen, mask)
     }
+}
+
+/// The run's part of the causal mask narrowed to the positions the last layer before this one with an
+/// indexer of its own chose for it (GLM-5.2's layers without one). A stage never begins at such a layer
+/// ([`crate::model::ModelConfig::may_begin_stage`]), so the choice is in this step's graph.
+pub(in crate::engine) fn reused_choice<'g>(
+    g: &'g GraphBuilder,
+    step: &StepContext<'_, 'g>,
+    run: &AttentionRun,
+    mask: Tensor<'g>,
+) -> Tensor<'g> {
+    let choices = step.sparse_choices.borrow();
+    let chosen = choices
+        .iter()
+        .find(|(row, _)| *row == run.row)
+        .map(|(_, chosen)| *chosen)
+        .expect("a layer that reuses a choice follows a layer of its stage that made one");
+    narrowed_to(g, chosen, mask)
+}
+
+/// `mask` ([attended, tokens, 1, sequences], F16) with every position closed (-∞) but those `chosen`
+/// (I32 [kept, tokens, 1, sequences]) for each row, which keep the causal mask's value.
+fn narrowed_to<'g>(g: &'g GraphBuilder, chosen: Tensor<'g>, mask: Tensor<'g>) -> Tensor<'g> {
+    let [attended, t, _, n] = mask.shape();
+    let kept = chosen.shape()[0];
+    // Every position closed, the chosen ones opened (rows of one value each), the causal mask added.
+    let closed = g.reshape_4d(g.fill(mask, f32::NEG_INFINITY), [1, attended, t, n]);
+    let zeros = g.fill(g.reshape_4d(g.cast(chosen, DType::F32), [1, kept, t, n]), 0.0);
+    let opened = g.set_rows(closed, zeros, g.reshape_4d(chosen, [kept, t, n, 1]));
+    g.add(g.reshape_4d(opened, [attended, t, 1, n]), mask)
 }

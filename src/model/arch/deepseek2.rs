@@ -166,11 +166,25 @@ pub(super) fn latent_cache_row(config: &ModelConfig, mla: &LatentAttention) -> C
     }
 }
 
+/// How an architecture's YaRN reads `rope.scaling.yarn_log_multiplier` (mscale_all_dim), as llama.cpp
+/// does for it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum LatentYarn {
+    /// DeepSeek V2/V3: both magnitude scales are mscale_all_dim when it is not 1.
+    DeepseekV2,
+    /// DeepSeek V3.2: mscale 1, mscale_all_dim from the file.
+    Deepseek32,
+    /// GLM-5: the key is not read (0), so YaRN's magnitude is the generic one.
+    Unread,
+}
+
 /// What every DeepSeek file reads beyond the common keys: the next-token-prediction layers it skips,
-/// latent attention (into `config`, and returned) with YaRN's magnitude correction, and the experts.
+/// latent attention (into `config`, and returned) with YaRN's magnitude correction as `yarn` says, and
+/// the experts.
 pub(super) fn latent_hyper_parameters(
     keys: &Keys<'_>,
     config: &mut ModelConfig,
+    yarn: LatentYarn,
 ) -> Result<LatentAttention, ModelError> {
     super::skip_next_token_layers(keys, config)?;
     if keys.arch_optional_float("attention.temperature_scale")?.is_some_and(|s| s != 0.0) {
@@ -179,11 +193,13 @@ pub(super) fn latent_hyper_parameters(
             "asks for attention temperature tuning (Mistral Large 3), which shoal does not run",
         ));
     }
-    let mla = latent_attention(keys, config, true)?;
-    if config.rope.ext_factor != 0.0 {
-        // DeepSeek's YaRN: both magnitude scales are mscale_all_dim when it is not 1.
+    let mut mla = latent_attention(keys, config, true)?;
+    if yarn == LatentYarn::Unread {
+        mla.yarn_log_multiplier = 0.0;
+    }
+    if config.rope.ext_factor != 0.0 && mla.yarn_log_multiplier != 0.0 {
         let all_dims = mla.yarn_log_multiplier;
-        let mscale = if all_dims != 0.0 && all_dims != 1.0 { all_dims } else { 1.0 };
+        let mscale = if yarn == LatentYarn::DeepseekV2 && all_dims != 1.0 { all_dims } else { 1.0 };
         let file_factor = keys.arch_optional_float("rope.scaling.attn_factor")?.unwrap_or(1.0) as f32;
         config.rope.attn_factor = config.rope.yarn_attn_factor(mscale, all_dims, file_factor);
     }
@@ -222,7 +238,7 @@ impl Declare for Deepseek2 {
     type Layer = Deepseek2Layer<Declared>;
 
     fn hyper_parameters(&self, keys: &Keys<'_>, config: &mut ModelConfig) -> Result<(), ModelError> {
-        latent_hyper_parameters(keys, config).map(|_| ())
+        latent_hyper_parameters(keys, config, LatentYarn::DeepseekV2).map(|_| ())
     }
 
     fn values_may_differ(&self) -> bool {

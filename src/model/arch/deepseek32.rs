@@ -6,12 +6,12 @@
 //! attends only to the `attention.indexer.top_k` positions it scores highest. The indexer's key is
 //! cached beside each position's latent. Next-token-prediction layers are skipped.
 
-use super::deepseek2::{latent_cache_row, latent_hyper_parameters, LatentLayer};
+use super::deepseek2::{latent_cache_row, latent_hyper_parameters, LatentLayer, LatentYarn};
 use super::groups::SparseOrDense;
 use super::tensor_group::{tensor_group, Declared};
 use super::Declare;
 use crate::model::config::Keys;
-use crate::model::{CacheRow, ModelConfig, ModelError, SparseAttention};
+use crate::model::{CacheRow, LatentAttention, ModelConfig, ModelError, SparseAttention};
 
 pub struct Deepseek32;
 
@@ -40,9 +40,34 @@ tensor_group! {
     }
 }
 
-/// Reads the lightning indexer's keys; the key width must be a power of two from 64 (the rotation
-/// llama.cpp applies is that wide) and at least the rotary width.
-pub(super) fn sparse_attention(keys: &Keys<'_>, config: &ModelConfig) -> Result<SparseAttention, ModelError> {
+/// What a DeepSeek sparse-attention file reads beyond the common keys: DeepSeek's (latent attention,
+/// which must be in the split form with a query bottleneck, and the experts) into `config`, and the
+/// lightning indexer's (every layer with its own; its RoPE in `rope_mode`), returned.
+pub(super) fn sparse_latent_hyper_parameters(
+    keys: &Keys<'_>,
+    config: &mut ModelConfig,
+    yarn: LatentYarn,
+    rope_mode: i32,
+) -> Result<SparseAttention, ModelError> {
+    let mla = latent_hyper_parameters(keys, config, yarn)?;
+    if !mla.absorbed {
+        return Err(keys.arch_invalid(
+            "attention.key_length_mla",
+            "is missing: sparse attention runs latent attention in the split form (attn_k_b, attn_v_b) only",
+        ));
+    }
+    if mla.q_lora_rank == 0 {
+        return Err(
+            keys.arch_invalid("attention.q_lora_rank", "is 0: the lightning indexer reads the query bottleneck")
+        );
+    }
+    sparse_attention(keys, config, rope_mode)
+}
+
+/// Reads the lightning indexer's keys (every layer has its own indexer; its RoPE in `rope_mode`); the
+/// key width must be a power of two from 64 (the rotation llama.cpp applies is that wide) and at least
+/// the rotary width.
+fn sparse_attention(keys: &Keys<'_>, config: &ModelConfig, rope_mode: i32) -> Result<SparseAttention, ModelError> {
     let width = keys.arch_count("attention.indexer.key_length")?;
     if width < 64 || !width.is_power_of_two() {
         return Err(keys.arch_invalid(
@@ -60,7 +85,24 @@ pub(super) fn sparse_attention(keys: &Keys<'_>, config: &ModelConfig) -> Result<
         heads: keys.arch_count("attention.indexer.head_count")?,
         width,
         top_k: keys.arch_count("attention.indexer.top_k")?,
+        rope_mode,
+        own_indexer: Vec::new(),
     })
+}
+
+/// A sparse layer's cache row: the latent and rotary part, then the indexer's key when the layer has an
+/// indexer of its own.
+pub(super) fn indexed_cache_row(
+    config: &ModelConfig,
+    mla: &LatentAttention,
+    sparse: &SparseAttention,
+    layer: usize,
+) -> CacheRow {
+    let latent = latent_cache_row(config, mla);
+    match sparse.has_indexer(layer) {
+        true => CacheRow { key_width: latent.key_width + sparse.width, indexer_width: sparse.width, ..latent },
+        false => latent,
+    }
 }
 
 impl LightningIndexer<Declared> {
@@ -82,19 +124,7 @@ impl Declare for Deepseek32 {
     type Layer = Deepseek32Layer<Declared>;
 
     fn hyper_parameters(&self, keys: &Keys<'_>, config: &mut ModelConfig) -> Result<(), ModelError> {
-        let mla = latent_hyper_parameters(keys, config)?;
-        if !mla.absorbed {
-            return Err(keys.arch_invalid(
-                "attention.key_length_mla",
-                "is missing: DeepSeek V3.2 runs latent attention in the split form (attn_k_b, attn_v_b) only",
-            ));
-        }
-        if mla.q_lora_rank == 0 {
-            return Err(
-                keys.arch_invalid("attention.q_lora_rank", "is 0: the lightning indexer reads the query bottleneck")
-            );
-        }
-        config.sparse_attention = Some(sparse_attention(keys, config)?);
+        config.sparse_attention = Some(sparse_latent_hyper_parameters(keys, config, LatentYarn::Deepseek32, 2)?);
         Ok(())
     }
 
@@ -110,21 +140,20 @@ impl Declare for Deepseek32 {
         0
     }
 
-    fn cache_row(&self, config: &ModelConfig, _layer: usize) -> CacheRow {
+    fn cache_row(&self, config: &ModelConfig, layer: usize) -> CacheRow {
         let mla = config.latent_attention.expect("deepseek32 reads its attention parameters when the model opens");
-        let sparse = config.sparse_attention.expect("deepseek32 reads its indexer parameters when the model opens");
-        let latent = latent_cache_row(config, &mla);
-        CacheRow { key_width: latent.key_width + sparse.width, indexer_width: sparse.width, ..latent }
+        let sparse = config.sparse_attention.as_ref().expect("deepseek32 reads its indexer parameters when it opens");
+        indexed_cache_row(config, &mla, sparse, layer)
     }
 
     fn layer(&self, config: &ModelConfig, layer: usize) -> Self::Layer {
         let moe = config.moe.as_ref().expect("deepseek32 reads its expert parameters when the model opens");
         let mla = config.latent_attention.expect("deepseek32 reads its attention parameters when the model opens");
-        let sparse = config.sparse_attention.expect("deepseek32 reads its indexer parameters when the model opens");
+        let sparse = config.sparse_attention.as_ref().expect("deepseek32 reads its indexer parameters when it opens");
         Deepseek32Layer {
             attn_norm: Declared::new(&[config.embedding]),
             attention: LatentLayer::declare(config),
-            indexer: LightningIndexer::declare(config, &sparse, mla.q_lora_rank),
+            indexer: LightningIndexer::declare(config, sparse, mla.q_lora_rank),
             ffn_norm: Declared::new(&[config.embedding]),
             feed_forward: SparseOrDense::declare(config, moe, layer, false),
         }

@@ -10,6 +10,7 @@ mod deepseek2;
 mod deepseek32;
 mod gemma3;
 mod glm4moe;
+mod glm_dsa;
 mod gpt_oss;
 pub mod groups;
 mod kimi_k3;
@@ -24,6 +25,7 @@ pub use deepseek2::{Deepseek2, Deepseek2Layer, LatentLayer, LatentQuery, LatentV
 pub use deepseek32::{Deepseek32, Deepseek32Layer, LightningIndexer};
 pub use gemma3::{Gemma3, Gemma3Layer};
 pub use glm4moe::{Glm4Moe, Glm4MoeLayer};
+pub use glm_dsa::{GlmDsa, GlmDsaLayer};
 pub use gpt_oss::{GptOss, GptOssLayer};
 pub use kimi_k3::{
     GatedLatentAttention, KimiDeltaAttention, KimiFeedForward, KimiK3, KimiK3Layer, KimiMixer, LatentExperts,
@@ -141,6 +143,7 @@ pub static QWEN2: Dense = Dense { rope_mode: 2, head_norms_required: false, expe
 pub static QWEN3: Dense = Dense { rope_mode: 2, head_norms_required: true, experts_allowed: false };
 pub static QWEN3MOE: Qwen3Moe = Qwen3Moe;
 pub static GLM4MOE: Glm4Moe = Glm4Moe;
+pub static GLM_DSA: GlmDsa = GlmDsa;
 pub static GEMMA3: Gemma3 = Gemma3;
 pub static DEEPSEEK2: Deepseek2 = Deepseek2;
 pub static DEEPSEEK32: Deepseek32 = Deepseek32;
@@ -159,6 +162,7 @@ pub fn declaration(architecture: Architecture) -> &'static dyn Declaration {
         Architecture::Qwen3 => &QWEN3,
         Architecture::Qwen3Moe => &QWEN3MOE,
         Architecture::Glm4Moe => &GLM4MOE,
+        Architecture::GlmDsa => &GLM_DSA,
         Architecture::Gemma3 => &GEMMA3,
         Architecture::Deepseek2 => &DEEPSEEK2,
         Architecture::Deepseek32 => &DEEPSEEK32,
