@@ -7,7 +7,6 @@ mod deepseek2;
 mod deepseek32;
 mod gemma3;
 mod glm4moe;
-mod glm_dsa;
 mod gpt_oss;
 mod kimi_k3;
 mod llama;

@@ -1,10 +1,11 @@
-//! DeepSeek V3.2 (`deepseek32`): DeepSeek V3's layers (latent attention in the split form, with a query
-//! bottleneck; dense then routed and shared experts) with DeepSeek sparse attention in every layer: a
-//! lightning indexer (`indexer.*`) scores every earlier position for each query — its small heads'
-//! queries from the query bottleneck, one key per position from the layer's input, layer-normed, both
-//! turned by NeoX RoPE on their first rotary values and by a Walsh-Hadamard rotation —, and each query
-//! attends only to the `attention.indexer.top_k` positions it scores highest. The indexer's key is
-//! cached beside each position's latent. Next-token-prediction layers are skipped.
+//! DeepSeek V3.2 (`deepseek32`), and GLM-5 (`glm-dsa`, whose differences are in [`super::glm_dsa`]):
+//! DeepSeek V3's layers (latent attention in the split form, with a query bottleneck; dense then routed
+//! and shared experts) with DeepSeek sparse attention: a lightning indexer (`indexer.*`) scores every
+//! earlier position for each query — its small heads' queries from the query bottleneck, one key per
+//! position from the layer's input, layer-normed, both turned by RoPE (NeoX for DeepSeek) on their
+//! first rotary values and by a Walsh-Hadamard rotation —, and each query attends only to the
+//! `attention.indexer.top_k` positions it scores highest. The indexer's key is cached beside each
+//! position's latent. Next-token-prediction layers are skipped.
 
 use super::deepseek2::{latent_cache_row, latent_hyper_parameters, LatentLayer, LatentYarn};
 use super::groups::SparseOrDense;
@@ -13,14 +14,27 @@ use super::Declare;
 use crate::model::config::Keys;
 use crate::model::{CacheRow, LatentAttention, ModelConfig, ModelError, SparseAttention};
 
-pub struct Deepseek32;
+/// The architectures with DeepSeek sparse attention.
+pub struct SparseLatent {
+    pub family: SparseFamily,
+}
+
+/// Which of them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum SparseFamily {
+    /// DeepSeek V3.2: an indexer in every layer.
+    Deepseek32,
+    /// GLM-5 / 5.1 / 5.2 ([`super::glm_dsa`]).
+    Glm5,
+}
 
 tensor_group! {
-    /// A DeepSeek V3.2 layer.
-    pub struct Deepseek32Layer {
+    /// A DeepSeek V3.2 or GLM-5 layer.
+    pub struct SparseLatentLayer {
         attn_norm: tensor "attn_norm.weight",
         attention: group LatentLayer,
-        indexer: group LightningIndexer,
+        /// Absent in GLM-5.2's layers that reuse an earlier layer's choice.
+        indexer: optional_group LightningIndexer,
         ffn_norm: tensor "ffn_norm.weight",
         feed_forward: group SparseOrDense,
     }
@@ -92,12 +106,7 @@ fn sparse_attention(keys: &Keys<'_>, config: &ModelConfig, rope_mode: i32) -> Re
 
 /// A sparse layer's cache row: the latent and rotary part, then the indexer's key when the layer has an
 /// indexer of its own.
-pub(super) fn indexed_cache_row(
-    config: &ModelConfig,
-    mla: &LatentAttention,
-    sparse: &SparseAttention,
-    layer: usize,
-) -> CacheRow {
+fn indexed_cache_row(config: &ModelConfig, mla: &LatentAttention, sparse: &SparseAttention, layer: usize) -> CacheRow {
     let latent = latent_cache_row(config, mla);
     match sparse.has_indexer(layer) {
         true => CacheRow { key_width: latent.key_width + sparse.width, indexer_width: sparse.width, ..latent },
@@ -120,11 +129,14 @@ impl LightningIndexer<Declared> {
     }
 }
 
-impl Declare for Deepseek32 {
-    type Layer = Deepseek32Layer<Declared>;
+impl Declare for SparseLatent {
+    type Layer = SparseLatentLayer<Declared>;
 
     fn hyper_parameters(&self, keys: &Keys<'_>, config: &mut ModelConfig) -> Result<(), ModelError> {
-        config.sparse_attention = Some(sparse_latent_hyper_parameters(keys, config, LatentYarn::Deepseek32, 2)?);
+        config.sparse_attention = Some(match self.family {
+            SparseFamily::Deepseek32 => sparse_latent_hyper_parameters(keys, config, LatentYarn::Deepseek32, 2)?,
+            SparseFamily::Glm5 => super::glm_dsa::hyper_parameters(keys, config)?,
+        });
         Ok(())
     }
 
@@ -141,19 +153,21 @@ impl Declare for Deepseek32 {
     }
 
     fn cache_row(&self, config: &ModelConfig, layer: usize) -> CacheRow {
-        let mla = config.latent_attention.expect("deepseek32 reads its attention parameters when the model opens");
-        let sparse = config.sparse_attention.as_ref().expect("deepseek32 reads its indexer parameters when it opens");
+        let mla = config.latent_attention.expect("a sparse model reads its attention parameters when it opens");
+        let sparse =
+            config.sparse_attention.as_ref().expect("a sparse model reads its indexer parameters when it opens");
         indexed_cache_row(config, &mla, sparse, layer)
     }
 
     fn layer(&self, config: &ModelConfig, layer: usize) -> Self::Layer {
-        let moe = config.moe.as_ref().expect("deepseek32 reads its expert parameters when the model opens");
-        let mla = config.latent_attention.expect("deepseek32 reads its attention parameters when the model opens");
-        let sparse = config.sparse_attention.as_ref().expect("deepseek32 reads its indexer parameters when it opens");
-        Deepseek32Layer {
+        let moe = config.moe.as_ref().expect("a sparse model reads its expert parameters when it opens");
+        let mla = config.latent_attention.expect("a sparse model reads its attention parameters when it opens");
+        let sparse =
+            config.sparse_attention.as_ref().expect("a sparse model reads its indexer parameters when it opens");
+        SparseLatentLayer {
             attn_norm: Declared::new(&[config.embedding]),
             attention: LatentLayer::declare(config),
-            indexer: LightningIndexer::declare(config, sparse, mla.q_lora_rank),
+            indexer: sparse.has_indexer(layer).then(|| LightningIndexer::declare(config, sparse, mla.q_lora_rank)),
             ffn_norm: Declared::new(&[config.embedding]),
             feed_forward: SparseOrDense::declare(config, moe, layer, false),
         }

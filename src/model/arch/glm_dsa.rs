@@ -1,6 +1,6 @@
-//! GLM-5, 5.1 and 5.2 (`glm-dsa`): DeepSeek V3.2's layers (latent attention in the split form with a
-//! query bottleneck, a lightning indexer, dense then routed and shared experts) with three differences:
-//! the indexer's RoPE turns adjacent pairs (ggml's normal mode, not NeoX), routing is sigmoid when the
+//! GLM-5, 5.1 and 5.2 (`glm-dsa`): DeepSeek V3.2's layers (declared with them in [`super::deepseek32`]:
+//! latent attention in the split form with a query bottleneck, a lightning indexer, dense then routed
+//! and shared experts) with three differences, read here: the indexer's RoPE turns adjacent pairs (ggml's normal mode, not NeoX), routing is sigmoid when the
 //! file names no gating, and (GLM-5.2) only some layers have an indexer of their own; the others attend
 //! to the positions the last layer before them with one chose. Which layers have one:
 //! `attention.indexer.types`, else every layer for files trained on under 1M positions (GLM-5, 5.1)
@@ -8,30 +8,13 @@
 //! A pipeline stage begins only at a layer with its own indexer. Next-token-prediction layers are
 //! skipped.
 
-use super::deepseek2::{LatentLayer, LatentYarn};
-use super::deepseek32::{indexed_cache_row, sparse_latent_hyper_parameters, LightningIndexer};
-use super::groups::SparseOrDense;
-use super::tensor_group::{tensor_group, Declared};
-use super::Declare;
+use super::deepseek2::LatentYarn;
+use super::deepseek32::sparse_latent_hyper_parameters;
 use crate::model::config::Keys;
-use crate::model::{CacheRow, Gating, ModelConfig, ModelError};
-
-pub struct GlmDsa;
+use crate::model::{Gating, ModelConfig, ModelError, SparseAttention};
 
 /// Training contexts from which a file without `attention.indexer.types` is GLM-5.2 (llama.cpp's test).
 const GLM_5_2_CONTEXT: usize = 1 << 20;
-
-tensor_group! {
-    /// A GLM-5 layer.
-    pub struct GlmDsaLayer {
-        attn_norm: tensor "attn_norm.weight",
-        attention: group LatentLayer,
-        /// Absent in the layers that reuse an earlier layer's choice.
-        indexer: optional_group LightningIndexer,
-        ffn_norm: tensor "ffn_norm.weight",
-        feed_forward: group SparseOrDense,
-    }
-}
 
 /// Which of `layers` layers have an indexer of their own when the file does not say.
 fn default_indexers(layers: usize, training_context: usize) -> Vec<bool> {
@@ -41,63 +24,29 @@ fn default_indexers(layers: usize, training_context: usize) -> Vec<bool> {
     (0..layers).map(|l| l < 2 || (l - 2).is_multiple_of(4)).collect()
 }
 
-impl Declare for GlmDsa {
-    type Layer = GlmDsaLayer<Declared>;
-
-    fn hyper_parameters(&self, keys: &Keys<'_>, config: &mut ModelConfig) -> Result<(), ModelError> {
-        let named_gating = keys.arch_optional_size("expert_gating_func")?.is_some_and(|g| g != 0);
-        // llama.cpp reads no yarn_log_multiplier for GLM-5.
-        let mut sparse = sparse_latent_hyper_parameters(keys, config, LatentYarn::Unread, 0)?;
-        if !named_gating {
-            if let Some(moe) = config.moe.as_mut() {
-                moe.gating = Gating::Sigmoid;
-            }
-        }
-        sparse.own_indexer = match keys.arch_bools("attention.indexer.types") {
-            Some(flags) if flags.len() >= config.layers => flags[..config.layers].to_vec(),
-            Some(_) => return Err(keys.arch_invalid("attention.indexer.types", "has fewer entries than layers")),
-            None => default_indexers(config.layers, config.training_context),
-        };
-        if !sparse.has_indexer(0) {
-            return Err(keys.arch_invalid(
-                "attention.indexer.types",
-                "gives layer 0 no indexer, but a layer without one reuses an earlier layer's choice",
-            ));
-        }
-        config.sparse_attention = Some(sparse);
-        Ok(())
-    }
-
-    fn values_may_differ(&self) -> bool {
-        true
-    }
-
-    fn partial_rotary(&self) -> bool {
-        true
-    }
-
-    fn rope_mode(&self) -> i32 {
-        0
-    }
-
-    fn cache_row(&self, config: &ModelConfig, layer: usize) -> CacheRow {
-        let mla = config.latent_attention.expect("glm-dsa reads its attention parameters when the model opens");
-        let sparse = config.sparse_attention.as_ref().expect("glm-dsa reads its indexer parameters when it opens");
-        indexed_cache_row(config, &mla, sparse, layer)
-    }
-
-    fn layer(&self, config: &ModelConfig, layer: usize) -> Self::Layer {
-        let moe = config.moe.as_ref().expect("glm-dsa reads its expert parameters when the model opens");
-        let mla = config.latent_attention.expect("glm-dsa reads its attention parameters when the model opens");
-        let sparse = config.sparse_attention.as_ref().expect("glm-dsa reads its indexer parameters when it opens");
-        GlmDsaLayer {
-            attn_norm: Declared::new(&[config.embedding]),
-            attention: LatentLayer::declare(config),
-            indexer: sparse.has_indexer(layer).then(|| LightningIndexer::declare(config, sparse, mla.q_lora_rank)),
-            ffn_norm: Declared::new(&[config.embedding]),
-            feed_forward: SparseOrDense::declare(config, moe, layer, false),
+/// What a GLM-5 file reads beyond the common keys: DeepSeek's, without `yarn_log_multiplier` (llama.cpp
+/// does not read it for GLM-5) and with sigmoid routing unless the file names a gating, into `config`;
+/// the indexer's (RoPE in the normal mode, which layers have their own), returned.
+pub(super) fn hyper_parameters(keys: &Keys<'_>, config: &mut ModelConfig) -> Result<SparseAttention, ModelError> {
+    let named_gating = keys.arch_optional_size("expert_gating_func")?.is_some_and(|g| g != 0);
+    let mut sparse = sparse_latent_hyper_parameters(keys, config, LatentYarn::Unread, 0)?;
+    if !named_gating {
+        if let Some(moe) = config.moe.as_mut() {
+            moe.gating = Gating::Sigmoid;
         }
     }
+    sparse.own_indexer = match keys.arch_bools("attention.indexer.types") {
+        Some(flags) if flags.len() >= config.layers => flags[..config.layers].to_vec(),
+        Some(_) => return Err(keys.arch_invalid("attention.indexer.types", "has fewer entries than layers")),
+        None => default_indexers(config.layers, config.training_context),
+    };
+    if !sparse.has_indexer(0) {
+        return Err(keys.arch_invalid(
+            "attention.indexer.types",
+            "gives layer 0 no indexer, but a layer without one reuses an earlier layer's choice",
+        ));
+    }
+    Ok(sparse)
 }
 
 #[cfg(test)]

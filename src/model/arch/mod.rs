@@ -22,10 +22,9 @@ mod qwen3next;
 mod tensor_group;
 
 pub use deepseek2::{Deepseek2, Deepseek2Layer, LatentLayer, LatentQuery, LatentValues, SplitExpansion};
-pub use deepseek32::{Deepseek32, Deepseek32Layer, LightningIndexer};
+pub use deepseek32::{LightningIndexer, SparseFamily, SparseLatent, SparseLatentLayer};
 pub use gemma3::{Gemma3, Gemma3Layer};
 pub use glm4moe::{Glm4Moe, Glm4MoeLayer};
-pub use glm_dsa::{GlmDsa, GlmDsaLayer};
 pub use gpt_oss::{GptOss, GptOssLayer};
 pub use kimi_k3::{
     GatedLatentAttention, KimiDeltaAttention, KimiFeedForward, KimiK3, KimiK3Layer, KimiMixer, LatentExperts,
@@ -143,10 +142,10 @@ pub static QWEN2: Dense = Dense { rope_mode: 2, head_norms_required: false, expe
 pub static QWEN3: Dense = Dense { rope_mode: 2, head_norms_required: true, experts_allowed: false };
 pub static QWEN3MOE: Qwen3Moe = Qwen3Moe;
 pub static GLM4MOE: Glm4Moe = Glm4Moe;
-pub static GLM_DSA: GlmDsa = GlmDsa;
+pub static GLM_DSA: SparseLatent = SparseLatent { family: SparseFamily::Glm5 };
 pub static GEMMA3: Gemma3 = Gemma3;
 pub static DEEPSEEK2: Deepseek2 = Deepseek2;
-pub static DEEPSEEK32: Deepseek32 = Deepseek32;
+pub static DEEPSEEK32: SparseLatent = SparseLatent { family: SparseFamily::Deepseek32 };
 pub static GPT_OSS: GptOss = GptOss;
 pub static QWEN35: Qwen35 = Qwen35 { experts: false };
 pub static QWEN35MOE: Qwen35 = Qwen35 { experts: true };
