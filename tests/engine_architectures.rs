@@ -292,6 +292,7 @@ fn write_the_random_models() {
         random_model::minimax_m2(),
         common::random_sparse::deepseek32(),
         common::random_sparse::glm_dsa(),
+        common::random_sparse::minimax_m3(),
     ] {
         println!("random model: {}", model.write().display());
     }

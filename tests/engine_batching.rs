@@ -166,7 +166,7 @@ fn smollm2_batched_equals_alone_whole_and_split() {
 
 #[test]
 fn every_architecture_batched_equals_alone() {
-    let models: [RandomModel; 13] = [
+    let models: [RandomModel; 14] = [
         random_model::qwen3moe(),
         random_model::glm4moe(),
         random_model::gemma3(),
@@ -180,6 +180,7 @@ fn every_architecture_batched_equals_alone() {
         random_model::minimax_m2(),
         common::random_sparse::deepseek32(),
         common::random_sparse::glm_dsa(),
+        common::random_sparse::minimax_m3(),
     ];
     for model in models {
         let path = model.write();

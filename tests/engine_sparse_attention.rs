@@ -5,8 +5,9 @@
 //! llama.cpp's logits at every position fed a token at a time, prefilled in one step and prefilled in
 //! chunks; greedy tokens equal llama.cpp's and equal split at every layer; a sparse stage caches the
 //! indexer's keys as placement counts them; files shoal cannot run are refused naming the key. GLM-5.2
-//! (`glm-dsa`, layers without an indexer reusing an earlier layer's choice) runs the same checks, and
-//! no stage begins at such a layer.
+//! (`glm-dsa`, layers without an indexer reusing an earlier layer's choice) and MiniMax M3 (`minimax-m3`,
+//! attention by blocks of positions) run the same checks; no stage begins at a GLM-5.2 layer without an
+//! indexer, and MiniMax M3 is refused across tensor-parallel ranks.
 
 mod common;
 
@@ -36,8 +37,8 @@ fn same_kernels() -> bool {
     oracle::runs_the_x86_64_v3_kernels()
 }
 
-fn models() -> [RandomModel; 3] {
-    [random_model::minimax_m2(), random_sparse::deepseek32(), random_sparse::glm_dsa()]
+fn models() -> [RandomModel; 4] {
+    [random_model::minimax_m2(), random_sparse::deepseek32(), random_sparse::glm_dsa(), random_sparse::minimax_m3()]
 }
 
 #[test]
@@ -112,6 +113,21 @@ fn a_sparse_stage_caches_the_indexer_key_beside_each_latent() {
     let options = StageOptions { context: 512, sequences: 3, threads: 2, ..StageOptions::default() };
     for model in [random_sparse::deepseek32(), random_sparse::glm_dsa()] {
         check_sparse_stage_memory(&model, &options);
+    }
+    // MiniMax M3: keys and values per key/value head, and in the layers with experts the indexer key.
+    let model = random_sparse::minimax_m3();
+    let file = Model::open(&model.write()).unwrap();
+    let width = model.msa.unwrap().width;
+    let kv = model.kv_heads * model.head_dim;
+    let row = |l: usize| 2 * (2 * kv + if l >= model.leading_dense { width } else { 0 }) as u64;
+    let needs = ModelNeeds::of(&file, options.context, options.sequences, options.batch);
+    for range in [0..1, 1..3, 0..model.layers] {
+        let want = range.clone().map(row).sum::<u64>() * 512 * options.sequences as u64;
+        let stage = Stage::load(&file, range.clone(), options.clone()).unwrap();
+        assert_eq!(stage.memory().kv_cache, want, "minimax-m3 layers {range:?}: the stage");
+        assert_eq!(needs.stage(range.clone()).kv_cache, want, "minimax-m3 layers {range:?}");
+        let (planned, reserved) = (needs.stage(range.clone()).compute, stage.memory().compute);
+        assert!(planned >= reserved, "minimax-m3 layers {range:?}: placement {planned} < the stage {reserved}");
     }
 }
 
@@ -212,6 +228,14 @@ fn a_stage_never_begins_at_a_layer_that_reuses_an_earlier_choice() {
     assert!(placement::plan_override(&needs, &nodes, &[], &assignment).is_ok());
     let error = Stage::load(&file, 1..model.layers, oracle::options()).err().expect("refused").to_string();
     assert!(error.contains("cannot begin at layer 1"), "{error}");
+}
+
+/// A tensor-parallel group of MiniMax M3 is refused before anything loads, with the reason.
+#[test]
+fn minimax_m3_is_refused_across_tensor_parallel_ranks_with_the_reason() {
+    let file = Model::open(&random_sparse::minimax_m3().write()).unwrap();
+    let error = shoal::model::slice::plan(&file, &[1.0, 1.0]).unwrap_err();
+    assert!(error.contains("MiniMax M3") && error.contains("--parallel pipeline"), "{error}");
 }
 
 /// A GLM-5 file whose `attention.indexer.types` gives layer 0 no indexer (nothing before it chose) is

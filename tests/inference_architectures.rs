@@ -64,6 +64,15 @@ fn three_nodes_serve_deepseek32_exactly_like_one_process() {
     check_nodes_answer_like_one_process(&model, "node0:0-0,node1:1-2,node2:3-3");
 }
 
+/// MiniMax M3's block-sparse attention on three nodes: the dense layer alone, then the sparse layers,
+/// each node caching its layers' indexer keys beside their keys.
+#[test]
+fn three_nodes_serve_minimax_m3_exactly_like_one_process() {
+    let _one_at_a_time = common::cluster::exclusive();
+    let model = common::random_sparse::minimax_m3().write();
+    check_nodes_answer_like_one_process(&model, "node0:0-0,node1:1-2,node2:3-3");
+}
+
 /// GLM-5.2's sparse attention on two nodes, each beginning at a layer with its own indexer (the layers
 /// after it reuse its choice); a range beginning at a layer without one is refused with the reason.
 #[test]

@@ -33,11 +33,17 @@ fn tensors_per_layer(config: &ModelConfig, segments: usize) -> usize {
     // run per sequence), and Kimi K3's separate Q/K/V projections a dozen; its mixes of residual
     // checkpoints about 30 more.
     let linear = config.linear_attention.as_ref().map_or(0, |_| 36 * segments + 56);
+    // Sparse attention narrows each run's mask in about 16 ops (its indexer adds about 24 per layer);
+    // MiniMax M3's block-sparse attention about 30 per run and 14 per key/value head of each run.
+    let sparse = config.sparse_attention.as_ref().map_or(0, |_| 16 * segments + 24);
+    let block_sparse = config.block_sparse.map_or(0, |_| (30 + 14 * config.kv_heads) * segments + 40);
     84 + config.moe.map_or(0, |m| 2 * m.experts_used + 56)
         + config.latent_attention.map_or(0, |_| 32)
         + config.residual_block.map_or(0, |_| 32)
         + 12 * segments
         + linear
+        + sparse
+        + block_sparse
 }
 
 pub(super) fn build(parts: &StageParts<'_>, shape: &GraphShape) -> Graph {

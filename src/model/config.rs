@@ -60,10 +60,14 @@ pub enum Architecture {
     /// heads at once and RoPE on part of each head, sigmoid-routed experts with a selection bias.
     #[serde(rename = "minimax-m2")]
     MinimaxM2,
+    /// MiniMax M3 (`minimax-m3`): MiniMax M2's attention with Q and K normed per head and, after the
+    /// leading dense layers, sparse by blocks of positions; swigluoai experts plus a shared expert.
+    #[serde(rename = "minimax-m3")]
+    MinimaxM3,
 }
 
 impl Architecture {
-    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, glm-dsa (GLM-5), gemma3, deepseek2 (DeepSeek V2/V3, Kimi K2), deepseek32 (DeepSeek V3.2), gpt-oss, qwen35 and qwen35moe (Qwen3.5/3.6), qwen3next (Qwen3-Next), kimi-k3 (Kimi K3), minimax-m2 (MiniMax M2)";
+    pub const SUPPORTED: &'static str = "llama (Llama 2/3, Mistral, SmolLM), qwen2, qwen3, qwen3moe, glm4moe, glm-dsa (GLM-5), gemma3, deepseek2 (DeepSeek V2/V3, Kimi K2), deepseek32 (DeepSeek V3.2), gpt-oss, qwen35 and qwen35moe (Qwen3.5/3.6), qwen3next (Qwen3-Next), kimi-k3 (Kimi K3), minimax-m2 (MiniMax M2), minimax-m3 (MiniMax M3)";
 
     pub fn from_gguf_name(name: &str) -> Option<Architecture> {
         match name {
@@ -82,6 +86,7 @@ impl Architecture {
             "qwen3next" => Some(Architecture::Qwen3Next),
             "kimi-k3" => Some(Architecture::KimiK3),
             "minimax-m2" => Some(Architecture::MinimaxM2),
+            "minimax-m3" => Some(Architecture::MinimaxM3),
             _ => None,
         }
     }
@@ -104,6 +109,7 @@ impl Architecture {
             Architecture::Qwen3Next => "qwen3next",
             Architecture::KimiK3 => "kimi-k3",
             Architecture::MinimaxM2 => "minimax-m2",
+            Architecture::MinimaxM3 => "minimax-m3",
         }
     }
 
@@ -241,6 +247,20 @@ pub struct ModelConfig {
     pub expert_latent: Option<usize>,
     /// DeepSeek sparse attention's lightning indexer (DeepSeek V3.2), for the architectures that have it.
     pub sparse_attention: Option<SparseAttention>,
+    /// MiniMax sparse attention by blocks of positions (MiniMax M3), in the layers with experts.
+    pub block_sparse: Option<BlockSparseAttention>,
+}
+
+/// MiniMax sparse attention (MiniMax M3): positions come in blocks of `block`; an indexer head per
+/// key/value head scores each cached position for each query over one key per position (`width` wide,
+/// cached beside the layer's keys), a block scores its best position, and each key/value head's
+/// queries attend only to the `top_blocks` best blocks and the `local_blocks` blocks up to their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct BlockSparseAttention {
+    pub width: usize,
+    pub block: usize,
+    pub top_blocks: usize,
+    pub local_blocks: usize,
 }
 
 /// DeepSeek sparse attention: a lightning indexer scores every cached position for each query with
@@ -510,6 +530,7 @@ impl ModelConfig {
             residual_block: None,
             expert_latent: None,
             sparse_attention: None,
+            block_sparse: None,
         };
         config.rope.attn_factor = config.rope.yarn_attn_factor(1.0, 0.0, file_attn_factor);
         architecture.declaration().hyper_parameters(&keys, &mut config)?;

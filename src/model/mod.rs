@@ -19,8 +19,8 @@ mod user_text;
 
 pub use chat_template::{CallFormat, ChatMessage, ChatTemplate, ReplyFormat};
 pub use config::{
-    Architecture, CacheRow, ExpertActivation, ExpertGroups, Gating, LatentAttention, LinearAttention, ModelConfig,
-    MoeParams, RopeConfig, SlidingWindow, SparseAttention,
+    Architecture, BlockSparseAttention, CacheRow, ExpertActivation, ExpertGroups, Gating, LatentAttention,
+    LinearAttention, ModelConfig, MoeParams, RopeConfig, SlidingWindow, SparseAttention,
 };
 pub use gguf::{GgufFile, GgufHeader, TensorInfo, Value};
 pub use layout::ModelLayout;

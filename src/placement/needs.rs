@@ -163,7 +163,13 @@ impl ModelNeeds {
             .sparse_attention
             .as_ref()
             .map_or(0, |s| 16 * context as u64 + 12 * s.top_k.min(context) as u64 + 8 * (s.heads * s.width) as u64);
-        let compute = batch as u64 * (16 * widest + 2 * context as u64 + sparse) + (1 << 20) + widened + linear_states;
+        // MiniMax M3's block-sparse attention scores every attended position per key/value head (F32)
+        // and builds each head's mask from them (F32, then F16).
+        let block_sparse = c.block_sparse.map_or(0, |_| context as u64 * (10 * c.kv_heads as u64 + 16));
+        let compute = batch as u64 * (16 * widest + 2 * context as u64 + sparse + block_sparse)
+            + (1 << 20)
+            + widened
+            + linear_states;
         let experts = expert_bytes(model);
         let divider = Divider::of(model);
         let groups = (2..=MAX_GROUP)

@@ -36,6 +36,8 @@ pub struct RandomModel {
     pub kimi: Option<super::random_kimi::RandomKimi>,
     /// DeepSeek V3.2's lightning indexer (see [`super::random_sparse`]).
     pub indexer: Option<super::random_sparse::RandomIndexer>,
+    /// MiniMax M3's block-sparse attention (see [`super::random_sparse`]).
+    pub msa: Option<super::random_sparse::RandomMsa>,
     pub seed: u64,
 }
 
@@ -94,6 +96,7 @@ pub fn qwen3moe() -> RandomModel {
         linear: None,
         kimi: None,
         indexer: None,
+        msa: None,
         seed: 0x5eed_0001,
     }
 }
@@ -121,6 +124,7 @@ pub fn glm4moe() -> RandomModel {
         linear: None,
         kimi: None,
         indexer: None,
+        msa: None,
         seed: 0x5eed_0002,
     }
 }
@@ -148,6 +152,7 @@ pub fn gemma3() -> RandomModel {
         linear: None,
         kimi: None,
         indexer: None,
+        msa: None,
         seed: 0x5eed_0003,
     }
 }
@@ -504,9 +509,12 @@ impl RandomModel {
                 .meta(&k("rope.scaling.original_context_length"), Meta::U32(1024));
         }
         let gemma = arch == "gemma3";
-        let minimax = arch == "minimax-m2";
+        let minimax = arch == "minimax-m2" || arch == "minimax-m3";
         if minimax {
             g = g.meta(&k("expert_gating_func"), Meta::U32(2));
+        }
+        if let Some(msa) = self.msa {
+            g = super::random_sparse::msa_metadata(g, self, &msa);
         }
         if let (Some(mla), None) = (self.mla, self.kimi) {
             g = mla_metadata(g, self, &mla);
@@ -591,6 +599,8 @@ impl RandomModel {
                     .f32_values(&n("post_attention_norm.weight"), &[e], &w.around_one(e, 0.1));
                 g = gpt_oss_experts(g, self, l, &mut w, proj);
                 continue;
+            } else if let Some(msa) = self.msa {
+                g = super::random_sparse::msa_layer(g, self, &msa, l, &mut w);
             } else if minimax {
                 // Norms across all heads: one weight as wide as Q, one as wide as K.
                 g = g
@@ -631,7 +641,7 @@ impl RandomModel {
             if minimax {
                 g = g.f32_values(&n("exp_probs_b.bias"), &[n_exp], &w.uniform(n_exp, 0.3));
             }
-            if glm || self.mla.is_some() {
+            if glm || self.mla.is_some() || self.msa.is_some() {
                 let sf = f * self.shared_experts as u64;
                 if glm || self.mla.is_some_and(|m| m.sigmoid_groups.is_some()) {
                     g = g.f32_values(&n("exp_probs_b.bias"), &[n_exp], &w.uniform(n_exp, 0.3));

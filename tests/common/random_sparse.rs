@@ -94,3 +94,61 @@ pub fn deepseek32_bench() -> RandomModel {
         ..super::random_model::deepseek2_bench()
     }
 }
+
+/// MiniMax M3's block-sparse attention: an indexer key width, positions per block, blocks kept per
+/// query and blocks up to its own always kept.
+#[derive(Clone, Copy, Debug)]
+pub struct RandomMsa {
+    pub width: usize,
+    pub block: usize,
+    pub top_blocks: usize,
+    pub local_blocks: usize,
+}
+
+/// MiniMax M3 in miniature: 4 layers (the first dense), Q and K normed per head, RoPE on half of each
+/// head, 16 swigluoai experts of which 4 are used plus a shared one; the layers with experts attend by
+/// blocks of 4 positions, 2 chosen per query beside its own block, so the longer prompts and every
+/// continuation attend sparsely.
+pub fn minimax_m3() -> RandomModel {
+    RandomModel {
+        architecture: "minimax-m3",
+        rope_dims: 8,
+        leading_dense: 1,
+        shared_experts: 1,
+        msa: Some(RandomMsa { width: 16, block: 4, top_blocks: 2, local_blocks: 1 }),
+        seed: 0x5eed_0016,
+        ..super::random_model::qwen3moe()
+    }
+}
+
+/// MiniMax M3's own metadata.
+pub(super) fn msa_metadata(g: GgufWriter, model: &RandomModel, msa: &RandomMsa) -> GgufWriter {
+    let k = |key: &str| format!("{}.{key}", model.architecture);
+    g.meta(&k("leading_dense_block_count"), Meta::U32(model.leading_dense as u32))
+        .meta(&k("expert_shared_count"), Meta::U32(model.shared_experts as u32))
+        .meta(&k("expert_weights_scale"), Meta::F32(2.0))
+        .meta(&k("expert_weights_norm"), Meta::Value(shoal::model::Value::Bool(true)))
+        .meta(&k("attention.indexer.head_count"), Meta::U32(model.kv_heads as u32))
+        .meta(&k("attention.indexer.key_length"), Meta::U32(msa.width as u32))
+        .meta(&k("attention.indexer.top_k"), Meta::U32(msa.top_blocks as u32))
+        .meta(&k("attention.indexer.block_size"), Meta::U32(msa.block as u32))
+        .meta(&k("attention.indexer.local_blocks"), Meta::U32(msa.local_blocks as u32))
+}
+
+/// Layer `l`'s per-head Q/K norms, feed-forward norm and, in a layer with experts, its indexer.
+pub(super) fn msa_layer(g: GgufWriter, model: &RandomModel, msa: &RandomMsa, l: usize, w: &mut Weights) -> GgufWriter {
+    let n = |part: &str| format!("blk.{l}.{part}");
+    let (e, hd, d, heads) = (model.embedding as u64, model.head_dim as u64, msa.width as u64, model.kv_heads as u64);
+    let g = g
+        .f32_values(&n("attn_q_norm.weight"), &[hd], &w.around_one(hd, 0.1))
+        .f32_values(&n("attn_k_norm.weight"), &[hd], &w.around_one(hd, 0.1))
+        .f32_values(&n("ffn_norm.weight"), &[e], &w.around_one(e, 0.1));
+    if l < model.leading_dense {
+        return g;
+    }
+    let proj = 1.0 / (e as f32).sqrt() * 1.7;
+    g.f16_values(&n("indexer.q_proj.weight"), &[e, heads * d], &w.uniform(e * heads * d, proj))
+        .f16_values(&n("indexer.k_proj.weight"), &[e, d], &w.uniform(e * d, proj))
+        .f32_values(&n("indexer.q_norm.weight"), &[d], &w.around_one(d, 0.1))
+        .f32_values(&n("indexer.k_norm.weight"), &[d], &w.around_one(d, 0.1))
+}

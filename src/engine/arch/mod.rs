@@ -11,6 +11,7 @@ mod gpt_oss;
 mod kimi_k3;
 mod llama;
 mod minimax_m2;
+mod minimax_m3;
 mod qwen35;
 mod qwen3moe;
 mod qwen3next;
@@ -176,5 +177,6 @@ pub fn graph(architecture: Architecture) -> &'static dyn StageGraph {
         Architecture::Qwen3Next => &arch::QWEN3NEXT,
         Architecture::KimiK3 => &arch::KIMI_K3,
         Architecture::MinimaxM2 => &arch::MINIMAX_M2,
+        Architecture::MinimaxM3 => &arch::MINIMAX_M3,
     }
 }

@@ -107,17 +107,7 @@ pub fn attention<'g>(
         }
         QkNorm::AcrossHeads => normed_across_heads(g, step, w, x),
     };
-    let rope = RopeParams {
-        n_dims: c.rope.dimensions as i32,
-        mode: step.rope_mode,
-        n_ctx_orig: c.rope.original_context as i32,
-        freq_base: params.freq_base,
-        freq_scale: params.freq_scale,
-        ext_factor: c.rope.ext_factor,
-        attn_factor: c.rope.attn_factor,
-        beta_fast: c.rope.beta_fast,
-        beta_slow: c.rope.beta_slow,
-    };
+    let rope = rope_params(step, params);
     let q = g.rope(q, step.positions, step.rope_factors, &rope);
     let k = g.rope(k, step.positions, step.rope_factors, &rope);
     let q = match params.q_scale {
@@ -144,6 +134,22 @@ pub fn attention<'g>(
     match &w.output_bias {
         Some(b) => g.add(projected, g.stored(b)),
         None => projected,
+    }
+}
+
+/// The RoPE of a layer's queries and keys: the model's, in the layer's frequencies.
+pub(super) fn rope_params(step: &StepContext<'_, '_>, params: &AttentionParams) -> RopeParams {
+    let c = step.config;
+    RopeParams {
+        n_dims: c.rope.dimensions as i32,
+        mode: step.rope_mode,
+        n_ctx_orig: c.rope.original_context as i32,
+        freq_base: params.freq_base,
+        freq_scale: params.freq_scale,
+        ext_factor: c.rope.ext_factor,
+        attn_factor: c.rope.attn_factor,
+        beta_fast: c.rope.beta_fast,
+        beta_slow: c.rope.beta_slow,
     }
 }
 

@@ -30,6 +30,19 @@ pub enum Activation {
         beta: f32,
         linear_beta: f32,
     },
+    /// gpt-oss's clamped SwiGLU (MiniMax M3's dense and shared feed-forwards).
+    SwigluOai,
+}
+
+impl Activation {
+    /// The activation of a model's dense and shared feed-forwards, as its experts'.
+    fn of_experts(activation: ExpertActivation) -> Activation {
+        match activation {
+            ExpertActivation::Silu => Activation::Silu,
+            ExpertActivation::SwigluOai => Activation::SwigluOai,
+            ExpertActivation::Situ { beta, linear_beta } => Activation::Situ { beta, linear_beta },
+        }
+    }
 }
 
 /// Kimi K3's situ of a gated feed-forward, as llama.cpp computes it:
@@ -63,6 +76,7 @@ fn gated_part<'g>(g: &'g GraphBuilder, w: GatedMatrices<'_>, x: Tensor<'g>, act:
         Activation::Silu => g.swiglu(gate, up),
         Activation::Gelu => g.geglu(gate, up),
         Activation::Situ { beta, linear_beta } => situ(g, gate, up, beta, linear_beta),
+        Activation::SwigluOai => g.swiglu_oai(gate, up, 1.702, 7.0),
     };
     g.mul_mat(g.stored(down_weight), h)
 }
@@ -206,7 +220,8 @@ fn routed<'g>(
 }
 
 /// The feed-forward of a model whose first layers are dense and the others routed to experts, with
-/// shared experts every token also goes through (GLM-4.5, DeepSeek V3).
+/// shared experts every token also goes through (GLM-4.5, DeepSeek V3), the dense and shared ones with
+/// the experts' activation.
 pub fn sparse_or_dense_feed_forward<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
@@ -214,13 +229,14 @@ pub fn sparse_or_dense_feed_forward<'g>(
     moe: &MoeParams,
     x: Tensor<'g>,
 ) -> Tensor<'g> {
+    let activation = Activation::of_experts(moe.activation);
     let experts = match w {
-        SparseOrDense::Dense(dense) => return feed_forward(g, step, dense.matrices(), x),
+        SparseOrDense::Dense(dense) => return gated_feed_forward(g, step, dense.matrices(), x, activation),
         SparseOrDense::Sparse(experts) => experts,
     };
     let Some(shared) = &experts.shared else { return moe_feed_forward(g, step, &experts.routed, moe, x) };
     let routed = routed(g, step, &experts.routed, moe, x, x);
-    let shared = gated_part(g, shared.matrices(), x, Activation::Silu);
+    let shared = gated_part(g, shared.matrices(), x, activation);
     match routed {
         // A rank's parts of both are summed over the group at once: one sum per layer, not two.
         Routed::Part(part) => step.complete(g, g.add(part, shared)),

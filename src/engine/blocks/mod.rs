@@ -5,12 +5,14 @@
 //! the shape of a step (its sequences' segments) and what every layer of it shares.
 
 mod attention;
+mod block_sparse;
 mod feed_forward;
 mod linear_attention;
 mod sparse_attention;
 
 pub(super) use attention::{attend, attend_masked, attend_segments, concat_rows, CachedKeys, MaskOf};
 pub use attention::{attention, attention_block, attention_block_with, AttentionParams, QkNorm};
+pub use block_sparse::block_sparse_attention;
 pub use feed_forward::{
     feed_forward, gated_feed_forward, moe_feed_forward, moe_feed_forward_routed_by, sparse_or_dense_feed_forward,
     Activation,

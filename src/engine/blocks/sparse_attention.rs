@@ -112,11 +112,18 @@ pub(in crate::engine) fn reused_choice<'g>(
 /// `mask` ([attended, tokens, 1, sequences], F16) with every position closed (-∞) but those `chosen`
 /// (I32 [kept, tokens, 1, sequences]) for each row, which keep the causal mask's value.
 fn narrowed_to<'g>(g: &'g GraphBuilder, chosen: Tensor<'g>, mask: Tensor<'g>) -> Tensor<'g> {
-    let [attended, t, _, n] = mask.shape();
-    let kept = chosen.shape()[0];
-    // Every position closed, the chosen ones opened (rows of one value each), the causal mask added.
-    let closed = g.reshape_4d(g.fill(mask, f32::NEG_INFINITY), [1, attended, t, n]);
-    let zeros = g.fill(g.reshape_4d(g.cast(chosen, DType::F32), [1, kept, t, n]), 0.0);
-    let opened = g.set_rows(closed, zeros, g.reshape_4d(chosen, [kept, t, n, 1]));
-    g.add(g.reshape_4d(opened, [attended, t, 1, n]), mask)
+    g.add(only_chosen(g, mask, chosen), mask)
+}
+
+/// A tensor shaped and typed as `like` (contiguous, F32 or F16; each row `like.shape()[0]` long),
+/// 0 at the indices `chosen` (I32, `kept` per row, the rows as `like`'s) and -∞ elsewhere.
+pub(super) fn only_chosen<'g>(g: &'g GraphBuilder, like: Tensor<'g>, chosen: Tensor<'g>) -> Tensor<'g> {
+    let shape = like.shape();
+    let (len, kept) = (shape[0], chosen.shape()[0]);
+    let rows = shape[1..].iter().product::<i64>();
+    // Every value closed, then the chosen ones opened (rows of one value each).
+    let closed = g.reshape_4d(g.fill(like, f32::NEG_INFINITY), [1, len, rows, 1]);
+    let zeros = g.fill(g.reshape_4d(g.cast(chosen, DType::F32), [1, kept, rows, 1]), 0.0);
+    let opened = g.set_rows(closed, zeros, g.reshape_4d(chosen, [kept, rows, 1, 1]));
+    g.reshape_4d(opened, shape)
 }

@@ -16,6 +16,7 @@ pub mod groups;
 mod kimi_k3;
 mod llama;
 mod minimax_m2;
+mod minimax_m3;
 mod qwen35;
 mod qwen3moe;
 mod qwen3next;
@@ -32,6 +33,7 @@ pub use kimi_k3::{
 };
 pub use llama::{Dense, DenseFeedForward, DenseLayer};
 pub use minimax_m2::{MinimaxM2, MinimaxM2Layer};
+pub use minimax_m3::{BlockIndexer, MinimaxM3, MinimaxM3Layer};
 pub use qwen35::{
     GatedAttention, GatedDeltaNet, GatedSharedExperts, Qwen35, Qwen35FeedForward, Qwen35Layer, Qwen35Mixer,
 };
@@ -152,6 +154,7 @@ pub static QWEN35MOE: Qwen35 = Qwen35 { experts: true };
 pub static QWEN3NEXT: Qwen3Next = Qwen3Next;
 pub static KIMI_K3: KimiK3 = KimiK3;
 pub static MINIMAX_M2: MinimaxM2 = MinimaxM2;
+pub static MINIMAX_M3: MinimaxM3 = MinimaxM3;
 
 /// The declaration of `architecture`.
 pub fn declaration(architecture: Architecture) -> &'static dyn Declaration {
@@ -171,6 +174,7 @@ pub fn declaration(architecture: Architecture) -> &'static dyn Declaration {
         Architecture::Qwen3Next => &QWEN3NEXT,
         Architecture::KimiK3 => &KIMI_K3,
         Architecture::MinimaxM2 => &MINIMAX_M2,
+        Architecture::MinimaxM3 => &MINIMAX_M3,
     }
 }
 
