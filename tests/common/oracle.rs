@@ -139,9 +139,31 @@ pub fn check_prefill_logits_with(
     tight: bool,
     options: &StageOptions,
 ) {
-    let mut pipeline = LocalPipeline::load(file, &[], options, WireFormat::F32).unwrap();
     let prefill_recorded = cases.iter().all(|case| case.prefill.len() == case.prompt_ids.len());
     let relative = tolerance(prefill_recorded && tight);
+    check_prefill_logits_within(file, name, cases, shortest, relative, options);
+}
+
+/// The relative tolerance of DeepSeek's prefill in the expanded first-step form against llama.cpp's in
+/// the latent form, on the recording's kernels: the same sums in another order, rounded to F16 at
+/// other points. Measured on random `deepseek2` models (two seeds): at most 0.033 and 0.038 against
+/// logits near 27 (1.4e-3 of them), where llama.cpp's own one-step prefill and token-at-a-time logits
+/// differ by up to 0.017 and 0.012 (6e-4); token-at-a-time logits and latent-form prefills agree
+/// exactly (0).
+pub const EXPANDED_LATENT_FORM: f32 = 2e-3;
+
+/// [`check_prefill_logits_with`] within `relative` (plus 0.01) of llama.cpp's prefill where it was
+/// recorded, else of its token-at-a-time logits.
+pub fn check_prefill_logits_within(
+    file: &Model,
+    name: &str,
+    cases: &[Recorded],
+    shortest: usize,
+    relative: f32,
+    options: &StageOptions,
+) {
+    let mut pipeline = LocalPipeline::load(file, &[], options, WireFormat::F32).unwrap();
+    let prefill_recorded = cases.iter().all(|case| case.prefill.len() == case.prompt_ids.len());
     let mut checked = 0;
     let mut largest_difference = 0f32;
     for case in cases {
