@@ -7,7 +7,7 @@
 //! indexer's keys as placement counts them; files shoal cannot run are refused naming the key. GLM-5.2
 //! (`glm-dsa`, layers without an indexer reusing an earlier layer's choice) and MiniMax M3 (`minimax-m3`,
 //! attention by blocks of positions) run the same checks; no stage begins at a GLM-5.2 layer without an
-//! indexer, and MiniMax M3 is refused across tensor-parallel ranks.
+//! indexer.
 
 mod common;
 
@@ -228,14 +228,6 @@ fn a_stage_never_begins_at_a_layer_that_reuses_an_earlier_choice() {
     assert!(placement::plan_override(&needs, &nodes, &[], &assignment).is_ok());
     let error = Stage::load(&file, 1..model.layers, oracle::options()).err().expect("refused").to_string();
     assert!(error.contains("cannot begin at layer 1"), "{error}");
-}
-
-/// A tensor-parallel group of MiniMax M3 is refused before anything loads, with the reason.
-#[test]
-fn minimax_m3_is_refused_across_tensor_parallel_ranks_with_the_reason() {
-    let file = Model::open(&random_sparse::minimax_m3().write()).unwrap();
-    let error = shoal::model::slice::plan(&file, &[1.0, 1.0]).unwrap_err();
-    assert!(error.contains("MiniMax M3") && error.contains("--parallel pipeline"), "{error}");
 }
 
 /// A GLM-5 file whose `attention.indexer.types` gives layer 0 no indexer (nothing before it chose) is

@@ -222,6 +222,8 @@ fn random_models_split_unevenly_compute_the_whole_model() {
         ("DeepSeek V3.2", common::random_sparse::deepseek32()),
         // Layers without an indexer reuse the choice every rank made alike.
         ("GLM-5.2", common::random_sparse::glm_dsa()),
+        // Each rank selects blocks for its key/value heads; at 2:1 one rank holds part of a group.
+        ("MiniMax M3", common::random_sparse::minimax_m3()),
     ] {
         let path = random(model);
         let reference = whole(&path);
@@ -246,6 +248,8 @@ fn groups_chained_as_pipeline_stages_compute_the_whole_model() {
         ("DeepSeek V3.2", random(common::random_sparse::deepseek32()), vec![(0..2, vec![1.0, 2.0]), (2..4, vec![1.0])]),
         // Groups meet where a layer has its own indexer (the next ones reuse its choice).
         ("GLM-5.2", random(common::random_sparse::glm_dsa()), vec![(0..3, vec![1.0, 1.0]), (3..5, vec![2.0, 1.0])]),
+        // The dense layer alone, then the block-sparse layers over a group.
+        ("MiniMax M3", random(common::random_sparse::minimax_m3()), vec![(0..1, vec![1.0]), (1..4, vec![1.0, 1.0])]),
         ("gpt-oss", random(random_model::gpt_oss()), vec![(0..2, vec![2.0, 1.0]), (2..4, vec![1.0, 1.0, 1.0])]),
         // A gated delta-net layer alone, then a group over linear and full layers with experts.
         ("Qwen3.5-MoE", random(random_model::qwen35moe()), vec![(0..1, vec![1.0]), (1..4, vec![1.0, 2.0])]),

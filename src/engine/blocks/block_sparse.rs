@@ -10,6 +10,7 @@ use super::{attention::rope_params, concat_rows, linear, norm, AttentionParams, 
 use crate::ggml::{DType, GraphBuilder, SetTensorRef, Tensor};
 use crate::model::arch::groups::Attention;
 use crate::model::arch::BlockIndexer;
+use std::ops::Range;
 
 /// A layer's block-sparse self-attention over `x` (normed): the output projection's result.
 pub fn block_sparse_attention<'g>(
@@ -22,7 +23,8 @@ pub fn block_sparse_attention<'g>(
 ) -> Tensor<'g> {
     let c = step.config;
     let sparse = c.block_sparse.expect("a block-sparse model reads its indexer parameters when it opens");
-    let (hd, t, heads, kv_heads) = (c.head_dim as i64, step.tokens(), c.heads as i64, c.kv_heads as i64);
+    // A tensor-parallel rank computes its query and key/value heads and their indexer queries.
+    let (hd, t, heads, kv_heads) = (c.head_dim as i64, step.tokens(), step.heads() as i64, step.kv_heads() as i64);
     let local = layer - step.layers.start;
     let rope = rope_params(step, &AttentionParams::of(c, layer));
     let turn = |x: Tensor<'g>| g.rope(x, step.positions, step.rope_factors, &rope);
@@ -141,7 +143,8 @@ fn local_blocks<'g>(
 }
 
 /// Each key/value head's queries of the run over its cached keys and values, through the causal mask
-/// plus that head's chosen blocks; [head, heads, tokens · sequences].
+/// plus that head's chosen blocks; [head, heads, tokens · sequences]. On a tensor-parallel rank, its
+/// key/value heads and the query heads it holds of each.
 fn attend_by_head<'g>(
     g: &'g GraphBuilder,
     step: &StepContext<'_, 'g>,
@@ -154,19 +157,28 @@ fn attend_by_head<'g>(
     let c = step.config;
     let first = step.shape.segments[run.segments.start];
     let (t, n, attended) = (first.tokens as i64, run.segments.len() as i64, first.attended);
-    let (hd, heads, kv_heads) = (c.head_dim as i64, c.heads as i64, c.kv_heads as i64);
-    let per_group = heads / kv_heads;
+    let hd = c.head_dim as i64;
     let (k, v) = step.cache.view(g, layer, first.seq..first.seq + n as usize, attended, c.head_dim, c.head_dim);
     let q_st = q.strides();
     let causal = g.cast(g.cont(run_mask), DType::F32); // [attended, t, 1, n]
     let b_st = blocks.strides();
-    let outputs: Vec<Tensor<'g>> = (0..kv_heads as usize)
-        .map(|h| {
+    // Which query heads read each key/value head (of this graph's; a rank may hold part of a group).
+    let groups: Vec<(usize, Range<usize>)> = step
+        .head_runs()
+        .into_iter()
+        .flat_map(|(heads, kv)| {
+            let per = heads.len() / kv.len();
+            kv.clone().map(move |h| (h, heads.start + (h - kv.start) * per..heads.start + (h - kv.start + 1) * per))
+        })
+        .collect();
+    let outputs: Vec<Tensor<'g>> = groups
+        .into_iter()
+        .map(|(h, reading)| {
             let queries = g.view(
                 q,
-                &[hd, per_group, t, n],
+                &[hd, reading.len() as i64, t, n],
                 &[q_st[1], q_st[2], t as usize * q_st[2]],
-                h * per_group as usize * q_st[1] + run.row * q_st[2],
+                reading.start * q_st[1] + run.row * q_st[2],
             );
             let of_head = |x: Tensor<'g>| {
                 let st = x.strides();
@@ -176,10 +188,10 @@ fn attend_by_head<'g>(
             let mask = g.cast(g.add(g.cont(head_blocks), causal), DType::F16);
             let perm = |x: Tensor<'g>| g.permute(x, [0, 2, 1, 3]);
             let scale = 1.0 / (c.head_dim as f32).sqrt();
+            // [hd, the group's query heads, t, n]
             g.flash_attention(perm(queries), perm(of_head(k)), perm(of_head(v)), mask, scale)
-            // [hd, G, t, n]
         })
         .collect();
-    let joined = outputs.into_iter().reduce(|a, b| g.concat(a, b, 1)).expect("a model has a key/value head");
-    g.reshape_3d(joined, hd, heads, t * n)
+    let joined = outputs.into_iter().reduce(|a, b| g.concat(a, b, 1)).expect("a graph holds a key/value head");
+    g.reshape_3d(joined, hd, step.heads() as i64, t * n)
 }

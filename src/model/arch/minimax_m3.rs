@@ -13,6 +13,7 @@ use super::groups::{Attention, SparseOrDense};
 use super::tensor_group::{tensor_group, Declared};
 use super::Declare;
 use crate::model::config::Keys;
+use crate::model::layout::Part;
 use crate::model::{BlockSparseAttention, CacheRow, ExpertActivation, Gating, ModelConfig, ModelError, MoeParams};
 
 pub struct MinimaxM3;
@@ -98,10 +99,6 @@ impl Declare for MinimaxM3 {
         2
     }
 
-    fn splits_across_ranks(&self, _config: &ModelConfig) -> Result<(), String> {
-        Err("MiniMax M3's block-sparse attention is not divided across tensor-parallel ranks yet; use --parallel pipeline".into())
-    }
-
     fn cache_row(&self, config: &ModelConfig, layer: usize) -> CacheRow {
         let row = config.standard_cache_row();
         match (config.block_sparse, config.moe) {
@@ -116,8 +113,10 @@ impl Declare for MinimaxM3 {
         let moe = config.moe.as_ref().expect("minimax-m3 reads its expert parameters when the model opens");
         let sparse = config.block_sparse.expect("minimax-m3 reads its indexer parameters when the model opens");
         let (e, d, heads) = (config.embedding, sparse.width, config.kv_heads);
+        // A tensor-parallel rank holds the indexer queries of its key/value heads; the indexer key, one
+        // per position, every rank computes whole.
         let indexer = moe.is_sparse(layer).then(|| BlockIndexer {
-            q: Declared::new(&[e, heads * d]),
+            q: Declared::new(&[e, heads * d]).split(1, Part::KvHeads),
             k: Declared::new(&[e, d]),
             q_norm: Declared::new(&[d]),
             k_norm: Declared::new(&[d]),
