@@ -8,7 +8,9 @@
 mod common;
 
 use serde_json::{json, Map, Value};
-use shoal::model::{CallFormat, ChatMessage, ChatTemplate, GgufFile, Literals, Markup, ReplyFormat, Tokenizer};
+use shoal::model::{
+    CallFormat, ChatMessage, ChatTemplate, GgufFile, Literals, Markup, ReplyFormat, ThinkTags, Tokenizer,
+};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -29,6 +31,9 @@ const TEMPLATES: &[(&str, &str, &str)] = &[
     ("Kimi-K2-Thinking", "", "[EOS]"),
     ("HuggingFaceTB-SmolLM3-3B", "", "<|im_end|>"),
     ("Mistral-Small-3.2-24B-Instruct-2506", "<s>", "</s>"),
+    ("deepseek-ai-DeepSeek-V3.2", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
+    ("MiniMax-M2", "]~!b[", "[e~["),
+    ("MiniMax-M3", "]~!b[", "[e~["),
 ];
 
 fn template_path(name: &str) -> PathBuf {
@@ -213,14 +218,24 @@ fn each_family_says_how_its_replies_are_laid_out() {
         template.reply_format(&prompt)
     };
     assert_eq!(format_of("openai-gpt-oss-120b", 0), ReplyFormat::Harmony);
-    assert_eq!(format_of("Qwen-Qwen3-0.6B", 0), ReplyFormat::Thinking { open: false });
+    assert_eq!(format_of("Qwen-Qwen3-0.6B", 0), ReplyFormat::Thinking { open: false, tags: ThinkTags::Think });
     // Thinking off: the prompt holds an empty block, and the reply is the answer.
-    assert_eq!(format_of("Qwen-Qwen3-0.6B", 4), ReplyFormat::Thinking { open: false });
+    assert_eq!(format_of("Qwen-Qwen3-0.6B", 4), ReplyFormat::Thinking { open: false, tags: ThinkTags::Think });
     // DeepSeek V3.1 opens the block in the prompt when thinking is on.
-    assert_eq!(format_of("deepseek-ai-DeepSeek-V3.1", 5), ReplyFormat::Thinking { open: true });
-    assert_eq!(format_of("deepseek-ai-DeepSeek-V3.1", 0), ReplyFormat::Thinking { open: false });
+    assert_eq!(format_of("deepseek-ai-DeepSeek-V3.1", 5), ReplyFormat::Thinking { open: true, tags: ThinkTags::Think });
+    assert_eq!(
+        format_of("deepseek-ai-DeepSeek-V3.1", 0),
+        ReplyFormat::Thinking { open: false, tags: ThinkTags::Think }
+    );
     assert_eq!(format_of("meta-llama-Llama-3.3-70B-Instruct", 0), ReplyFormat::Plain);
     assert_eq!(format_of("Qwen-Qwen2.5-7B-Instruct", 2), ReplyFormat::Plain);
+    // DeepSeek V3.2 opens the block in the prompt when thinking is on; MiniMax M2's prompt always opens
+    // it; MiniMax M3 writes its own markers.
+    let think = |open| ReplyFormat::Thinking { open, tags: ThinkTags::Think };
+    assert_eq!(format_of("deepseek-ai-DeepSeek-V3.2", 5), think(true));
+    assert_eq!(format_of("deepseek-ai-DeepSeek-V3.2", 0), think(false));
+    assert_eq!(format_of("MiniMax-M2", 0), think(true));
+    assert_eq!(format_of("MiniMax-M3", 0), ReplyFormat::Thinking { open: false, tags: ThinkTags::MiniMax });
 }
 
 #[test]

@@ -17,7 +17,7 @@ pub mod split;
 mod tokenizer;
 mod user_text;
 
-pub use chat_template::{CallFormat, ChatMessage, ChatTemplate, ReplyFormat};
+pub use chat_template::{CallFormat, ChatMessage, ChatTemplate, ReplyFormat, ThinkTags};
 pub use config::{
     Architecture, BlockSparseAttention, CacheRow, ExpertActivation, ExpertGroups, Gating, LatentAttention,
     LinearAttention, ModelConfig, MoeParams, RopeConfig, SlidingWindow, SparseAttention,

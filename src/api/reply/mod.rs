@@ -10,6 +10,8 @@ mod thinking;
 
 use super::tools::{ToolCall, ToolStream};
 use crate::model::ReplyFormat;
+#[cfg(test)]
+use crate::model::ThinkTags;
 
 /// A piece of a reply.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,7 +48,7 @@ impl ReplyStream {
         let layout = match format {
             ReplyFormat::Plain => Layout::Plain,
             ReplyFormat::Harmony => Layout::Harmony(harmony::Harmony::new(tools_offered)),
-            ReplyFormat::Thinking { open } => Layout::Thinking(thinking::Thinking::new(open)),
+            ReplyFormat::Thinking { open, tags } => Layout::Thinking(thinking::Thinking::new(open, tags)),
         };
         let calls = (tools_offered && !matches!(layout, Layout::Harmony(_))).then(ToolStream::default);
         ReplyStream { layout, calls }
@@ -136,12 +138,12 @@ mod tests {
     #[test]
     fn qwen3_reasons_then_calls_a_tool_in_its_answer() {
         let reply = "<think>\nWeather needs the tool.\n</think>\n\n<tool_call>\n{\"name\": \"w\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
-        let split = split(ReplyFormat::Thinking { open: false }, true, reply);
+        let split = split(ReplyFormat::Thinking { open: false, tags: ThinkTags::Think }, true, reply);
         assert_eq!(split.reasoning, "Weather needs the tool.");
         assert_eq!(split.content, "");
         assert_eq!(split.calls, vec![ToolCall { name: "w".into(), arguments: json!({ "city": "Oslo" }) }]);
         // Streamed in pieces, the reasoning comes out before the reply ends and the call is held.
-        let mut stream = ReplyStream::new(ReplyFormat::Thinking { open: false }, true);
+        let mut stream = ReplyStream::new(ReplyFormat::Thinking { open: false, tags: ThinkTags::Think }, true);
         let shown: Vec<Part> = reply.split_inclusive(' ').flat_map(|p| stream.push(p)).collect();
         assert_eq!(merged(shown), vec![Part::Reasoning("Weather needs the tool.".into())]);
         assert_eq!(stream.finish().1.len(), 1);

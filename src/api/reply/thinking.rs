@@ -1,12 +1,10 @@
 //! Replies that reason between `<think>` and `</think>` before answering (Qwen3, DeepSeek R1 and V3.1,
-//! GLM-4.5, Kimi K2 Thinking), read as they stream. The reply may open with `<think>`, or start inside
+//! GLM-4.5, Kimi K2 Thinking; MiniMax M3 between `<mm:think>` and `</mm:think>`), read as they stream. The reply may open with `<think>`, or start inside
 //! the block when the prompt opened it; either way what comes before `</think>` is reasoning, and the
 //! answer after it. Whitespace around the reasoning and before the answer is the layout's, not theirs.
 
 use super::Part;
-
-const OPEN: &str = "<think>";
-const CLOSE: &str = "</think>";
+use crate::model::ThinkTags;
 
 #[derive(Debug, PartialEq)]
 enum State {
@@ -22,13 +20,18 @@ enum State {
 pub struct Thinking {
     state: State,
     pending: String,
+    /// The block's opening and closing markers.
+    open: &'static str,
+    close: &'static str,
 }
 
 impl Thinking {
-    /// A reader for a reply that starts inside the block when `open` (the prompt opened it).
-    pub fn new(open: bool) -> Thinking {
+    /// A reader for a reply that starts inside the block when `open` (the prompt opened it), the block
+    /// between `tags`' markers.
+    pub fn new(open: bool, tags: ThinkTags) -> Thinking {
         let state = if open { State::Reasoning { started: false } } else { State::Opening };
-        Thinking { state, pending: String::new() }
+        let (open, close) = tags.markers();
+        Thinking { state, pending: String::new(), open, close }
     }
 
     /// Takes the next piece of text; returns what can be shown now.
@@ -39,12 +42,12 @@ impl Thinking {
             match self.state {
                 State::Opening => {
                     let trimmed = self.pending.trim_start();
-                    if let Some(after) = trimmed.strip_prefix(OPEN) {
+                    if let Some(after) = trimmed.strip_prefix(self.open) {
                         self.pending = after.to_string();
                         self.state = State::Reasoning { started: false };
                         continue;
                     }
-                    if OPEN.starts_with(trimmed) {
+                    if self.open.starts_with(trimmed) {
                         return out;
                     }
                     // No block: the reply as it is.
@@ -54,8 +57,8 @@ impl Thinking {
                     if !started {
                         self.pending = self.pending.trim_start().to_string();
                     }
-                    if let Some(at) = self.pending.find(CLOSE) {
-                        let reasoning: String = self.pending.drain(..at + CLOSE.len()).collect();
+                    if let Some(at) = self.pending.find(self.close) {
+                        let reasoning: String = self.pending.drain(..at + self.close.len()).collect();
                         let reasoning = reasoning[..at].trim_end();
                         if !reasoning.is_empty() {
                             out.push(Part::Reasoning(reasoning.to_string()));
@@ -64,7 +67,7 @@ impl Thinking {
                         continue;
                     }
                     // Hold back what may begin `</think>` and the whitespace before it.
-                    let keep = self.pending.len() - held_tail(&self.pending, CLOSE);
+                    let keep = self.pending.len() - held_tail(&self.pending, self.close);
                     let keep = self.pending[..keep].trim_end().len();
                     if keep > 0 {
                         out.push(Part::Reasoning(self.pending.drain(..keep).collect()));
@@ -116,8 +119,12 @@ mod tests {
     use super::*;
 
     fn every_split(text: &str, open: bool) -> Vec<Part> {
+        every_split_of(text, open, ThinkTags::Think)
+    }
+
+    fn every_split_of(text: &str, open: bool, tags: ThinkTags) -> Vec<Part> {
         let read = |size: usize| {
-            let mut t = Thinking::new(open);
+            let mut t = Thinking::new(open, tags);
             let mut parts = Vec::new();
             let chars: Vec<char> = text.chars().collect();
             for piece in chars.chunks(size) {
@@ -131,6 +138,16 @@ mod tests {
             assert_eq!(read(size), whole, "{text:?} in pieces of {size}");
         }
         whole
+    }
+
+    #[test]
+    fn minimax_m3_reasons_between_its_own_markers() {
+        let m3 = "<mm:think>Weigh it.</mm:think>\n\nThe answer.";
+        let want = vec![Part::Reasoning("Weigh it.".into()), Part::Content("The answer.".into())];
+        assert_eq!(every_split_of(m3, false, ThinkTags::MiniMax), want);
+        // Another family's markers are text to it.
+        let other = "<think>x</think>y";
+        assert_eq!(every_split_of(other, false, ThinkTags::MiniMax), vec![Part::Content(other.into())]);
     }
 
     #[test]

@@ -34,8 +34,33 @@ pub enum ReplyFormat {
     /// gpt-oss's harmony messages: `<|channel|>analysis<|message|>…<|end|><|start|>assistant<|channel|>final<|message|>…`.
     Harmony,
     /// Reasoning between `<think>` and `</think>` before the answer (Qwen3, DeepSeek R1/V3.1, GLM-4.5,
-    /// Kimi K2 Thinking); `open` when the prompt itself ends inside `<think>`, so the reply starts reasoning.
-    Thinking { open: bool },
+    /// Kimi K2 Thinking; MiniMax M3's `<mm:think>`, as `tags` says); `open` when the prompt itself ends
+    /// inside the block, so the reply starts reasoning.
+    Thinking {
+        open: bool,
+        #[serde(default)]
+        tags: ThinkTags,
+    },
+}
+
+/// The markers a reasoning block is written between.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ThinkTags {
+    /// `<think>` … `</think>`.
+    #[default]
+    Think,
+    /// MiniMax M3's `<mm:think>` … `</mm:think>`.
+    MiniMax,
+}
+
+impl ThinkTags {
+    /// The opening and closing markers.
+    pub fn markers(self) -> (&'static str, &'static str) {
+        match self {
+            ThinkTags::Think => ("<think>", "</think>"),
+            ThinkTags::MiniMax => ("<mm:think>", "</mm:think>"),
+        }
+    }
 }
 
 /// ChatML, used when a model has no template of its own.
@@ -73,7 +98,7 @@ pub enum CallFormat {
 enum Shape {
     Plain,
     Harmony,
-    Thinking,
+    Thinking(ThinkTags),
 }
 
 impl ChatTemplate {
@@ -109,7 +134,9 @@ impl ChatTemplate {
         let format = if source.contains("<|channel|>") {
             Shape::Harmony
         } else if source.contains("</think>") {
-            Shape::Thinking
+            Shape::Thinking(ThinkTags::Think)
+        } else if source.contains("</mm:think>") {
+            Shape::Thinking(ThinkTags::MiniMax)
         } else {
             Shape::Plain
         };
@@ -185,7 +212,9 @@ impl ChatTemplate {
         match self.format {
             Shape::Plain => ReplyFormat::Plain,
             Shape::Harmony => ReplyFormat::Harmony,
-            Shape::Thinking => ReplyFormat::Thinking { open: prompt.trim_end().ends_with("<think>") },
+            Shape::Thinking(tags) => {
+                ReplyFormat::Thinking { open: prompt.trim_end().ends_with(tags.markers().0), tags }
+            }
         }
     }
 
