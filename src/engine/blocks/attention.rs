@@ -166,10 +166,8 @@ fn normed_across_heads<'g>(
 ) -> (Tensor<'g>, Tensor<'g>) {
     let c = step.config;
     let (hd, t) = (c.head_dim as i64, step.tokens());
-    let (q_norm, k_norm) = match (&w.q_norm, &w.k_norm) {
-        (Some(q), Some(k)) => (q, k),
-        _ => unreachable!("a layer whose norms span its heads declares both as required"),
-    };
+    let q_norm = w.q_norm.as_ref().expect("a layer whose norms span its heads declares them as required");
+    let k_norm = w.k_norm.as_ref().expect("a layer whose norms span its heads declares them as required");
     let q = linear(g, &w.q, w.q_bias.as_ref(), x);
     let q = match step.parallel {
         None => norm(g, q, q_norm, c.rms_epsilon),

@@ -31,13 +31,13 @@ pub fn block_sparse_attention<'g>(
     let q = norm(
         g,
         g.reshape_3d(linear(g, &w.q, None, x), hd, heads, t),
-        w.q_norm.as_ref().expect("declared"),
+        w.q_norm.as_ref().expect("MiniMax M3 declares its per-head Q norm as required"),
         c.rms_epsilon,
     );
     let k = norm(
         g,
         g.reshape_3d(linear(g, &w.k, None, x), hd, kv_heads, t),
-        w.k_norm.as_ref().expect("declared"),
+        w.k_norm.as_ref().expect("MiniMax M3 declares its per-head K norm as required"),
         c.rms_epsilon,
     );
     let v = g.reshape_3d(linear(g, &w.v, None, x), hd, kv_heads, t);
