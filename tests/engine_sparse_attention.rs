@@ -210,15 +210,22 @@ fn a_stage_never_begins_at_a_layer_that_reuses_an_earlier_choice() {
     assert_eq!(reusing, [1, 2, 4]);
     let needs = ModelNeeds::of(&file, 256, 1, 32);
     let whole = needs.stage(0..model.layers).total();
-    for shares in [[1, 1], [1, 3], [3, 1], [1, 9]] {
-        let nodes: Vec<NodeOffer> =
-            shares.iter().enumerate().map(|(i, &s)| node(&format!("n{i}"), whole * s / 4 + whole / 8)).collect();
-        for mode in [Parallelism::Pipeline, Parallelism::Chain] {
-            let Ok(plan) = placement::plan_mode(&needs, &nodes, &[], Some(mode)) else { continue };
-            for stage in &plan.stages {
-                assert!(!reusing.contains(&stage.layers.start), "{mode:?} over {shares:?}: {:?}", plan.stages);
-            }
-        }
+    // Nodes that hold the model only cut in two (neither holds it whole): wherever memory alone would
+    // balance the cut, placement cuts before layer 3.
+    let one_cut = needs.stage(0..3).total().max(needs.stage(3..model.layers).total());
+    assert!(one_cut < whole, "the model must not fit one node");
+    let nodes_of = |sizes: &[u64]| -> Vec<NodeOffer> {
+        sizes.iter().enumerate().map(|(i, &b)| node(&format!("n{i}"), b)).collect()
+    };
+    for sizes in [[one_cut, one_cut], [one_cut, whole - 1], [whole - 1, one_cut]] {
+        let plan = placement::plan_mode(&needs, &nodes_of(&sizes), &[], Some(Parallelism::Pipeline))
+            .expect("the model fits cut before layer 3");
+        let starts: Vec<usize> = plan.stages.iter().map(|s| s.layers.start).collect();
+        assert_eq!(starts, [0, 3], "a pipeline over {sizes:?}");
+    }
+    // A chain (a group, then a stage) meets at a layer with an indexer too, where one fits.
+    if let Ok(plan) = placement::plan_mode(&needs, &nodes_of(&[one_cut; 3]), &[], Some(Parallelism::Chain)) {
+        assert!(plan.stages.iter().all(|s| !reusing.contains(&s.layers.start)), "{:?}", plan.stages);
     }
     let nodes = [node("a", whole), node("b", whole)];
     let assignment = placement::parse_layers("a:0-1,b:2-4").unwrap();
