@@ -11,19 +11,14 @@ mod common;
 use common::oracle;
 use common::random_kimi;
 use common::random_model::{self, RandomModel};
-use shoal::engine::{LocalPipeline, Segment, Stage, StageInput, StageOptions, WireFormat, STATE_CHECKPOINTS};
+use shoal::engine::{Segment, Stage, StageInput, StageOptions, STATE_CHECKPOINTS};
 use shoal::model::Model;
-use std::path::PathBuf;
 
-/// The recording of `model` by llama.cpp built for x86-64-v3 (as release builds are), after checking
-/// that the model written now is the file llama.cpp read. Only builds with those kernels compare
-/// greedy tokens exactly and logits tightly; others check the logits within the loose tolerance.
+/// The recording of `model` by llama.cpp built for x86-64-v3 (as release builds are). Only builds
+/// with those kernels compare greedy tokens exactly and logits tightly; others check the logits within
+/// the loose tolerance.
 fn recorded(model: &RandomModel) -> Vec<oracle::Recorded> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/oracle/random");
-    let want = std::fs::read_to_string(dir.join(format!("{}.sha256", model.name()))).unwrap();
-    let have = shoal::model::pull::sha256_of(&model.write()).unwrap();
-    assert_eq!(have, want.trim(), "the random {} model changed since llama.cpp recorded it", model.name());
-    oracle::read(&dir.join(format!("{}-x86-64-v3.jsonl", model.name())))
+    model.recorded_for_release_kernels()
 }
 
 /// Whether this build has the kernels of the recording.
@@ -73,18 +68,7 @@ fn hybrid_models_prefilled_in_chunks_continue_their_state() {
     for model in models() {
         let cases = recorded(&model);
         let file = Model::open(&model.path()).unwrap();
-        let mut pipeline = LocalPipeline::load(&file, &[], &oracle::options(), WireFormat::F32).unwrap();
-        let relative = oracle::tolerance(false);
-        for case in &cases {
-            pipeline.truncate(0, 0);
-            for (i, chunk) in case.prompt_ids.chunks(3).enumerate() {
-                let start = 3 * i;
-                let logits = pipeline.forward(0, start, chunk).unwrap();
-                let last = start + chunk.len() - 1;
-                let at = format!("{} prompt {:?} chunk ending at {last}", model.name(), case.prompt);
-                oracle::check_position(&at, logits, &case.top[last], relative);
-            }
-        }
+        oracle::check_chunked_prefill(&file, &model.name(), &cases, 3);
     }
 }
 
@@ -97,16 +81,7 @@ fn hybrid_models_greedy_tokens_are_llama_cpp_and_equal_split_at_every_layer() {
         let file = Model::open(&model.path()).unwrap();
         let mut split_sets: Vec<Vec<usize>> = (1..model.layers).map(|l| vec![l]).collect();
         split_sets.push((1..model.layers).collect());
-        for case in &cases {
-            let whole = oracle::greedy(&file, &[], &case.prompt_ids, case.greedy.len());
-            if same_kernels() {
-                assert_eq!(whole, case.greedy, "{} greedy tokens of {:?}", model.name(), case.prompt);
-            }
-            for splits in &split_sets {
-                let split = oracle::greedy(&file, splits, &case.prompt_ids, case.greedy.len());
-                assert_eq!(split, whole, "{} split at {splits:?}", model.name());
-            }
-        }
+        oracle::check_greedy_split(&file, &model.name(), &cases, &split_sets, same_kernels());
     }
 }
 

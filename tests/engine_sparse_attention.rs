@@ -15,21 +15,16 @@ use common::gguf_writer::Meta;
 use common::oracle;
 use common::random_model::{self, RandomModel};
 use common::random_sparse;
-use shoal::engine::{LocalPipeline, Stage, StageOptions, WireFormat};
+use shoal::engine::{Stage, StageOptions};
 use shoal::model::Model;
 use shoal::node::NodeId;
 use shoal::placement::{self, ModelNeeds, NodeOffer, Parallelism};
-use std::path::PathBuf;
 
-/// The recording of `model` by llama.cpp built for x86-64-v3 (as release builds are), after checking
-/// that the model written now is the file llama.cpp read. Only builds with those kernels compare
-/// greedy tokens exactly and logits tightly; others check the logits within the loose tolerance.
+/// The recording of `model` by llama.cpp built for x86-64-v3 (as release builds are). Only builds
+/// with those kernels compare greedy tokens exactly and logits tightly; others check the logits within
+/// the loose tolerance.
 fn recorded(model: &RandomModel) -> Vec<oracle::Recorded> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/oracle/random");
-    let want = std::fs::read_to_string(dir.join(format!("{}.sha256", model.name()))).unwrap();
-    let have = shoal::model::pull::sha256_of(&model.write()).unwrap();
-    assert_eq!(have, want.trim(), "the random {} model changed since llama.cpp recorded it", model.name());
-    oracle::read(&dir.join(format!("{}-x86-64-v3.jsonl", model.name())))
+    model.recorded_for_release_kernels()
 }
 
 /// Whether this build has the kernels of the recording.
@@ -67,18 +62,7 @@ fn sparse_models_prefilled_in_chunks_give_llama_cpp_logits() {
     for model in models() {
         let cases = recorded(&model);
         let file = Model::open(&model.path()).unwrap();
-        let mut pipeline = LocalPipeline::load(&file, &[], &oracle::options(), WireFormat::F32).unwrap();
-        let relative = oracle::tolerance(false);
-        for case in &cases {
-            pipeline.truncate(0, 0);
-            for (i, chunk) in case.prompt_ids.chunks(3).enumerate() {
-                let start = 3 * i;
-                let logits = pipeline.forward(0, start, chunk).unwrap();
-                let last = start + chunk.len() - 1;
-                let at = format!("{} prompt {:?} chunk ending at {last}", model.name(), case.prompt);
-                oracle::check_position(&at, logits, &case.top[last], relative);
-            }
-        }
+        oracle::check_chunked_prefill(&file, &model.name(), &cases, 3);
     }
 }
 
@@ -92,16 +76,7 @@ fn sparse_models_greedy_tokens_are_llama_cpp_and_equal_split_at_every_layer() {
         let starts: Vec<usize> = (1..model.layers).filter(|&l| file.config().may_begin_stage(l)).collect();
         let mut split_sets: Vec<Vec<usize>> = starts.iter().map(|&l| vec![l]).collect();
         split_sets.push(starts.clone());
-        for case in &cases {
-            let whole = oracle::greedy(&file, &[], &case.prompt_ids, case.greedy.len());
-            if same_kernels() {
-                assert_eq!(whole, case.greedy, "{} greedy tokens of {:?}", model.name(), case.prompt);
-            }
-            for splits in &split_sets {
-                let split = oracle::greedy(&file, splits, &case.prompt_ids, case.greedy.len());
-                assert_eq!(split, whole, "{} split at {splits:?}", model.name());
-            }
-        }
+        oracle::check_greedy_split(&file, &model.name(), &cases, &split_sets, same_kernels());
     }
 }
 
@@ -253,4 +228,41 @@ fn a_glm_dsa_file_whose_first_layer_has_no_indexer_is_refused() {
     });
     let error = Model::open(&path).err().expect("refused").to_string();
     assert!(error.contains("attention.indexer.types") && error.contains("layer 0"), "{error}");
+    // The flags as integers (0 is false) mean the same; anything else is refused, not ignored.
+    let types = |name: &str, values: Vec<shoal::model::Value>| {
+        model.write_edited(name, |meta| {
+            for (key, value) in meta.iter_mut() {
+                if key == "glm-dsa.attention.indexer.types" {
+                    *value = Meta::Value(shoal::model::Value::Array(values.clone()));
+                }
+            }
+        })
+    };
+    let integers = types("glm-dsa-integer-types", [1, 0, 0, 1, 0].map(shoal::model::Value::U32).to_vec());
+    let file = Model::open(&integers).unwrap();
+    let reusing: Vec<usize> = (0..model.layers).filter(|&l| !file.config().may_begin_stage(l)).collect();
+    assert_eq!(reusing, [1, 2, 4]);
+    let words = types("glm-dsa-word-types", ["full", "shared"].map(|w| shoal::model::Value::String(w.into())).to_vec());
+    let error = Model::open(&words).err().expect("refused").to_string();
+    assert!(error.contains("attention.indexer.types"), "{error}");
+}
+
+/// A MiniMax M3 file whose blocks do not divide the cache's runs of positions loads no stage, and says
+/// why (the blocks are attended within those runs).
+#[test]
+fn a_minimax_m3_block_size_shoal_cannot_run_is_refused() {
+    let path = random_sparse::minimax_m3().write_edited("minimax-m3-block-3", |meta| {
+        for (key, value) in meta.iter_mut() {
+            if key == "minimax-m3.attention.indexer.block_size" {
+                *value = Meta::U32(3);
+            }
+        }
+    });
+    let file = Model::open(&path).unwrap();
+    let error = Stage::load(&file, 0..4, oracle::options()).err().expect("refused").to_string();
+    assert!(error.contains("blocks of 3 positions") && error.contains("block_size"), "{error}");
+    // Its indexer keys are not kept in a quantized cache (not done yet): refused with the way out.
+    let m3 = Model::open(&random_sparse::minimax_m3().write()).unwrap();
+    let error = shoal::engine::KvType::Q8_0.check_model(m3.config()).unwrap_err();
+    assert!(error.contains("MiniMax M3") && error.contains("--kv-type f16"), "{error}");
 }

@@ -37,12 +37,18 @@ impl KvType {
         dtype.row_bytes(values as u64).unwrap_or_else(|| (values as u64).div_ceil(32) * dtype.block_bytes())
     }
 
-    /// Whether a model of `config` can keep its cache in this type: not DeepSeek's latent attention
-    /// (not done yet), and heads as [`KvType::check_heads`] says.
+    /// Whether a model of `config` can keep its cache in this type: not DeepSeek's latent attention or
+    /// MiniMax M3's block-sparse attention (not done yet), and heads as [`KvType::check_heads`] says.
     pub fn check_model(self, config: &crate::model::ModelConfig) -> Result<(), String> {
         if self != KvType::F16 && config.latent_attention.is_some() {
             return Err(format!(
                 "a {} KV cache for latent attention (DeepSeek) is not done yet; use --kv-type f16",
+                self.name()
+            ));
+        }
+        if self != KvType::F16 && config.block_sparse.is_some() {
+            return Err(format!(
+                "a {} KV cache for block-sparse attention (MiniMax M3) is not done yet; use --kv-type f16",
                 self.name()
             ));
         }

@@ -54,6 +54,12 @@ pub enum EngineError {
          positions an earlier layer's indexer chose; begin the stage at a layer with one"
     )]
     StageStart { layer: usize },
+    #[error(
+        "the model's sparse attention works in blocks of {block} positions (attention.indexer.block_size); \
+         shoal runs blocks that divide its cache's runs of {} positions",
+        kv_cache::CACHE_BLOCK
+    )]
+    BlockSize { block: usize },
     #[error("split points {splits:?} must rise strictly between 0 and the model's {layers} layers (for example --split 10,20)")]
     InvalidSplit { splits: Vec<usize>, layers: usize },
     #[error(

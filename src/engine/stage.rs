@@ -5,7 +5,7 @@
 use super::blocks::{input, GraphShape, SegmentShape};
 use super::cores::{Cores, Lease};
 use super::forward::{self, StageParts};
-use super::kv_cache::KvCache;
+use super::kv_cache::{KvCache, CACHE_BLOCK};
 use super::parallel::Group;
 use super::recurrent_state::RecurrentState;
 pub use super::stage_options::StageOptions;
@@ -149,6 +149,10 @@ impl Stage {
         }
         if !config.may_begin_stage(layers.start) {
             return Err(EngineError::StageStart { layer: layers.start });
+        }
+        // Attention reads the cache in runs of CACHE_BLOCK positions, which must hold whole blocks.
+        if let Some(block) = config.block_sparse.map(|b| b.block).filter(|&b| !CACHE_BLOCK.is_multiple_of(b)) {
+            return Err(EngineError::BlockSize { block });
         }
         let options = StageOptions {
             context: options.context.max(1),

@@ -629,6 +629,20 @@ impl Keys<'_> {
         values.iter().map(|v| if let Value::Bool(b) = v { Some(*b) } else { None }).collect()
     }
 
+    /// The architecture's per-layer flags `key` (an array of booleans, or of integers where 0 is false),
+    /// when the file has them; any other value is refused.
+    pub fn arch_flags(&self, key: &str) -> Result<Option<Vec<bool>>, ModelError> {
+        let full = self.arch_key(key);
+        let Some(value) = self.file.get(&full) else { return Ok(None) };
+        if let Some(flags) = self.arch_bools(key) {
+            return Ok(Some(flags));
+        }
+        match self.arch_integers(key) {
+            Some(values) => Ok(Some(values.iter().map(|&v| v != 0).collect())),
+            None => Err(self.wrong_type(&full, "array of booleans", value)),
+        }
+    }
+
     /// The architecture's array of non-negative integers `key`, when the file has one.
     pub fn arch_integers(&self, key: &str) -> Option<Vec<u64>> {
         let values = self.file.get(&self.arch_key(key))?.as_array()?;

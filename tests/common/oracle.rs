@@ -235,3 +235,36 @@ pub fn greedy_on(pipeline: &mut LocalPipeline, file: &Model, prompt: &[u32], n: 
     pipeline.truncate(0, 0);
     engine::generate(pipeline, &tokenizer, &request, |_| true).unwrap().tokens
 }
+
+/// Each prompt prefilled in chunks of `chunk` tokens (each continuing the cache, and any recurrent
+/// state, the one before left) gives llama.cpp's logits at every chunk's last position, as fed a token
+/// at a time (within the loose tolerance).
+pub fn check_chunked_prefill(file: &Model, name: &str, cases: &[Recorded], chunk: usize) {
+    let mut pipeline = LocalPipeline::load(file, &[], &options(), WireFormat::F32).unwrap();
+    let relative = tolerance(false);
+    for case in cases {
+        pipeline.truncate(0, 0);
+        for (i, piece) in case.prompt_ids.chunks(chunk).enumerate() {
+            let start = chunk * i;
+            let logits = pipeline.forward(0, start, piece).unwrap();
+            let last = start + piece.len() - 1;
+            let at = format!("{name} prompt {:?} chunk ending at {last}", case.prompt);
+            check_position(&at, logits, &case.top[last], relative);
+        }
+    }
+}
+
+/// Each prompt's greedy tokens, whole, are llama.cpp's (where this build has the recording's kernels:
+/// `same_kernels`), and equal whole when split at each of `split_sets`.
+pub fn check_greedy_split(file: &Model, name: &str, cases: &[Recorded], split_sets: &[Vec<usize>], same_kernels: bool) {
+    for case in cases {
+        let whole = greedy(file, &[], &case.prompt_ids, case.greedy.len());
+        if same_kernels {
+            assert_eq!(whole, case.greedy, "{name} greedy tokens of {:?}", case.prompt);
+        }
+        for splits in split_sets {
+            let split = greedy(file, splits, &case.prompt_ids, case.greedy.len());
+            assert_eq!(split, whole, "{name} split at {splits:?}");
+        }
+    }
+}

@@ -422,6 +422,17 @@ impl Weights {
 }
 
 impl RandomModel {
+    /// llama.cpp's recording of this model built for x86-64-v3, as release builds are
+    /// (`tests/fixtures/oracle/random/NAME-x86-64-v3.jsonl`), after checking that the model written
+    /// now is the file llama.cpp read.
+    pub fn recorded_for_release_kernels(&self) -> Vec<super::oracle::Recorded> {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/oracle/random");
+        let want = std::fs::read_to_string(dir.join(format!("{}.sha256", self.name()))).unwrap();
+        let have = shoal::model::pull::sha256_of(&self.write()).unwrap();
+        assert_eq!(have, want.trim(), "the random {} model changed since llama.cpp recorded it", self.name());
+        super::oracle::read(&dir.join(format!("{}-x86-64-v3.jsonl", self.name())))
+    }
+
     /// Where the tests keep this model (written when missing or different).
     pub fn path(&self) -> PathBuf {
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("random-{}.gguf", self.name()))

@@ -35,7 +35,7 @@ pub(super) fn hyper_parameters(keys: &Keys<'_>, config: &mut ModelConfig) -> Res
             moe.gating = Gating::Sigmoid;
         }
     }
-    sparse.own_indexer = match keys.arch_bools("attention.indexer.types") {
+    sparse.own_indexer = match keys.arch_flags("attention.indexer.types")? {
         Some(flags) if flags.len() >= config.layers => flags[..config.layers].to_vec(),
         Some(_) => return Err(keys.arch_invalid("attention.indexer.types", "has fewer entries than layers")),
         None => default_indexers(config.layers, config.training_context),

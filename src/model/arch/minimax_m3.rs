@@ -82,9 +82,10 @@ impl Declare for MinimaxM3 {
         if (config.rope.dimensions as usize) > width {
             return Err(keys.arch_invalid("attention.indexer.key_length", "is narrower than the rotary dimensions"));
         }
+        let block = keys.arch_count("attention.indexer.block_size")?;
         config.block_sparse = Some(BlockSparseAttention {
             width,
-            block: keys.arch_count("attention.indexer.block_size")?,
+            block,
             top_blocks: keys.arch_count("attention.indexer.top_k")?,
             local_blocks: keys.arch_optional_size("attention.indexer.local_blocks")?.unwrap_or(0),
         });
