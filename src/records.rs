@@ -141,6 +141,13 @@ pub struct LaunchRequest {
     /// nodes' memory beyond the plan allows (default: one more context per slot; 0 keeps none).
     #[serde(default)]
     pub prompt_cache: Option<usize>,
+    /// Whether requests draft tokens from their own history and verify them in one step (speculative
+    /// decoding; default auto: where the model keeps enough of them to pay for the drafts).
+    #[serde(default)]
+    pub speculation: Option<crate::engine::Speculation>,
+    /// Most drafted tokens a request's step carries (default 8, at most 32).
+    #[serde(default)]
+    pub draft_tokens: Option<usize>,
     /// Most tokens any reply may have, whatever a request asks (default: up to the context's end).
     /// Bounds what a client that sets no limit (an agent) can make the instance generate.
     #[serde(default)]

@@ -83,12 +83,12 @@ fn batched(model: &Model, splits: &[usize]) -> Vec<Outcome> {
             let seq = r.request;
             match r.tokens.last() {
                 None => {
-                    segments.push(Segment { seq, start: 0, tokens: r.prompt.len(), logits: true });
+                    segments.push(Segment { seq, start: 0, tokens: r.prompt.len(), logits: true, drafted: 0 });
                     input.extend(&r.prompt);
                 }
                 Some(&last) => {
                     let start = r.prompt.len() + r.tokens.len() - 1;
-                    segments.push(Segment { seq, start, tokens: 1, logits: true });
+                    segments.push(Segment { seq, start, tokens: 1, logits: true, drafted: 0 });
                     input.push(last);
                 }
             }
@@ -196,7 +196,7 @@ fn every_architecture_batched_equals_alone() {
 fn malformed_batches_are_refused() {
     let model = Model::open(&common::model_path()).unwrap();
     let mut stage = Stage::load(&model, 0..model.config().layers, options(2)).unwrap();
-    let seg = |seq, start, tokens| Segment { seq, start, tokens, logits: true };
+    let seg = |seq, start, tokens| Segment { seq, start, tokens, logits: true, drafted: 0 };
     let err = |stage: &mut Stage, segments: &[Segment], tokens: &[u32]| {
         stage.forward_batch(segments, StageInput::Tokens(tokens)).unwrap_err().to_string()
     };

@@ -137,7 +137,7 @@ fn a_hybrid_sequence_continues_starts_again_or_goes_back_to_a_checkpoint() {
         let mut stage = Stage::load(&file, 0..model.layers, options).unwrap();
         let name = model.name();
         let prompt = [1u32, 2, 3, 4, 5, 6, 7];
-        let chunk = |seq, tokens| Segment { seq, start: 0, tokens, logits: false };
+        let chunk = |seq, tokens| Segment { seq, start: 0, tokens, logits: false, drafted: 0 };
         stage.forward_batch(&[chunk(0, 5)], StageInput::Tokens(&prompt[..5])).unwrap();
         let first = stage.forward(0, 5, StageInput::Tokens(&prompt[5..])).unwrap().to_vec();
         stage.forward(0, 7, StageInput::Tokens(&[8])).unwrap();

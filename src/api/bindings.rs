@@ -68,6 +68,7 @@ pub fn typescript() -> String {
         placement::Plan,
         records::InstanceInfo,
         engine::KvType,
+        engine::Speculation,
         records::LaunchRequest,
         instances::ShareNeed,
         api::instances::Preview,

@@ -231,13 +231,19 @@ fn finish_reason(r: FinishReason) -> &'static str {
     }
 }
 
-/// OpenAI's usage: the prompt's tokens count those the prompt cache gave back, which it names apart.
+/// OpenAI's usage: the prompt's tokens count those the prompt cache gave back, which it names apart;
+/// the reply's, the drafted tokens speculative decoding kept and rejected (OpenAI's names for a
+/// predicted output's).
 fn usage(report: &GenerationReport) -> Value {
     json!({
         "prompt_tokens": report.prompt_tokens,
         "completion_tokens": report.generated_tokens,
         "total_tokens": report.prompt_tokens + report.generated_tokens,
         "prompt_tokens_details": { "cached_tokens": report.cached_tokens },
+        "completion_tokens_details": {
+            "accepted_prediction_tokens": report.accepted_tokens,
+            "rejected_prediction_tokens": report.drafted_tokens.saturating_sub(report.accepted_tokens),
+        },
     })
 }
 

@@ -71,6 +71,9 @@ pub fn render(instances: &[InstanceInfo], all: bool) -> String {
         if let Some(line) = prompt_cache_line(i) {
             out += &format!("{:<10} {line}\n", "");
         }
+        if let Some(line) = speculation_line(i) {
+            out += &format!("{:<10} {line}\n", "");
+        }
     }
     out
 }
@@ -85,6 +88,18 @@ fn prompt_cache_line(i: &InstanceInfo) -> Option<String> {
         stats.saved_prefix_positions,
         i.plan.saved_prefix_tokens,
         stats.saved_prefix_positions_on_disk
+    ))
+}
+
+/// What speculative decoding kept of its drafts, as stage 0 counts it (none before a request drafted).
+fn speculation_line(i: &InstanceInfo) -> Option<String> {
+    let stats = i.stages.first()?.stats.as_ref().filter(|s| s.drafted_tokens > 0)?;
+    let generated = stats.generated_tokens.max(1) as f64;
+    Some(format!(
+        "speculation: {:.0}% of {} drafted tokens kept; {:.0}% of the generated tokens came from drafts",
+        100.0 * stats.accepted_tokens as f64 / stats.drafted_tokens as f64,
+        stats.drafted_tokens,
+        100.0 * stats.accepted_tokens as f64 / generated,
     ))
 }
 
@@ -156,6 +171,13 @@ mod tests {
             prompt_cache_line(&info).unwrap(),
             "prompt cache: 75% of 4000 prompt tokens given back; 1700 tokens saved in memory (room for 8192), 5100 on disk"
         );
-        assert!(render(&[info], true).contains("prompt cache: 75%"));
+        assert!(render(&[info.clone()], true).contains("prompt cache: 75%"));
+        assert_eq!(speculation_line(&info), None, "nothing drafted yet");
+        let stats = info.stages[0].stats.as_mut().unwrap();
+        (stats.drafted_tokens, stats.accepted_tokens, stats.generated_tokens) = (400, 300, 600);
+        assert_eq!(
+            speculation_line(&info).unwrap(),
+            "speculation: 75% of 400 drafted tokens kept; 50% of the generated tokens came from drafts"
+        );
     }
 }

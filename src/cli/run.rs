@@ -56,6 +56,14 @@ pub struct RunArgs {
     /// bound for clients that set none, such as coding agents.
     #[arg(long, value_parser = super::at_least_one)]
     max_reply_tokens: Option<usize>,
+    /// Speculative decoding: requests draft the tokens that followed the same few tokens earlier in
+    /// their prompt or reply, and the model checks them all in one step — auto (default: drafting stops
+    /// for a request while too few drafts are kept to pay for them), on, or off
+    #[arg(long)]
+    speculate: Option<shoal::engine::Speculation>,
+    /// Most drafted tokens a request's step carries (default 8, at most 32)
+    #[arg(long, value_parser = super::at_least_one)]
+    draft_tokens: Option<usize>,
     /// The name clients use (default: the model's own).
     #[arg(long)]
     name: Option<String>,
@@ -83,7 +91,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let body = serde_json::json!({
         "model": model, "layers": args.layers, "context": args.context, "sequences": args.sequences,
         "threads": args.threads, "batch": args.batch, "kv_type": args.kv_type, "prompt_cache": args.prompt_cache,
-        "max_reply_tokens": args.max_reply_tokens, "name": args.name, "parallel": args.parallel,
+        "max_reply_tokens": args.max_reply_tokens, "speculation": args.speculate, "draft_tokens": args.draft_tokens,
+        "name": args.name, "parallel": args.parallel,
         "nodes": (!args.nodes.is_empty()).then_some(&args.nodes),
     });
     if args.replace {

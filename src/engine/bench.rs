@@ -141,7 +141,7 @@ pub fn run(path: &Path, options: &BenchOptions) -> Result<BenchReport, EngineErr
         let t = Instant::now();
         for pos in 0..n {
             let segments: Vec<Segment> =
-                (0..sequences).map(|seq| Segment { seq, start: pos, tokens: 1, logits: true }).collect();
+                (0..sequences).map(|seq| Segment { seq, start: pos, tokens: 1, logits: true, drafted: 0 }).collect();
             let logits = pipeline.forward_batch(&segments, &tokens)?;
             for (token, row) in tokens.iter_mut().zip(logits.chunks(logits.len() / sequences)) {
                 *token = super::argmax(row);

@@ -1,7 +1,8 @@
 //! The layer-range executor: a [`Stage`] runs layers [a, b) of a model on ggml with its own KV cache,
 //! through the graph its architecture declares ([`arch`], one file each, over the shared [`blocks`]);
 //! hidden states cross stage boundaries in the byte form of [`hidden`]; [`LocalPipeline`] chains stages
-//! in one process; [`generate`] samples a continuation; [`bench`] measures prefill and decode rates.
+//! in one process; [`generate`] samples a continuation; [`speculation`] drafts tokens from the
+//! history for the sampler to verify; [`bench`] measures prefill and decode rates.
 
 pub mod arch;
 pub mod bench;
@@ -17,6 +18,7 @@ mod pipeline;
 mod recurrent_state;
 mod sampler;
 mod snapshot;
+mod speculation;
 mod stage;
 mod stage_options;
 mod stop;
@@ -33,6 +35,9 @@ pub use kv_cache::{
 };
 pub use pipeline::{split_ranges, LocalPipeline};
 pub use sampler::{argmax, Sampler, SamplingParams};
+pub use speculation::{
+    prompt_lookup, DraftCost, Speculation, SpeculationPolicy, DEFAULT_DRAFT_TOKENS, MAX_DRAFT_TOKENS,
+};
 pub use stage::{Segment, Stage, StageInput, StageMemory, StageOptions, STATE_CHECKPOINTS};
 pub use stage_options::default_threads;
 pub use stop::StopStrings;

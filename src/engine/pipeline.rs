@@ -177,7 +177,7 @@ impl LocalPipeline {
 
     /// Runs `tokens` at positions `start..` of `seq` through every stage; returns the last token's logits.
     pub fn forward(&mut self, seq: usize, start: usize, tokens: &[u32]) -> Result<&[f32], EngineError> {
-        self.forward_batch(&[Segment { seq, start, tokens: tokens.len(), logits: true }], tokens)
+        self.forward_batch(&[Segment { seq, start, tokens: tokens.len(), logits: true, drafted: 0 }], tokens)
     }
 
     /// Runs one batched step of several sequences (see [`Stage::forward_batch`]) through every stage;

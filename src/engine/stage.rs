@@ -40,13 +40,26 @@ impl StageInput<'_> {
 
 /// One sequence's part of a batched step: positions `start..start + tokens` of sequence `seq`, whose
 /// rows follow the previous segment's in the step's input; on the last stage, `logits` asks for the
-/// logits of its last position.
+/// logits of its last position — and, when its last `drafted` tokens are drafts to verify (speculative
+/// decoding), of the positions before them too: `drafted + 1` rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Segment {
     pub seq: usize,
     pub start: usize,
     pub tokens: usize,
     pub logits: bool,
+    pub drafted: usize,
+}
+
+impl Segment {
+    /// Rows of logits the segment asks of the last stage.
+    pub fn outputs(&self) -> usize {
+        if self.logits {
+            self.drafted + 1
+        } else {
+            0
+        }
+    }
 }
 
 /// Memory a stage uses, in bytes.
@@ -310,6 +323,13 @@ impl Stage {
             shapes.push(GraphShape { tokens: batch, segments: vec![first], outputs: 1 });
         }
         let sequences = self.cache.sequences().min(batch);
+        if self.options.draft_rows > 0 && self.is_last() {
+            // Every sequence's decode row with its drafts, each asking logits for all of them.
+            let rows = (1 + self.options.draft_rows).min(batch / sequences.max(1)).max(1);
+            let segments: Vec<_> = (0..sequences.max(1)).map(|seq| segment(seq, rows)).collect();
+            let tokens = rows * segments.len();
+            shapes.push(GraphShape { tokens, segments, outputs: tokens });
+        }
         if sequences > 1 {
             let segments: Vec<_> =
                 (0..sequences).map(|seq| segment(seq, if seq == 0 { batch - sequences + 1 } else { 1 })).collect();
@@ -445,7 +465,7 @@ impl Stage {
     /// Returns hidden states (`tokens` rows of the embedding width) or, on the last stage, the logits of
     /// the last position (the vocabulary's width).
     pub fn forward(&mut self, seq: usize, start: usize, input: StageInput<'_>) -> Result<&[f32], EngineError> {
-        let segment = Segment { seq, start, tokens: input.tokens(), logits: true };
+        let segment = Segment { seq, start, tokens: input.tokens(), logits: true, drafted: 0 };
         self.forward_batch(&[segment], input)
     }
 
@@ -455,7 +475,8 @@ impl Stage {
     /// once for all of them.
     ///
     /// Returns hidden states (every row) or, on the last stage, the logits of the last position of each
-    /// segment that asks for them, in order (none asking: the last row's, to be ignored).
+    /// segment that asks for them (and of its drafts' positions, see [`Segment`]), in order (none
+    /// asking: the last row's, to be ignored).
     pub fn forward_batch(&mut self, segments: &[Segment], input: StageInput<'_>) -> Result<&[f32], EngineError> {
         self.check_batch(segments, &input)?;
         self.go_back_to_checkpoints(segments)?;
@@ -465,9 +486,7 @@ impl Stage {
         let mut row = 0;
         for s in segments {
             row += s.tokens;
-            if s.logits {
-                self.output_rows.push(row as i32 - 1);
-            }
+            self.output_rows.extend((row - s.outputs()..row).map(|r| r as i32));
         }
         if self.output_rows.is_empty() {
             self.output_rows.push(tokens as i32 - 1);

@@ -23,6 +23,9 @@ pub struct StageOptions {
     pub weights: WeightPlacement,
     /// The element type of the KV cache.
     pub kv_type: KvType,
+    /// Drafted tokens a sequence's decode row may carry (speculative decoding): the last stage sizes
+    /// its compute buffer for a step whose every sequence asks logits for them all.
+    pub draft_rows: usize,
 }
 
 impl Default for StageOptions {
@@ -35,6 +38,7 @@ impl Default for StageOptions {
             device: None,
             weights: WeightPlacement::Automatic,
             kv_type: KvType::F16,
+            draft_rows: 0,
         }
     }
 }

@@ -83,7 +83,16 @@ pub(super) fn cluster_offers(
 pub(super) fn needs_for(model: &Model, request: &LaunchRequest) -> ModelNeeds {
     let context = request.context.unwrap_or(2048).clamp(16, model.config().training_context.max(16));
     let sequences = request.sequences.unwrap_or(4).clamp(1, 64);
-    ModelNeeds::of_kv(model, context, sequences, batch_for(request), request.kv_type.unwrap_or_default())
+    let batch = batch_for(request);
+    // Stage 0 drafts (and the last stage verifies) unless drafting is off or the model has a recurrent
+    // state; each sequence's drafts fit the batch.
+    let drafts = match request.speculation.unwrap_or_default() {
+        crate::engine::Speculation::Off => 0,
+        _ if model.config().linear_attention.is_some() => 0,
+        _ => request.draft_tokens.unwrap_or(crate::engine::DEFAULT_DRAFT_TOKENS).min(batch / sequences),
+    };
+    ModelNeeds::of_kv(model, context, sequences, batch, request.kv_type.unwrap_or_default())
+        .with_draft_rows(sequences * drafts)
 }
 
 /// The batch of the request's stages.
@@ -104,6 +113,15 @@ fn check_limits(request: &LaunchRequest) -> Result<(), LaunchError> {
         Some(0) => Err(LaunchError::Invalid(
             "a reply limit of 0 tokens would answer nothing: give 1 or more, or leave it out".into(),
         )),
+        _ => Ok(()),
+    }?;
+    let most = crate::engine::MAX_DRAFT_TOKENS;
+    match request.draft_tokens {
+        Some(n) if n == 0 || n > most => Err(LaunchError::Invalid(format!(
+            "{n} drafted tokens a step cannot be used: give 1 to {most} (the default is {}), or turn drafting off \
+             with speculation off",
+            crate::engine::DEFAULT_DRAFT_TOKENS
+        ))),
         _ => Ok(()),
     }
 }
@@ -341,6 +359,8 @@ pub(super) async fn launch_as(
             kv_type: request.kv_type.unwrap_or_default(),
             saved_prefix_tokens: Some(info.plan.saved_prefix_tokens),
             threads: request.threads.unwrap_or(0),
+            speculation: request.speculation.unwrap_or_default(),
+            draft_tokens: request.draft_tokens,
             file: file.clone(),
             parts: parts.clone(),
             tensor,

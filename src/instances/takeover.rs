@@ -111,6 +111,7 @@ pub(super) fn taken_over_request(request: &LaunchRequest, path: PathBuf) -> Laun
         model: path,
         threads: request.threads.filter(|t| *t <= 1024),
         batch: request.batch.filter(|b| (1..=super::lifecycle::MAX_LAUNCH_BATCH).contains(b)),
+        draft_tokens: request.draft_tokens.filter(|n| (1..=crate::engine::MAX_DRAFT_TOKENS).contains(n)),
         ..request.clone()
     }
 }
@@ -154,6 +155,8 @@ mod tests {
             kv_type: Some(crate::engine::KvType::Q8_0),
             prompt_cache: Some(4096),
             max_reply_tokens: Some(64),
+            speculation: Some(crate::engine::Speculation::On),
+            draft_tokens: Some(1 << 20),
             name: Some("m".into()),
             parallel: Some(crate::placement::Parallelism::Tensor),
             nodes: Some(vec!["a".into(), "b".into()]),
@@ -164,6 +167,8 @@ mod tests {
         assert_eq!(taken.layers, request.layers, "the user's layers are tried first, as after any loss");
         assert_eq!(taken.threads, None, "a member's absurd thread count is not used");
         assert_eq!(taken.batch, None, "nor its absurd batch");
+        assert_eq!(taken.draft_tokens, None, "nor its absurd drafts");
+        assert_eq!(taken.speculation, request.speculation);
         let sane = LaunchRequest { batch: Some(1024), ..request };
         assert_eq!(taken_over_request(&sane, "/me/models/m.gguf".into()).batch, Some(1024));
         assert_eq!(taken.parallel, request.parallel, "the way it was split is kept");

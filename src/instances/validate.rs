@@ -76,6 +76,9 @@ pub fn stage_spec(spec: &StageSpec) -> Result<(), String> {
     if spec.threads > MAX_THREADS {
         return Err(format!("{} threads is more than {MAX_THREADS}", spec.threads));
     }
+    if let Some(n) = spec.draft_tokens.filter(|n| !(1..=crate::engine::MAX_DRAFT_TOKENS).contains(n)) {
+        return Err(format!("{n} drafted tokens a step is outside 1..={}", crate::engine::MAX_DRAFT_TOKENS));
+    }
     if let Some(tensor) = &spec.tensor {
         let shares_ok = tensor.shares.iter().all(|s| s.is_finite() && *s > 0.0 && *s <= 1e6);
         let group = tensor.shares.len();
@@ -199,6 +202,8 @@ mod tests {
             kv_type: Default::default(),
             saved_prefix_tokens: Some(256 * 4),
             threads: 0,
+            speculation: Default::default(),
+            draft_tokens: None,
             file: Some(OfferedFile {
                 name: "m.gguf".into(),
                 size: 1,

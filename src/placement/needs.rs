@@ -216,6 +216,13 @@ impl ModelNeeds {
         }
     }
 
+    /// With the last stage's logits of `rows` drafted tokens more in its largest step (speculative
+    /// decoding: each sequence's drafts, as the stage sizes its compute buffer for them).
+    pub fn with_draft_rows(mut self, rows: usize) -> ModelNeeds {
+        self.compute_last_extra += 4 * self.vocabulary as u64 * rows as u64;
+        self
+    }
+
     /// Whether a stage may begin at `layer`.
     pub fn may_begin_stage(&self, layer: usize) -> bool {
         !self.no_stage_starts.contains(&layer)

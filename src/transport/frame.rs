@@ -7,13 +7,16 @@
 //! - `Forward`: one batched step — the rows of several requests, each a run of positions of its slot
 //!   (`sample` asks the last stage for a token from its last position) — and their hidden states, row
 //!   after row, in the byte form of `engine::hidden`; `compute_us` adds up stage time;
-//! - `Tokens`: the tokens the last stage sampled in one step, on their way back to stage 0;
+//! - `Draft`: the drafted tokens (speculative decoding) that a request's rows in the next `Forward`
+//!   end with, for the last stage to verify; the stages between pass it on;
+//! - `Tokens`: the tokens the last stage sampled in one step, on their way back to stage 0 (a request
+//!   whose drafts it verified gets several, in order);
 //! - `End`: the request is over, its slot is free; `Failed`: a stage could not go on with it;
 //! - `Prefix`: the prompt cache saves what a slot holds, writes a saved prefix back into a slot, or
 //!   forgets one, on every stage in ring order (see [`PrefixOp`]); a restore comes back to stage 0 with
 //!   the first stage's failure, if any.
 
-use crate::engine::SamplingParams;
+use crate::engine::{SamplingParams, MAX_DRAFT_TOKENS};
 
 /// One request's rows in a batched step: positions `start..start + tokens` of its KV slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +27,9 @@ pub struct StepRows {
     pub tokens: u32,
     /// The last stage samples a token from the last of these positions.
     pub sample: bool,
+    /// The last `drafted` of the positions are drafted tokens (sent ahead in a `Draft` frame): the last
+    /// stage verifies them from their positions and the one before.
+    pub drafted: u8,
 }
 
 /// A token the last stage sampled for a request.
@@ -113,13 +119,14 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 impl Record for StepRows {
-    const BYTES: usize = 21;
+    const BYTES: usize = 22;
     fn write(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.request.to_le_bytes());
         out.extend_from_slice(&self.slot.to_le_bytes());
         out.extend_from_slice(&self.start.to_le_bytes());
         out.extend_from_slice(&self.tokens.to_le_bytes());
         out.push(self.sample as u8);
+        out.push(self.drafted);
     }
     fn read(b: &[u8]) -> StepRows {
         StepRows {
@@ -128,11 +135,17 @@ impl Record for StepRows {
             start: u32_at(b, 12),
             tokens: u32_at(b, 16),
             sample: b[20] == 1,
+            drafted: b[21],
         }
     }
     fn check(b: &[u8]) -> Result<(), String> {
-        if u32_at(b, 16) == 0 {
+        let tokens = u32_at(b, 16);
+        if tokens == 0 {
             return Err("a step's rows of a request hold no tokens".into());
+        }
+        let drafted = b[21];
+        if drafted > 0 && (b[20] != 1 || drafted as u32 >= tokens) {
+            return Err(format!("{drafted} drafted tokens in rows of {tokens} (sample flag {})", b[20]));
         }
         match b[20] {
             0 | 1 => Ok(()),
@@ -158,6 +171,7 @@ pub enum RingFrame<'a> {
     Begin { request: u64, slot: u32, sampling: SamplingParams, recent: Vec<u32> },
     Forward { rows: Records<'a, StepRows>, compute_us: u32, hidden: &'a [u8] },
     Tokens { tokens: Records<'a, Sampled>, compute_us: u32 },
+    Draft { request: u64, slot: u32, tokens: Vec<u32> },
     End { request: u64, slot: u32 },
     Failed { request: u64, slot: u32, message: String },
     Prefix { request: u64, slot: u32, op: PrefixOp },
@@ -204,13 +218,15 @@ impl RingFrame<'_> {
             RingFrame::End { .. } => 4,
             RingFrame::Failed { .. } => 5,
             RingFrame::Prefix { .. } => 6,
+            RingFrame::Draft { .. } => 7,
         };
         out.push(kind);
         match self {
             RingFrame::Begin { request, slot, .. }
             | RingFrame::End { request, slot }
             | RingFrame::Failed { request, slot, .. }
-            | RingFrame::Prefix { request, slot, .. } => {
+            | RingFrame::Prefix { request, slot, .. }
+            | RingFrame::Draft { request, slot, .. } => {
                 out.extend_from_slice(&request.to_le_bytes());
                 out.extend_from_slice(&slot.to_le_bytes());
             }
@@ -235,6 +251,7 @@ impl RingFrame<'_> {
             RingFrame::End { .. } => {}
             RingFrame::Failed { message, .. } => out.extend_from_slice(message.as_bytes()),
             RingFrame::Prefix { op, .. } => serde_json::to_writer(&mut *out, op).expect("serialisable"),
+            RingFrame::Draft { tokens, .. } => tokens.iter().for_each(|t| out.extend_from_slice(&t.to_le_bytes())),
         }
     }
 
@@ -275,6 +292,16 @@ impl RingFrame<'_> {
                 slot,
                 op: serde_json::from_slice(body).map_err(|e| RingFrameError::Malformed(e.to_string()))?,
             },
+            7 => {
+                let count = body.len() / 4;
+                if !body.len().is_multiple_of(4) || !(1..=MAX_DRAFT_TOKENS).contains(&count) {
+                    return Err(RingFrameError::Malformed(format!(
+                        "a draft of {} bytes (1 to {MAX_DRAFT_TOKENS} tokens of 4 bytes)",
+                        body.len()
+                    )));
+                }
+                RingFrame::Draft { request, slot, tokens: body.chunks(4).map(|t| u32_at(t, 0)).collect() }
+            }
             k => return Err(RingFrameError::Kind(k)),
         })
     }
@@ -289,8 +316,8 @@ mod tests {
     fn every_frame_round_trips() {
         let hidden = [1u8, 2, 3, 4];
         let rows = [
-            StepRows { request: 7, slot: 1, start: 5, tokens: 1, sample: true },
-            StepRows { request: 9, slot: 0, start: 0, tokens: 30, sample: false },
+            StepRows { request: 7, slot: 1, start: 5, tokens: 4, sample: true, drafted: 3 },
+            StepRows { request: 9, slot: 0, start: 0, tokens: 30, sample: false, drafted: 0 },
         ];
         let tokens = [Sampled { request: 7, slot: 1, token: 42 }, Sampled { request: 8, slot: 2, token: 0 }];
         let frames = [
@@ -302,6 +329,7 @@ mod tests {
             },
             RingFrame::Forward { rows: Records::Items(&rows), compute_us: 40, hidden: &hidden },
             RingFrame::Tokens { tokens: Records::Items(&tokens), compute_us: 99 },
+            RingFrame::Draft { request: 7, slot: 1, tokens: vec![5, 6, 7] },
             RingFrame::End { request: 7, slot: 1 },
             RingFrame::Failed { request: 7, slot: 1, message: "context full".into() },
             RingFrame::Prefix {
@@ -334,9 +362,18 @@ mod tests {
 
     #[test]
     fn malformed_steps_are_refused() {
-        let rows = [StepRows { request: 7, slot: 1, start: 5, tokens: 1, sample: true }];
+        let rows = [StepRows { request: 7, slot: 1, start: 5, tokens: 1, sample: true, drafted: 0 }];
         let mut buf = Vec::new();
         RingFrame::Forward { rows: Records::Items(&rows), compute_us: 0, hidden: &[] }.encode(&mut buf);
+        // Drafted tokens must be fewer than the rows' tokens, in rows that sample.
+        let mut drafts_all = buf.clone();
+        drafts_all[HEADER + 21] = 1;
+        assert!(matches!(RingFrame::decode(&drafts_all), Err(RingFrameError::Malformed(m)) if m.contains("drafted")));
+        let mut draft = Vec::new();
+        RingFrame::Draft { request: 1, slot: 0, tokens: vec![9; MAX_DRAFT_TOKENS + 1] }.encode(&mut draft);
+        assert!(matches!(RingFrame::decode(&draft), Err(RingFrameError::Malformed(m)) if m.contains("draft of")));
+        draft.truncate(HEADER + 6);
+        assert!(matches!(RingFrame::decode(&draft), Err(RingFrameError::Malformed(_))));
         let mut bad_flag = buf.clone();
         bad_flag[HEADER + 20] = 2;
         assert!(matches!(RingFrame::decode(&bad_flag), Err(RingFrameError::Malformed(m)) if m.contains("sample flag")));

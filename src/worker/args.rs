@@ -64,6 +64,13 @@ pub struct WorkerArgs {
     /// Tokens of saved prefixes the stage keeps in memory, as placement planned.
     #[arg(long)]
     pub saved_prefix_tokens: Option<usize>,
+    /// Stage 0: whether requests draft tokens from their history (speculative decoding): auto, on, off.
+    #[arg(long, default_value = "auto")]
+    pub speculate: crate::engine::Speculation,
+    /// Stage 0: most drafted tokens a request's step carries.
+    #[arg(long, default_value_t = crate::engine::DEFAULT_DRAFT_TOKENS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=crate::engine::MAX_DRAFT_TOKENS as u64))]
+    pub draft_tokens: usize,
 }
 
 fn parse_range(s: &str) -> Result<Range<usize>, String> {
@@ -113,6 +120,8 @@ pub fn run(args: WorkerArgs) -> anyhow::Result<()> {
         }),
         prompt_cache_dir: args.prompt_cache_dir,
         saved_prefix_tokens: args.saved_prefix_tokens,
+        speculation: args.speculate,
+        draft_tokens: args.draft_tokens,
     };
     process::run(config, secret, front_token)
 }

@@ -55,6 +55,9 @@ pub struct WorkerConfig {
     pub prompt_cache_dir: Option<PathBuf>,
     /// Tokens of saved prefixes to keep in memory, as placement planned (none: a context per slot).
     pub saved_prefix_tokens: Option<usize>,
+    /// Stage 0's drafting (speculative decoding) and its most drafted tokens a step.
+    pub speculation: engine::Speculation,
+    pub draft_tokens: usize,
 }
 
 impl WorkerConfig {
@@ -147,6 +150,12 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
         device: config.device.name.clone(),
         weights: config.device.weights,
         kv_type: config.kv_type,
+        // Drafts reach the last stage only where stage 0 makes them (never for a recurrent state).
+        draft_rows: match config.speculation {
+            engine::Speculation::Off => 0,
+            _ if model.config().linear_attention.is_some() => 0,
+            _ => config.draft_tokens,
+        },
     };
     let group = match &config.tensor {
         Some(tensor) => {
@@ -175,7 +184,8 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
             Ok("0") => Reuse::Off,
             _ => Reuse::of(stage.config(), stage.context(), stage.options().batch),
         };
-        let head = Head::new(tokenizer, template, config.sequences, reuse);
+        let head = Head::new(tokenizer, template, config.sequences, reuse)
+            .with_speculation(config.speculation, config.draft_tokens);
         Some(match prefixes.as_mut().and_then(|store| saved_prefix_index(store, reuse)) {
             Some(index) => head.with_saved_prefixes(index),
             None => head,
@@ -552,6 +562,8 @@ mod tests {
             tensor,
             prompt_cache_dir: None,
             saved_prefix_tokens: None,
+            speculation: engine::Speculation::Auto,
+            draft_tokens: engine::DEFAULT_DRAFT_TOKENS,
         }
     }
 

@@ -125,6 +125,12 @@ pub struct StageStats {
     pub saved_prefix_positions: u64,
     #[serde(default)]
     pub saved_prefix_positions_on_disk: u64,
+    /// Stage 0: tokens drafted for speculative decoding, and those of them the model kept (each kept
+    /// one is a step saved): their ratio is the acceptance rate.
+    #[serde(default)]
+    pub drafted_tokens: u64,
+    #[serde(default)]
+    pub accepted_tokens: u64,
 }
 
 impl StageStats {
@@ -194,6 +200,11 @@ pub struct GenerationReport {
     pub decode_tokens_per_second: f64,
     /// Median per-hop link time of this request's decode steps (µs), on multi-stage instances.
     pub hop_p50_us: Option<u64>,
+    /// Tokens drafted for speculative decoding, and those of them kept (part of `generated_tokens`).
+    #[serde(default)]
+    pub drafted_tokens: usize,
+    #[serde(default)]
+    pub accepted_tokens: usize,
     /// The stop string that ended the request, when one did (`stop_sequence` in Anthropic's API).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_sequence: Option<String>,

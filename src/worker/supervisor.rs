@@ -34,6 +34,11 @@ pub struct StageSpec {
     pub saved_prefix_tokens: Option<usize>,
     /// Compute threads (0: the node decides: its cores divided by the stages it runs).
     pub threads: usize,
+    /// Whether stage 0 drafts tokens (speculative decoding), and at most how many a step.
+    #[serde(default)]
+    pub speculation: crate::engine::Speculation,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_tokens: Option<usize>,
     /// The model file as any node can find or fetch it (`model_path` is where the owner has it).
     #[serde(default)]
     pub file: Option<crate::model::peer_copy::OfferedFile>,
@@ -172,6 +177,8 @@ pub fn spawn(
         .args(["--context", &spec.context.to_string(), "--sequences", &spec.sequences.to_string()])
         .args(["--batch", &spec.batch.to_string(), "--threads", &setup.threads.to_string()])
         .args(["--kv-type", spec.kv_type.name()])
+        .args(["--speculate", spec.speculation.name()])
+        .args(spec.draft_tokens.iter().flat_map(|n| ["--draft-tokens".to_string(), n.to_string()]))
         .args(spec.saved_prefix_tokens.iter().flat_map(|n| ["--saved-prefix-tokens".to_string(), n.to_string()]))
         .args(["--listen", &setup.listen.to_string()])
         .args(setup.device.args())

@@ -90,12 +90,13 @@ fn write_seeds() {
     HiddenStates::encode(2, 2, &[0.5, -1.0, 2.25, 0.0], WireFormat::F16, &mut hidden16);
     put("ring", "hidden-f32", &hidden32);
     put("ring", "hidden-f16", &hidden16);
-    let rows = [StepRows { request: 9, slot: 1, start: 0, tokens: 2, sample: true }];
+    let rows = [StepRows { request: 9, slot: 1, start: 0, tokens: 2, sample: true, drafted: 1 }];
     let sampled = [Sampled { request: 9, slot: 1, token: 1234 }];
     let frames = [
         ("begin", RingFrame::Begin { request: 9, slot: 1, sampling: SamplingParams::default(), recent: vec![1, 2, 3] }),
         ("forward", RingFrame::Forward { rows: Records::Items(&rows), compute_us: 310, hidden: &hidden32 }),
         ("token", RingFrame::Tokens { tokens: Records::Items(&sampled), compute_us: 80 }),
+        ("draft", RingFrame::Draft { request: 9, slot: 1, tokens: vec![17, 4, 4096] }),
         ("end", RingFrame::End { request: 9, slot: 1 }),
         ("failed", RingFrame::Failed { request: 9, slot: 1, message: "stage 2 lost its GPU".into() }),
     ];

@@ -62,7 +62,7 @@ pub fn encode_step(segments: &[Segment], input: &StageInput<'_>, out: &mut Vec<u
     });
     out.extend_from_slice(&(segments.len() as u32).to_le_bytes());
     for s in segments {
-        for n in [s.seq, s.start, s.tokens] {
+        for n in [s.seq, s.start, s.tokens, s.drafted] {
             out.extend_from_slice(&(n as u32).to_le_bytes());
         }
         out.push(s.logits as u8);
@@ -100,12 +100,16 @@ pub fn decode_from_leader(frame: &[u8]) -> Result<FromLeader, String> {
             let mut segments = Vec::with_capacity(n);
             for _ in 0..n {
                 let (seq, start, tokens) = (r.u32()? as usize, r.u32()? as usize, r.u32()? as usize);
+                let drafted = r.u32()? as usize;
                 let logits = match r.u8()? {
                     0 => false,
                     1 => true,
                     other => return Err(format!("a step's logits flag is {other}")),
                 };
-                segments.push(Segment { seq, start, tokens, logits });
+                if drafted > 0 && (drafted >= tokens || !logits) {
+                    return Err(format!("a segment of {tokens} tokens cannot verify {drafted} drafted ones"));
+                }
+                segments.push(Segment { seq, start, tokens, logits, drafted });
             }
             let input = if kind == STEP {
                 let n = r.count()?;
@@ -164,10 +168,10 @@ mod tests {
     #[test]
     fn steps_and_values_round_trip() {
         let segments = vec![
-            Segment { seq: 0, start: 10, tokens: 1, logits: true },
-            Segment { seq: 3, start: 0, tokens: 7, logits: false },
+            Segment { seq: 0, start: 10, tokens: 3, logits: true, drafted: 2 },
+            Segment { seq: 3, start: 0, tokens: 7, logits: false, drafted: 0 },
         ];
-        let tokens: Vec<u32> = (0..8).collect();
+        let tokens: Vec<u32> = (0..10).collect();
         let mut frame = Vec::new();
         encode_step(&segments, &StageInput::Tokens(&tokens), &mut frame);
         let input = StepInput::Tokens(tokens);
@@ -184,13 +188,13 @@ mod tests {
     #[test]
     fn malformed_frames_are_refused() {
         let mut frame = Vec::new();
-        let segment = [Segment { seq: 0, start: 0, tokens: 2, logits: true }];
+        let segment = [Segment { seq: 0, start: 0, tokens: 2, logits: true, drafted: 0 }];
         encode_step(&segment, &StageInput::Hidden { values: &[1.0, 2.0, 3.0, 4.0], tokens: 2 }, &mut frame);
         for cut in 0..frame.len() {
             assert!(decode_from_leader(&frame[..cut]).is_err(), "hidden states cut at {cut}");
         }
         let mut claims_more = frame.clone();
-        claims_more[18..22].copy_from_slice(&u32::MAX.to_le_bytes());
+        claims_more[22..26].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(decode_from_leader(&claims_more).is_err(), "more hidden values claimed than sent");
         encode_step(&segment, &StageInput::Tokens(&[5, 6]), &mut frame);
         for cut in 0..frame.len() {
@@ -200,8 +204,11 @@ mod tests {
         long.push(0);
         assert!(decode_from_leader(&long).is_err());
         let mut flag = frame.clone();
-        flag[17] = 2;
+        flag[21] = 2;
         assert!(decode_from_leader(&flag).is_err());
+        let mut drafts_all = frame.clone();
+        drafts_all[17] = 2;
+        assert!(decode_from_leader(&drafts_all).is_err(), "every token of the segment drafted");
         let mut huge = vec![STEP];
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
         assert!(decode_from_leader(&huge).is_err());

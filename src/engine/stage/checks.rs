@@ -33,6 +33,12 @@ impl Stage {
     /// what it holds and fit its context.
     pub fn check_segment(&self, s: &Segment) -> Result<(), EngineError> {
         let (seq, start, tokens) = (s.seq, s.start, s.tokens);
+        if s.drafted >= tokens || (s.drafted > 0 && !s.logits) {
+            return Err(EngineError::BadInput(format!(
+                "a segment of {tokens} tokens cannot verify {} drafted ones",
+                s.drafted
+            )));
+        }
         if seq >= self.cache.sequences() {
             return Err(EngineError::BadInput(format!(
                 "sequence {seq} does not exist (this stage holds {})",

@@ -54,6 +54,8 @@ fn a_relaunch_uses_the_original_options_and_this_nodes_copy() {
         kv_type: None,
         prompt_cache: None,
         max_reply_tokens: None,
+        speculation: None,
+        draft_tokens: None,
         name: None,
         parallel: None,
         nodes: None,

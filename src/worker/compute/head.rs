@@ -9,10 +9,13 @@ use super::prefix_index::PrefixIndex;
 use super::prompt_cache::{Reuse, SlotHistory, CHECKPOINT_BEFORE_END};
 use super::schedule::{self, Need};
 use super::Compute;
-use crate::engine::{self, CallStyle, FinishReason, OutputFormat, Sampler, Segment, StageInput, TokenStream};
+use crate::engine::{
+    self, CallStyle, DraftCost, FinishReason, OutputFormat, Sampler, Segment, Speculation, SpeculationPolicy,
+    StageInput, TokenStream,
+};
 use crate::links::RttWindow;
 use crate::model::{CallFormat, ChatTemplate, Literals, Markup, ModelError, ReplyFormat, Tokenizer};
-use crate::transport::{PrefixOp, Records, RingFrame, StepRows};
+use crate::transport::{PrefixOp, Records, RingFrame, Sampled, StepRows};
 use crate::util::LockExt;
 use crate::worker::protocol::{FrontEvent, FrontRequest, GenerationReport, PromptInput};
 use std::collections::VecDeque;
@@ -54,6 +57,14 @@ pub(super) struct Active {
     hops: RttWindow,
     /// Single-stage instances sample here.
     sampler: Option<Sampler>,
+    /// The prompt and the tokens generated so far, where drafts are looked up.
+    seen: Vec<u32>,
+    /// The drafted tokens of its step on the ring (speculative decoding).
+    drafts: Vec<u32>,
+    policy: SpeculationPolicy,
+    /// Tokens drafted and drafted tokens kept, over the request.
+    drafted: usize,
+    accepted: usize,
 }
 
 impl Active {
@@ -102,9 +113,16 @@ pub struct Head {
     /// in chunks of the whole batch); `SHOAL_PIPELINED_PREFILL=0` turns it off, to measure what it saves.
     pub(super) pipelined_prefill: bool,
     hops: RttWindow,
+    /// Whether requests draft tokens (see [`engine::Speculation`]); never for a model with a recurrent
+    /// state, which cannot go back from rejected drafts.
+    speculation: Speculation,
+    draft_tokens: usize,
+    /// What a drafted row costs on this stage.
+    draft_cost: DraftCost,
     // Reused for every step.
     needs: Vec<Need>,
     tokens: Vec<u32>,
+    drafts: Vec<(u64, u32, Vec<u32>)>,
 }
 
 impl Head {
@@ -122,9 +140,20 @@ impl Head {
             queue_limit: QUEUE_PER_SLOT * slots.max(1),
             pipelined_prefill: std::env::var("SHOAL_PIPELINED_PREFILL").map_or(true, |v| v != "0"),
             hops: RttWindow::default(),
+            speculation: Speculation::Off,
+            draft_tokens: 0,
+            draft_cost: DraftCost::default(),
             needs: Vec::new(),
             tokens: Vec::new(),
+            drafts: Vec::new(),
         }
+    }
+
+    /// Drafting `mode`, at most `draft_tokens` a step (see [`engine::Speculation`]).
+    pub fn with_speculation(mut self, mode: Speculation, draft_tokens: usize) -> Head {
+        self.speculation = mode;
+        self.draft_tokens = draft_tokens.min(engine::MAX_DRAFT_TOKENS);
+        self
     }
 
     /// Swaps `slot` (just taken) for the free slot whose cache holds the most of `prompt`; that slot and
@@ -158,8 +187,11 @@ impl Compute {
     pub(super) fn on_frame_at_head(&mut self, frame: RingFrame<'_>) {
         match frame {
             RingFrame::Tokens { tokens, compute_us } => {
-                for t in tokens.iter() {
-                    self.on_token(t.request, t.token, Some(compute_us));
+                let tokens: Vec<Sampled> = tokens.iter().collect();
+                // A request's tokens of one step are together: its verified drafts and one more.
+                for run in tokens.chunk_by(|a, b| a.request == b.request) {
+                    let ids: Vec<u32> = run.iter().map(|t| t.token).collect();
+                    self.on_tokens(run[0].request, &ids, Some(compute_us));
                 }
             }
             RingFrame::Failed { request, message, .. } => self.finish(request, Err(message)),
@@ -283,6 +315,11 @@ impl Compute {
             });
         }
         let head = self.head.as_mut().expect("stage 0");
+        // A recurrent state cannot go back from rejected drafts.
+        let speculation =
+            if self.stage.config().linear_attention.is_some() { Speculation::Off } else { head.speculation };
+        let draft_tokens = head.draft_tokens;
+        let prompt_copy = if speculation == Speculation::Off { Vec::new() } else { prompt.clone() };
         let pipeline = if head.pipelined_prefill { self.stages } else { 1 };
         let chunk = schedule::prompt_chunk(prompt.len() - cached, pipeline, self.stage.options().batch);
         let checkpoint_at = (head.history.keeps_checkpoints())
@@ -309,6 +346,11 @@ impl Compute {
             sent_at: None,
             hops: RttWindow::default(),
             sampler,
+            seen: prompt_copy,
+            drafts: Vec::new(),
+            policy: SpeculationPolicy::new(speculation, draft_tokens),
+            drafted: 0,
+            accepted: 0,
         });
         self.stats.locked().active_requests = head.active.len();
         if request.max_tokens == 0 {
@@ -321,9 +363,11 @@ impl Compute {
         self.head.as_ref().is_some_and(|h| h.active.iter().any(|a| a.need() != Need::Waiting))
     }
 
-    /// Runs one batched step of the rows the schedule picks, and sends it on (or samples it here).
+    /// Runs one batched step of the rows the schedule picks, and sends it on (or samples it here). A
+    /// decoding request's row may carry drafted tokens after its next one, in the room the step has.
     pub(super) fn step_at_head(&mut self) {
         let batch = self.stage.options().batch;
+        let context = self.stage.context();
         let head = self.head.as_mut().expect("stage 0");
         head.needs.clear();
         head.needs.extend(head.active.iter().map(Active::need));
@@ -333,37 +377,62 @@ impl Compute {
         }
         // Decode rows first, by slot: rows of neighbouring slots attend as one batch.
         picked.sort_by_key(|&(i, tokens)| (tokens > 1, head.active[i].slot));
+        let mut room = batch.saturating_sub(picked.iter().map(|&(_, tokens)| tokens).sum());
+        let cost = head.draft_cost.relative();
+        let only_decode = picked.iter().all(|&(i, _)| head.active[i].next.is_some());
+        let mut drafted_rows = 0;
         self.segments.clear();
         self.rows.clear();
         head.tokens.clear();
+        head.drafts.clear();
         for &(i, tokens) in &picked {
             let a = &mut head.active[i];
             let fed_from = head.tokens.len();
-            let (start, sample) = match a.next.take() {
+            let (start, tokens, sample) = match a.next.take() {
                 Some(token) => {
+                    // Drafts fit the step's room, the context and the reply's length.
+                    let most = a
+                        .policy
+                        .budget(cost)
+                        .min(room)
+                        .min(context.saturating_sub(a.pos + 1))
+                        .min(a.max_tokens.saturating_sub(a.generated + 1));
+                    a.drafts = engine::prompt_lookup(&a.seen, most);
+                    room -= a.drafts.len();
+                    drafted_rows += a.drafts.len();
                     head.tokens.push(token);
+                    head.tokens.extend_from_slice(&a.drafts);
                     a.pos += 1;
-                    (a.pos - 1, true)
+                    (a.pos - 1, 1 + a.drafts.len(), true)
                 }
                 None => {
                     head.tokens.extend_from_slice(&a.prompt[a.prefilled..a.prefilled + tokens]);
                     a.prefilled += tokens;
-                    (a.prefilled - tokens, a.prefilled == a.prompt.len())
+                    (a.prefilled - tokens, tokens, a.prefilled == a.prompt.len())
                 }
             };
+            let drafted = a.drafts.len();
+            if drafted > 0 {
+                head.drafts.push((a.id, a.slot, a.drafts.clone()));
+            }
             head.history.ran(a.slot, start, &head.tokens[fed_from..]);
-            self.segments.push(Segment { seq: a.slot as usize, start, tokens, logits: sample });
+            self.segments.push(Segment { seq: a.slot as usize, start, tokens, logits: sample, drafted });
             self.rows.push(StepRows {
                 request: a.id,
                 slot: a.slot,
                 start: start as u32,
                 tokens: tokens as u32,
                 sample,
+                drafted: drafted as u8,
             });
         }
         let tokens = std::mem::take(&mut head.tokens);
         let result = self.step(StageInput::Tokens(&tokens));
-        self.head.as_mut().expect("stage 0").tokens = tokens;
+        let head = self.head.as_mut().expect("stage 0");
+        head.tokens = tokens;
+        if let (Ok(took), true) = (&result, only_decode) {
+            head.draft_cost.record(picked.len(), drafted_rows, *took);
+        }
         let rows = std::mem::take(&mut self.rows);
         match result {
             Err(e) => {
@@ -375,6 +444,10 @@ impl Compute {
             Ok(_) => {
                 self.encode_output();
                 let wire = std::mem::take(&mut self.wire);
+                // The drafts go ahead of the step, for the last stage to verify.
+                for (request, slot, tokens) in std::mem::take(&mut self.head.as_mut().expect("stage 0").drafts) {
+                    self.send(&RingFrame::Draft { request, slot, tokens });
+                }
                 // Stamped before the write: on a busy machine the next stage may run before it returns.
                 let now = Instant::now();
                 let head = self.head.as_mut().expect("stage 0");
@@ -390,27 +463,41 @@ impl Compute {
         self.rows = rows;
     }
 
-    /// Single-stage instances: each row that asks samples from its logits, then goes on.
+    /// Single-stage instances: each row that asks samples from its logits (verifying its drafts), then
+    /// goes on.
     fn sample_here(&mut self, rows: &[StepRows]) {
         let vocabulary = self.stage.config().vocabulary;
         let head = self.head.as_mut().expect("stage 0");
-        let mut tokens = Vec::with_capacity(rows.len());
-        for (r, logits) in rows.iter().filter(|r| r.sample).zip(self.stage.last_output().chunks(vocabulary)) {
-            let Some(sampler) = head.find(r.request).and_then(|a| a.sampler.as_mut()) else { continue };
-            let token = sampler.sample(logits);
-            sampler.accept(token);
-            tokens.push((r.request, token));
+        let mut sampled = Vec::with_capacity(rows.len());
+        let mut logits = self.stage.last_output();
+        for r in rows.iter().filter(|r| r.sample) {
+            let (own, rest) = logits.split_at((r.drafted as usize + 1) * vocabulary);
+            logits = rest;
+            let Some(a) = head.find(r.request) else { continue };
+            let Some(sampler) = a.sampler.as_mut() else { continue };
+            sampled.push((r.request, sampler.verify(own, vocabulary, &a.drafts)));
         }
-        for (id, token) in tokens {
-            self.on_token(id, token, None);
+        for (id, tokens) in sampled {
+            self.on_tokens(id, &tokens, None);
         }
     }
 
-    fn on_token(&mut self, id: u64, token: u32, others_us: Option<u32>) {
+    /// The tokens a step gave request `id`: the drafts the last stage kept, then one of its own.
+    fn on_tokens(&mut self, id: u64, tokens: &[u32], others_us: Option<u32>) {
         let stages = self.stages as u64;
         let context = self.stage.context();
         let Some(head) = self.head.as_mut() else { return };
         let Some(a) = head.active.iter_mut().find(|a| a.id == id) else { return };
+        let drafts = std::mem::take(&mut a.drafts);
+        let kept = tokens.len().saturating_sub(1);
+        // What the slot's cache holds after the fed token is the drafts: only those can come back as kept.
+        if tokens.is_empty() || kept > drafts.len() || tokens[..kept] != drafts[..kept] {
+            let message = format!("the last stage returned {} tokens that do not follow the drafts", tokens.len());
+            return self.finish(id, Err(message));
+        }
+        a.policy.record(drafts.len(), kept);
+        a.drafted += drafts.len();
+        a.accepted += kept;
         let now = Instant::now();
         a.first_token.get_or_insert(now);
         if let (Some(sent), Some(others)) = (a.sent_at.take(), others_us) {
@@ -420,18 +507,27 @@ impl Compute {
             a.hops.record(hop);
             head.hops.record(hop);
         }
-        a.generated += 1;
-        let (text, stop) = a.stream.push(&head.tokenizer, token);
-        if !text.is_empty() && a.events.send(FrontEvent::Text { text }).is_err() {
-            return self.finish(id, Ok(FinishReason::Cancelled));
+        for (i, &token) in tokens.iter().enumerate() {
+            if i > 0 {
+                // A kept draft: its position is already in the cache.
+                a.pos += 1;
+            }
+            if a.policy.drafts() {
+                a.seen.push(token);
+            }
+            a.generated += 1;
+            let (text, stop) = a.stream.push(&head.tokenizer, token);
+            if !text.is_empty() && a.events.send(FrontEvent::Text { text }).is_err() {
+                return self.finish(id, Ok(FinishReason::Cancelled));
+            }
+            if stop {
+                return self.finish(id, Ok(FinishReason::Stop));
+            }
+            if a.generated >= a.max_tokens || a.pos + 1 > context {
+                return self.finish(id, Ok(FinishReason::Length));
+            }
         }
-        if stop {
-            return self.finish(id, Ok(FinishReason::Stop));
-        }
-        if a.generated >= a.max_tokens || a.pos + 1 > context {
-            return self.finish(id, Ok(FinishReason::Length));
-        }
-        a.next = Some(token);
+        a.next = tokens.last().copied();
     }
 
     pub(super) fn on_cancel(&mut self, id: u64) {
@@ -477,6 +573,8 @@ impl Compute {
             s.generated_tokens += a.generated as u64;
             s.prompt_tokens += a.prompt.len() as u64;
             s.cached_tokens += a.cached as u64;
+            s.drafted_tokens += a.drafted as u64;
+            s.accepted_tokens += a.accepted as u64;
             s.active_requests = head.active.len();
             s.hop_p50_us = head.hops.quantile(0.5).map(|d| d.as_micros() as u64);
             s.hop_p99_us = head.hops.quantile(0.99).map(|d| d.as_micros() as u64);
@@ -528,6 +626,8 @@ fn report(a: &Active) -> GenerationReport {
         prefill_tokens_per_second: engine::rate(a.prompt.len() - a.cached, prefill),
         decode_tokens_per_second: engine::rate(a.generated.saturating_sub(1), decode),
         hop_p50_us: a.hops.quantile(0.5).map(|d| d.as_micros() as u64),
+        drafted_tokens: a.drafted,
+        accepted_tokens: a.accepted,
         stop_sequence: a.stream.stop_sequence().map(str::to_string),
     }
 }

@@ -1,9 +1,12 @@
 //! A worker's compute thread: it owns the stage and runs it one batched step at a time. Stage 0
 //! ([`head`]) admits requests into KV slots (queueing the rest), tokenizes, and runs every step as one
 //! batch of all the requests that have something to run ([`schedule`]): new prompts in chunks beside
-//! the others' decode rows. It turns returning tokens into text and decides when a request ends. The
-//! stages after it run each step they receive as the batch it is and pass its hidden states on; the
-//! last stage samples each request's token with that request's own sampler. Several steps are in the
+//! the others' decode rows, a decoding request's row followed by the tokens it drafts from its history
+//! (speculative decoding, see [`engine::prompt_lookup`]). It turns returning tokens into text and
+//! decides when a request ends. The stages after it run each step they receive as the batch it is and
+//! pass its hidden states on; the last stage samples each request's token with that request's own
+//! sampler, verifying its drafts (sent ahead of the step in a `Draft` frame) and returning the ones it
+//! keeps and one more. Several steps are in the
 //! ring at once, so that no stage waits.
 
 mod head;
@@ -61,6 +64,8 @@ pub struct Compute {
     pub stats: Arc<Mutex<StageStats>>,
     /// The last stage's samplers, by slot.
     samplers: HashMap<u32, Sampler>,
+    /// The last stage: drafts of the next step's rows, by slot.
+    drafts: HashMap<u32, Vec<u32>>,
     /// Structured output's grammars, on the stage that samples.
     grammars: Option<engine::Grammars>,
     wire: Vec<u8>,
@@ -94,6 +99,7 @@ impl Compute {
             recycle,
             stats,
             samplers: HashMap::new(),
+            drafts: HashMap::new(),
             grammars,
             wire: Vec::new(),
             frame: Vec::new(),
@@ -244,6 +250,10 @@ impl Compute {
             },
             RingFrame::End { slot, .. } if last => {
                 self.samplers.remove(&slot);
+                self.drafts.remove(&slot);
+            }
+            RingFrame::Draft { slot, tokens, .. } if last => {
+                self.drafts.insert(slot, tokens);
             }
             RingFrame::Forward { rows, compute_us, hidden } => self.on_step(rows, compute_us, hidden),
             RingFrame::Prefix { request, slot, op } => self.on_prefix(request, slot, op),
@@ -261,6 +271,7 @@ impl Compute {
             start: r.start as usize,
             tokens: r.tokens as usize,
             logits: r.sample,
+            drafted: r.drafted as usize,
         }));
         let decoded = self.hidden.decode_from(hidden).map_err(|e| e.to_string());
         let values = std::mem::take(&mut self.hidden.values);
@@ -289,22 +300,27 @@ impl Compute {
         let mut sampled = std::mem::take(&mut self.sampled);
         sampled.clear();
         let mut missing = Vec::new();
-        for (r, logits) in rows.iter().filter(|r| r.sample).zip(self.stage.last_output().chunks(vocabulary)) {
+        let mut logits = self.stage.last_output();
+        for r in rows.iter().filter(|r| r.sample) {
+            let (own, rest) = logits.split_at((r.drafted as usize + 1) * vocabulary);
+            logits = rest;
+            let drafts = self.drafts.remove(&r.slot).unwrap_or_default();
             match self.samplers.get_mut(&r.slot) {
-                Some(sampler) => {
-                    let token = sampler.sample(logits);
-                    sampler.accept(token);
-                    sampled.push(Sampled { request: r.request, slot: r.slot, token });
+                Some(_) if drafts.len() != r.drafted as usize => {
+                    missing.push((r, format!("{} drafted tokens arrived for rows of {}", drafts.len(), r.drafted)))
                 }
-                None => missing.push(r),
+                Some(sampler) => {
+                    sampled.extend(sampler.verify(own, vocabulary, &drafts).into_iter().map(|token| Sampled {
+                        request: r.request,
+                        slot: r.slot,
+                        token,
+                    }))
+                }
+                None => missing.push((r, "no sampler for this request".into())),
             }
         }
-        for r in missing {
-            self.send(&RingFrame::Failed {
-                request: r.request,
-                slot: r.slot,
-                message: "no sampler for this request".into(),
-            });
+        for (r, message) in missing {
+            self.send(&RingFrame::Failed { request: r.request, slot: r.slot, message });
         }
         if !sampled.is_empty() {
             self.send(&RingFrame::Tokens { tokens: Records::Items(&sampled), compute_us });

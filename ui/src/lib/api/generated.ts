@@ -288,7 +288,12 @@ prompt_tokens: number, cached_tokens: number,
  * Stage 0: saved prefixes written back into a slot, and the positions saved prefixes hold in
  * memory and on disk (every stage holds its layers' rows of each).
  */
-restored_prefixes: number, saved_prefix_positions: number, saved_prefix_positions_on_disk: number, };
+restored_prefixes: number, saved_prefix_positions: number, saved_prefix_positions_on_disk: number, 
+/**
+ * Stage 0: tokens drafted for speculative decoding, and those of them the model kept (each kept
+ * one is a step saved): their ratio is the acceptance rate.
+ */
+drafted_tokens: number, accepted_tokens: number, };
 
 /**
  * A stage's fetch of its share, as the instance shows it.
@@ -472,6 +477,11 @@ request: LaunchRequest | null, };
  */
 export type KvType = "f16" | "q8_0" | "q4_0";
 
+/**
+ * Whether an instance drafts (a launch option).
+ */
+export type Speculation = "auto" | "on" | "off";
+
 export type LaunchRequest = { 
 /**
  * Path of the GGUF file on the launching node (the other nodes find it in their library or fetch
@@ -509,6 +519,15 @@ kv_type?: KvType | null,
  * nodes' memory beyond the plan allows (default: one more context per slot; 0 keeps none).
  */
 prompt_cache?: number | null, 
+/**
+ * Whether requests draft tokens from their own history and verify them in one step (speculative
+ * decoding; default auto: where the model keeps enough of them to pay for the drafts).
+ */
+speculation?: Speculation | null, 
+/**
+ * Most drafted tokens a request's step carries (default 8, at most 32).
+ */
+draft_tokens?: number | null, 
 /**
  * Most tokens any reply may have, whatever a request asks (default: up to the context's end).
  * Bounds what a client that sets no limit (an agent) can make the instance generate.
@@ -569,6 +588,10 @@ time_to_first_token_ms: number, prefill_tokens_per_second: number, decode_tokens
  * Median per-hop link time of this request's decode steps (µs), on multi-stage instances.
  */
 hop_p50_us: number | null, 
+/**
+ * Tokens drafted for speculative decoding, and those of them kept (part of `generated_tokens`).
+ */
+drafted_tokens: number, accepted_tokens: number, 
 /**
  * The stop string that ended the request, when one did (`stop_sequence` in Anthropic's API).
  */
