@@ -1,9 +1,13 @@
 //! Tool calls for `/v1/chat/completions`: the `tools` a request offers and the messages that carry calls
 //! and results, as the model's chat template takes them; and the calls in the model's output: Qwen's and
 //! Hermes' `<tool_call>{"name": …, "arguments": {…}}</tool_call>` blocks, Qwen3-Coder's and Qwen3.5's
-//! `<tool_call><function=…><parameter=…>…</tool_call>` blocks, and Llama 3's reply that is one JSON
-//! object `{"name": …, "parameters": {…}}`. [`ToolStream`] holds back the text that may be a call
-//! while streaming, so that clients get content as it comes and each call whole.
+//! `<tool_call><function=…><parameter=…>…</tool_call>` blocks, GLM-4.5's and GLM-5's
+//! `<tool_call>NAME<arg_key>…</arg_key><arg_value>…</arg_value></tool_call>` blocks, MiniMax M2's and
+//! `<minimax:tool_call><invoke name=…><parameter name=…>…</parameter></invoke></minimax:tool_call>`
+//! blocks and MiniMax M3's `<tool_call><invoke name=…><KEY>…</KEY></invoke></tool_call>` (several
+//! calls in one; M3's namespace marker dropped), and Llama 3's reply that is one JSON object
+//! `{"name": …, "parameters": {…}}`. [`ToolStream`] holds back the text that may be a call while
+//! streaming, so that clients get content as it comes and each call whole.
 
 use super::ApiError;
 use crate::engine::tool_calls::{call_schema, CLOSE, OPEN};
@@ -224,29 +228,151 @@ impl ToolCall {
             let (value, after) = after.split_once("</parameter>")?;
             let value = value.strip_prefix('\n').unwrap_or(value);
             let value = value.strip_suffix('\n').unwrap_or(value);
-            let parsed = serde_json::from_str::<Value>(value).ok().filter(|v| !v.is_string());
-            arguments.insert(key.trim().to_string(), parsed.unwrap_or_else(|| Value::String(value.to_string())));
+            arguments.insert(key.trim().to_string(), template_value(value));
             rest = after;
         }
+    }
+
+    /// A call written as GLM-4.5's and GLM-5's templates show them: the name, then per argument
+    /// `<arg_key>KEY</arg_key>` and `<arg_value>VALUE</arg_value>` (a value that reads as JSON taken as
+    /// that JSON, as the template writes it).
+    fn from_arg_pairs(text: &str) -> Option<ToolCall> {
+        let text = text.trim();
+        let (name, mut rest) = match text.find("<arg_key>") {
+            Some(at) => (&text[..at], &text[at..]),
+            None => (text, ""),
+        };
+        let name = name.trim();
+        if name.is_empty() || name.contains(char::is_whitespace) || name.contains(['<', '>', '{', '"']) {
+            return None;
+        }
+        let mut arguments = serde_json::Map::new();
+        loop {
+            rest = rest.trim_start();
+            if rest.is_empty() {
+                return Some(ToolCall { name: name.to_string(), arguments: arguments.into() });
+            }
+            let (key, after) = rest.strip_prefix("<arg_key>")?.split_once("</arg_key>")?;
+            let (value, after) = after.trim_start().strip_prefix("<arg_value>")?.split_once("</arg_value>")?;
+            arguments.insert(key.trim().to_string(), template_value(value));
+            rest = after;
+        }
+    }
+
+    /// The calls of a MiniMax block: one `<invoke name="NAME">` per call, each with its arguments as
+    /// M2 writes them (`<parameter name="KEY">VALUE</parameter>`) or as M3 does (`<KEY>VALUE</KEY>`, an
+    /// object's or a list's as elements inside). None unless every invoke parses.
+    fn from_invokes(text: &str) -> Option<Vec<ToolCall>> {
+        let mut calls = Vec::new();
+        let mut rest = text.trim();
+        while !rest.is_empty() {
+            let (name, after) = rest.strip_prefix("<invoke name=\"")?.split_once("\">")?;
+            let (body, after) = after.split_once("</invoke>")?;
+            let body = body.trim();
+            let arguments: serde_json::Map<String, Value> = if body.starts_with("<parameter name=\"") {
+                let mut arguments = serde_json::Map::new();
+                let mut params = body;
+                while !params.is_empty() {
+                    let (key, after) = params.strip_prefix("<parameter name=\"")?.split_once("\">")?;
+                    let (value, after) = after.split_once("</parameter>")?;
+                    arguments.insert(key.to_string(), template_value(value));
+                    params = after.trim();
+                }
+                arguments
+            } else {
+                xml_elements(body)?.into_iter().collect()
+            };
+            calls.push(ToolCall { name: name.trim().to_string(), arguments: arguments.into() });
+            rest = after.trim();
+        }
+        (!calls.is_empty()).then_some(calls)
+    }
+}
+
+/// MiniMax M3's marker before each of its tags (a token of its vocabulary), dropped before parsing.
+const MINIMAX_NAMESPACE: &str = "]<]minimax[>[";
+
+/// `<KEY>VALUE</KEY>` elements one after another (MiniMax M3's arguments): a value made of elements
+/// is an object, or a list when they are all `<item>`; any other value is read as
+/// [`template_value`]. None unless all of `text` is elements.
+fn xml_elements(text: &str) -> Option<Vec<(String, Value)>> {
+    let mut elements = Vec::new();
+    let mut rest = text.trim();
+    while !rest.is_empty() {
+        let (key, after) = rest.strip_prefix('<')?.split_once('>')?;
+        if key.is_empty() || key.starts_with('/') || key.contains(char::is_whitespace) {
+            return None;
+        }
+        let (open, close) = (format!("<{key}>"), format!("</{key}>"));
+        // The matching close: nested elements of the same name open and close inside.
+        let (mut depth, mut at) = (1usize, 0);
+        let end = loop {
+            let next_close = after[at..].find(&close)? + at;
+            match after[at..].find(&open).map(|o| o + at).filter(|&o| o < next_close) {
+                Some(nested) => (depth, at) = (depth + 1, nested + open.len()),
+                None if depth == 1 => break next_close,
+                None => (depth, at) = (depth - 1, next_close + close.len()),
+            }
+        };
+        let body = &after[..end];
+        let value = match xml_elements(body).filter(|e| !e.is_empty() && body.trim_start().starts_with('<')) {
+            Some(inner) if inner.iter().all(|(k, _)| k == "item") => {
+                Value::Array(inner.into_iter().map(|(_, v)| v).collect())
+            }
+            Some(inner) => Value::Object(inner.into_iter().collect()),
+            None => template_value(body),
+        };
+        elements.push((key.to_string(), value));
+        rest = after[end + close.len()..].trim();
+    }
+    Some(elements)
+}
+
+/// An argument's value as a template writes it: one that reads as JSON (a number, `true`, an object…)
+/// is that JSON, any other a string (its surrounding newlines dropped).
+fn template_value(value: &str) -> Value {
+    let value = value.strip_prefix('\n').unwrap_or(value);
+    let value = value.strip_suffix('\n').unwrap_or(value);
+    let parsed = serde_json::from_str::<Value>(value).ok().filter(|v| !v.is_string());
+    parsed.unwrap_or_else(|| Value::String(value.to_string()))
+}
+
+/// The blocks calls are written in: Hermes' and Qwen's, GLM's (inside the same tags), MiniMax's.
+const BLOCKS: [(&str, &str); 2] = [(OPEN, CLOSE), ("<minimax:tool_call>", "</minimax:tool_call>")];
+
+/// The calls one block holds, by its opening tag.
+fn block_calls(open: &str, inside: &str) -> Option<Vec<ToolCall>> {
+    if open == OPEN {
+        let one = ToolCall::from_json(inside)
+            .or_else(|| ToolCall::from_functions(inside))
+            .or_else(|| ToolCall::from_arg_pairs(inside));
+        one.map(|call| vec![call]).or_else(|| ToolCall::from_invokes(inside))
+    } else {
+        ToolCall::from_invokes(inside)
     }
 }
 
 /// Splits a whole reply into its text and its calls. Blocks that do not parse stay in the text.
 pub fn split(text: &str) -> (String, Vec<ToolCall>) {
+    let unmarked = text.contains(MINIMAX_NAMESPACE).then(|| text.replace(MINIMAX_NAMESPACE, ""));
+    let text = unmarked.as_deref().unwrap_or(text);
     if let Some(call) = text.trim_start().starts_with('{').then(|| ToolCall::from_json(text)).flatten() {
         return (String::new(), vec![call]);
     }
     let (mut content, mut calls, mut rest) = (String::new(), Vec::new(), text);
-    while let Some(start) = rest.find(OPEN) {
-        let after = &rest[start + OPEN.len()..];
-        let (inside, next) = match after.find(CLOSE) {
-            Some(end) => (&after[..end], &after[end + CLOSE.len()..]),
+    // The earliest block of any kind, then on after it.
+    while let Some((start, open, close)) =
+        BLOCKS.iter().filter_map(|&(open, close)| Some((rest.find(open)?, open, close))).min_by_key(|b| b.0)
+    {
+        let after = &rest[start + open.len()..];
+        let (inside, next) = match after.find(close) {
+            Some(end) => (&after[..end], &after[end + close.len()..]),
             None => (after, ""),
         };
-        match ToolCall::from_json(inside).or_else(|| ToolCall::from_functions(inside)) {
-            Some(call) => {
+        match block_calls(open, inside) {
+            Some(found) => {
                 content.push_str(&rest[..start]);
-                calls.push(call);
+                calls.extend(found);
             }
             None => content.push_str(&rest[..rest.len() - next.len()]),
         }
@@ -258,7 +384,7 @@ pub fn split(text: &str) -> (String, Vec<ToolCall>) {
 }
 
 /// Streamed text of a reply that may call tools: text is passed on until a call may begin (`<tool_call>`,
-/// or a reply that opens with `{`); from there on it is held until the end.
+/// `<minimax:tool_call>`, or a reply that opens with `{`); from there on it is held until the end.
 #[derive(Default)]
 pub struct ToolStream {
     held: String,
@@ -269,7 +395,7 @@ pub struct ToolStream {
 impl ToolStream {
     /// Takes the next piece of text; returns what can be shown now.
     pub fn push(&mut self, text: &str) -> String {
-        self.held.push_str(text);
+        self.held.push_str(&text.replace(MINIMAX_NAMESPACE, ""));
         if !self.started {
             let trimmed = self.held.trim_start();
             if trimmed.is_empty() {
@@ -281,17 +407,18 @@ impl ToolStream {
         if self.holding {
             return String::new();
         }
-        if let Some(at) = self.held.find(OPEN) {
+        if let Some(at) = BLOCKS.iter().filter_map(|(open, _)| self.held.find(open)).min() {
             self.holding = true;
             return self.held.drain(..at).collect();
         }
-        // Keep a tail that may be the start of `<tool_call>`.
-        let keep = (1..OPEN.len().min(self.held.len() + 1))
-            .rev()
-            .find(|&n| {
-                self.held.is_char_boundary(self.held.len() - n) && OPEN.starts_with(&self.held[self.held.len() - n..])
-            })
-            .unwrap_or(0);
+        // Keep a tail that may be the start of a block.
+        let held = &self.held;
+        let may_open = |n: usize| {
+            held.is_char_boundary(held.len() - n)
+                && BLOCKS.iter().any(|(open, _)| open.starts_with(&held[held.len() - n..]))
+        };
+        let longest = BLOCKS.iter().map(|(open, _)| open.len()).max().unwrap_or(0);
+        let keep = (1..longest.min(held.len() + 1)).rev().find(|&n| may_open(n)).unwrap_or(0);
         self.held.drain(..self.held.len() - keep).collect()
     }
 
@@ -336,6 +463,69 @@ mod tests {
         assert_eq!(split(unclosed), (unclosed.to_string(), vec![]), "a parameter never closed");
         let trailing = "<tool_call>\n<function=f>\n</function> and more\n</tool_call>";
         assert_eq!(split(trailing).1, vec![], "text after the function");
+    }
+
+    /// The calls a template writes into an earlier turn, read back: what the model, taught by the same
+    /// template, writes for its own calls. Rendered with the templates llama.cpp ships (fetched into
+    /// `models/templates/` by scripts/fetch-test-model).
+    fn written_by(template: &str, bos: &str, eos: &str) -> (String, Vec<ToolCall>) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("models/templates/{template}.jinja"));
+        let source = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (run scripts/fetch-test-model)", path.display()));
+        let template = crate::model::ChatTemplate::new(Some(&source), bos.into(), eos.into()).unwrap();
+        let tools = [json!({ "type": "function", "function": { "name": "get_weather", "parameters": {
+            "type": "object", "properties": { "city": { "type": "string" }, "days": { "type": "integer" } } } } })];
+        let call = |city: &str, days: u32| json!({ "type": "function", "function": { "name": "get_weather", "arguments": { "city": city, "days": days } } });
+        let messages = [
+            json!({ "role": "user", "content": "QUESTION" }),
+            json!({ "role": "assistant", "content": "", "tool_calls": [call("Paris", 2), call("San José", 3)] }),
+            json!({ "role": "tool", "content": "Sunny" }),
+            json!({ "role": "tool", "content": "Rain" }),
+        ];
+        let prompt = template.render_conversation(&messages, &tools, &serde_json::Map::new()).unwrap();
+        // The turn after the question (the system prompt may show the format with placeholders).
+        let turn = &prompt[prompt.find("QUESTION").unwrap()..];
+        let turn = &turn[..turn.find("Sunny").unwrap()];
+        split(turn)
+    }
+
+    #[test]
+    fn glm_and_minimax_calls_read_back_as_their_templates_write_them() {
+        let expected = vec![
+            ToolCall { name: "get_weather".into(), arguments: json!({ "city": "Paris", "days": 2 }) },
+            ToolCall { name: "get_weather".into(), arguments: json!({ "city": "San José", "days": 3 }) },
+        ];
+        for (template, bos, eos) in
+            [("GLM-4.6", "", "<|endoftext|>"), ("MiniMax-M2", "]~!b[", "[e~["), ("MiniMax-M3", "]~!b[", "[e~[")]
+        {
+            let (_, calls) = written_by(template, bos, eos);
+            assert_eq!(calls, expected, "{template}");
+        }
+        // Qwen3.5's function blocks, read the same way.
+        assert_eq!(written_by("Qwen3.5-4B", "", "<|im_end|>").1, expected);
+        // M3's arguments of objects and lists, as elements.
+        let m3 =
+            "]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"plan\">]<]minimax[>[<trip>]<]minimax[>[<city>Oslo\
+                  ]<]minimax[>[</city>]<]minimax[>[<stops>]<]minimax[>[<item>1]<]minimax[>[</item>]<]minimax[>[<item>\
+                  ]<]minimax[>[<item>x]<]minimax[>[</item>]<]minimax[>[</item>]<]minimax[>[</stops>]<]minimax[>[</trip>\
+                  ]<]minimax[>[<fast>true]<]minimax[>[</fast>]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>";
+        let args = json!({ "trip": { "city": "Oslo", "stops": [1, ["x"]] }, "fast": true });
+        assert_eq!(split(m3), (String::new(), vec![ToolCall { name: "plan".into(), arguments: args }]));
+        // A GLM block without arguments is a call; text in the tags that is no name is not.
+        assert_eq!(split("<tool_call>now</tool_call>").1, vec![ToolCall { name: "now".into(), arguments: json!({}) }]);
+        for text in ["<tool_call>call it now</tool_call>", "<tool_call>f<arg_key>a</arg_key></tool_call>"] {
+            assert_eq!(split(text), (text.to_string(), vec![]), "{text}");
+        }
+        let broken = "<minimax:tool_call><invoke name=\"f\"><parameter name=\"a\">1</invoke></minimax:tool_call>";
+        assert_eq!(split(broken), (broken.to_string(), vec![]));
+        // Streamed, MiniMax's block is held from its first piece.
+        let mut s = ToolStream::default();
+        let shown = ["Sure.", " <minimax:", "tool_call>\n<invoke name=\"now\">\n</invoke>\n</minimax:tool_call>"]
+            .iter()
+            .map(|piece| s.push(piece))
+            .collect::<String>();
+        assert_eq!(shown, "Sure. ");
+        assert_eq!(s.finish().1, vec![ToolCall { name: "now".into(), arguments: json!({}) }]);
     }
 
     #[test]
