@@ -91,16 +91,23 @@ fn prompt_cache_line(i: &InstanceInfo) -> Option<String> {
     ))
 }
 
-/// What speculative decoding kept of its drafts, as stage 0 counts it (none before a request drafted).
+/// What speculative decoding kept of its drafts, as stage 0 counts it (none before a request drafted),
+/// and the decode rate it gave against none, from the cost of a drafted row stage 0 measured.
 fn speculation_line(i: &InstanceInfo) -> Option<String> {
     let stats = i.stages.first()?.stats.as_ref().filter(|s| s.drafted_tokens > 0)?;
     let generated = stats.generated_tokens.max(1) as f64;
-    Some(format!(
+    let mut line = format!(
         "speculation: {:.0}% of {} drafted tokens kept; {:.0}% of the generated tokens came from drafts",
         100.0 * stats.accepted_tokens as f64 / stats.drafted_tokens as f64,
         stats.drafted_tokens,
         100.0 * stats.accepted_tokens as f64 / generated,
-    ))
+    );
+    if let Some(cost) = stats.draft_row_cost {
+        let speedup =
+            shoal::engine::estimated_speedup(stats.generated_tokens, stats.drafted_tokens, stats.accepted_tokens, cost);
+        line += &format!("; about {speedup:.2}x the decode rate without (a drafted row costs {cost:.2} of a step)");
+    }
+    Some(line)
 }
 
 fn state_word(state: InstanceState) -> String {
@@ -179,5 +186,9 @@ mod tests {
             speculation_line(&info).unwrap(),
             "speculation: 75% of 400 drafted tokens kept; 50% of the generated tokens came from drafts"
         );
+        info.stages[0].stats.as_mut().unwrap().draft_row_cost = Some(0.25);
+        assert!(speculation_line(&info)
+            .unwrap()
+            .ends_with("; about 1.50x the decode rate without (a drafted row costs 0.25 of a step)"));
     }
 }

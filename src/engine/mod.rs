@@ -36,7 +36,7 @@ pub use kv_cache::{
 pub use pipeline::{split_ranges, LocalPipeline};
 pub use sampler::{argmax, Sampler, SamplingParams};
 pub use speculation::{
-    prompt_lookup, DraftCost, Speculation, SpeculationPolicy, DEFAULT_DRAFT_TOKENS, MAX_DRAFT_TOKENS,
+    estimated_speedup, prompt_lookup, DraftCost, Speculation, SpeculationPolicy, DEFAULT_DRAFT_TOKENS, MAX_DRAFT_TOKENS,
 };
 pub use stage::{Segment, Stage, StageInput, StageMemory, StageOptions, STATE_CHECKPOINTS};
 pub use stage_options::default_threads;

@@ -189,18 +189,31 @@ impl DraftCost {
 
     /// The extra time of one drafted row, as a share of a step of one row.
     pub fn relative(&self) -> f64 {
+        self.measured().unwrap_or(ASSUMED_COST)
+    }
+
+    /// [`DraftCost::relative`] once steps of different sizes were measured.
+    pub fn measured(&self) -> Option<f64> {
         let spread = self.n * self.rows2 - self.rows * self.rows;
         // Too few steps, or all of one size: no line to fit.
         if self.n < 2.0 || spread <= 1e-9 * self.n * self.n {
-            return ASSUMED_COST;
+            return None;
         }
         let per_row = ((self.n * self.rows_time - self.rows * self.time) / spread).max(0.0);
         let fixed = (self.time - per_row * self.rows) / self.n;
         let one_row = fixed + per_row;
-        if one_row <= 0.0 {
-            return ASSUMED_COST;
-        }
-        per_row / one_row
+        (one_row > 0.0).then(|| per_row / one_row)
+    }
+}
+
+/// The decode rate speculation gave, as a multiple of decoding without it: `generated` tokens took a
+/// step each but the `accepted` drafts, and each of the `drafted` rows cost `cost` of a step.
+pub fn estimated_speedup(generated: u64, drafted: u64, accepted: u64, cost: f64) -> f64 {
+    let steps = generated.saturating_sub(accepted) as f64 + cost * drafted as f64;
+    if steps <= 0.0 {
+        1.0
+    } else {
+        generated as f64 / steps
     }
 }
 
@@ -276,5 +289,13 @@ mod tests {
             cost.record(2, 3, Duration::from_millis(12));
         }
         assert!((cost.relative() - 0.05).abs() < 1e-6, "{}", cost.relative());
+    }
+
+    #[test]
+    fn the_speedup_counts_the_steps_saved_against_the_rows_paid() {
+        // 600 tokens, 300 of them kept drafts: 300 steps, plus 400 drafted rows at 0.25 of a step.
+        assert!((estimated_speedup(600, 400, 300, 0.25) - 1.5).abs() < 1e-9);
+        assert_eq!(estimated_speedup(10, 0, 0, 0.5), 1.0, "nothing drafted");
+        assert_eq!(estimated_speedup(0, 0, 0, 0.5), 1.0);
     }
 }

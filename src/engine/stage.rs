@@ -324,10 +324,11 @@ impl Stage {
         }
         let sequences = self.cache.sequences().min(batch);
         if self.options.draft_rows > 0 && self.is_last() {
-            // Every sequence's decode row with its drafts, each asking logits for all of them.
-            let rows = (1 + self.options.draft_rows).min(batch / sequences.max(1)).max(1);
-            let segments: Vec<_> = (0..sequences.max(1)).map(|seq| segment(seq, rows)).collect();
-            let tokens = rows * segments.len();
+            // Every sequence's decode row, the first carrying all the drafts, each row asking logits.
+            let drafts = self.options.draft_rows.min(batch.saturating_sub(sequences));
+            let segments: Vec<_> =
+                (0..sequences.max(1)).map(|seq| segment(seq, if seq == 0 { 1 + drafts } else { 1 })).collect();
+            let tokens = segments.iter().map(|s| s.tokens).sum();
             shapes.push(GraphShape { tokens, segments, outputs: tokens });
         }
         if sequences > 1 {

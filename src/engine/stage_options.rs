@@ -23,8 +23,9 @@ pub struct StageOptions {
     pub weights: WeightPlacement,
     /// The element type of the KV cache.
     pub kv_type: KvType,
-    /// Drafted tokens a sequence's decode row may carry (speculative decoding): the last stage sizes
-    /// its compute buffer for a step whose every sequence asks logits for them all.
+    /// Drafted tokens a step's decode rows may carry in all (speculative decoding): the last stage sizes
+    /// its compute buffer for a step of every sequence's decode row and that many drafts, each asking
+    /// logits.
     pub draft_rows: usize,
 }
 

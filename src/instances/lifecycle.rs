@@ -85,14 +85,13 @@ pub(super) fn needs_for(model: &Model, request: &LaunchRequest) -> ModelNeeds {
     let sequences = request.sequences.unwrap_or(4).clamp(1, 64);
     let batch = batch_for(request);
     // Stage 0 drafts (and the last stage verifies) unless drafting is off or the model has a recurrent
-    // state; each sequence's drafts fit the batch.
+    // state: a step carries at most that many drafts in all.
     let drafts = match request.speculation.unwrap_or_default() {
         crate::engine::Speculation::Off => 0,
         _ if model.config().linear_attention.is_some() => 0,
-        _ => request.draft_tokens.unwrap_or(crate::engine::DEFAULT_DRAFT_TOKENS).min(batch / sequences),
+        _ => request.draft_tokens.unwrap_or(crate::engine::DEFAULT_DRAFT_TOKENS).min(batch.saturating_sub(sequences)),
     };
-    ModelNeeds::of_kv(model, context, sequences, batch, request.kv_type.unwrap_or_default())
-        .with_draft_rows(sequences * drafts)
+    ModelNeeds::of_kv(model, context, sequences, batch, request.kv_type.unwrap_or_default()).with_draft_rows(drafts)
 }
 
 /// The batch of the request's stages.

@@ -131,6 +131,10 @@ pub struct StageStats {
     pub drafted_tokens: u64,
     #[serde(default)]
     pub accepted_tokens: u64,
+    /// Stage 0: what a drafted row costs, as a share of a decode step of one row, as it measured its
+    /// steps (none before steps of different sizes ran).
+    #[serde(default)]
+    pub draft_row_cost: Option<f64>,
 }
 
 impl StageStats {

@@ -345,9 +345,12 @@ impl TestCluster {
     }
 
     /// Launches `model` from node 0 with `shoal run` on the stages `layers` (256 tokens of context, two
-    /// sequences, one thread); returns the instance once it is ready.
+    /// sequences, one thread, no drafting: the answers are compared with one process decoding a token at
+    /// a time, and a random F16 model's verification rows round otherwise, see `engine_speculation`);
+    /// returns the instance once it is ready.
     pub fn launch_ready(&self, model: &std::path::Path, layers: &str) -> serde_json::Value {
         let args = ["run", model.to_str().unwrap(), "--context", "256", "--sequences", "2", "--threads", "1"];
+        let args = [&args[..], &["--speculate", "off"]].concat();
         let out = self.cli(0, &[&args[..], &["--layers", layers]].concat());
         assert!(out.status.success(), "shoal run failed: {}\n{}", String::from_utf8_lossy(&out.stderr), self.logs());
         let instances = self.get_json(0, "/api/instances");

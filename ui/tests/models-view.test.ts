@@ -150,13 +150,22 @@ describe('the library', () => {
     const path = libraryFixture()[0]!.path;
     const previews = calls.filter((c) => c.key === 'POST /api/placements/preview');
     expect(previews.at(-1)?.body).toEqual({ model: path, context: 8192, sequences: 8 });
-    // The KV cache's type, the prompt cache's tokens and the reply limit go with the request too.
+    // The KV cache's type, the prompt cache's tokens, drafting and the reply limit go with the request too.
     await fireEvent.change(screen.getByTestId('kv-type'), { target: { value: 'q8_0' } });
     await fireEvent.input(screen.getByTestId('prompt-cache'), { target: { value: '0' } });
+    await fireEvent.change(screen.getByTestId('speculation'), { target: { value: 'off' } });
     await fireEvent.input(screen.getByTestId('max-reply'), { target: { value: '512' } });
     await fireEvent.click(screen.getByTestId('preview-button'));
     await waitFor(() => expect((screen.getByTestId('launch-button') as HTMLButtonElement).disabled).toBe(false));
-    const asked = { model: path, context: 8192, sequences: 8, kv_type: 'q8_0', prompt_cache: 0, max_reply_tokens: 512 };
+    const asked = {
+      model: path,
+      context: 8192,
+      sequences: 8,
+      kv_type: 'q8_0',
+      prompt_cache: 0,
+      speculation: 'off',
+      max_reply_tokens: 512,
+    };
     expect(calls.filter((c) => c.key === 'POST /api/placements/preview').at(-1)?.body).toEqual(asked);
     await fireEvent.click(screen.getByTestId('launch-button'));
     await waitFor(() => expect(calls.filter((c) => c.key === 'POST /api/instances')).toHaveLength(1));

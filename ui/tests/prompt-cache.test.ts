@@ -35,6 +35,8 @@ function report(cached: number): GenerationReport {
     prefill_tokens_per_second: 300,
     decode_tokens_per_second: 40,
     hop_p50_us: null,
+    drafted_tokens: 0,
+    accepted_tokens: 0,
     stop_sequence: null,
   };
 }

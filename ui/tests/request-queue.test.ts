@@ -36,6 +36,8 @@ function report(queueMs: number): GenerationReport {
     prefill_tokens_per_second: 150,
     decode_tokens_per_second: 40,
     hop_p50_us: null,
+    drafted_tokens: 0,
+    accepted_tokens: 0,
     stop_sequence: null,
   };
 }

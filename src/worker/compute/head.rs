@@ -377,7 +377,9 @@ impl Compute {
         }
         // Decode rows first, by slot: rows of neighbouring slots attend as one batch.
         picked.sort_by_key(|&(i, tokens)| (tokens > 1, head.active[i].slot));
-        let mut room = batch.saturating_sub(picked.iter().map(|&(_, tokens)| tokens).sum());
+        // Drafts fit the step's batch, and all of them together the most one request may draft (what the
+        // last stage's compute buffer holds logits for, see `StageOptions::draft_rows`).
+        let mut room = batch.saturating_sub(picked.iter().map(|&(_, tokens)| tokens).sum()).min(head.draft_tokens);
         let cost = head.draft_cost.relative();
         let only_decode = picked.iter().all(|&(i, _)| head.active[i].next.is_some());
         let mut drafted_rows = 0;
@@ -575,6 +577,7 @@ impl Compute {
             s.cached_tokens += a.cached as u64;
             s.drafted_tokens += a.drafted as u64;
             s.accepted_tokens += a.accepted as u64;
+            s.draft_row_cost = head.draft_cost.measured();
             s.active_requests = head.active.len();
             s.hop_p50_us = head.hops.quantile(0.5).map(|d| d.as_micros() as u64);
             s.hop_p99_us = head.hops.quantile(0.99).map(|d| d.as_micros() as u64);

@@ -293,7 +293,12 @@ restored_prefixes: number, saved_prefix_positions: number, saved_prefix_position
  * Stage 0: tokens drafted for speculative decoding, and those of them the model kept (each kept
  * one is a step saved): their ratio is the acceptance rate.
  */
-drafted_tokens: number, accepted_tokens: number, };
+drafted_tokens: number, accepted_tokens: number, 
+/**
+ * Stage 0: what a drafted row costs, as a share of a decode step of one row, as it measured its
+ * steps (none before steps of different sizes ran).
+ */
+draft_row_cost: number | null, };
 
 /**
  * A stage's fetch of its share, as the instance shows it.
