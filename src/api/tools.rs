@@ -5,7 +5,9 @@
 //! `<tool_call>NAME<arg_key>…</arg_key><arg_value>…</arg_value></tool_call>` blocks, MiniMax M2's and
 //! `<minimax:tool_call><invoke name=…><parameter name=…>…</parameter></invoke></minimax:tool_call>`
 //! blocks and MiniMax M3's `<tool_call><invoke name=…><KEY>…</KEY></invoke></tool_call>` (several
-//! calls in one; M3's namespace marker dropped), and Llama 3's reply that is one JSON object
+//! calls in one; M3's namespace marker dropped), DeepSeek V3.1's
+//! `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{…}<｜tool▁call▁end｜>…` and V3.2's DSML
+//! `<｜DSML｜function_calls><｜DSML｜invoke name=…><｜DSML｜parameter name=… string=…>`, and Llama 3's reply that is one JSON object
 //! `{"name": …, "parameters": {…}}`. [`ToolStream`] holds back the text that may be a call while
 //! streaming, so that clients get content as it comes and each call whole.
 
@@ -289,6 +291,54 @@ impl ToolCall {
     }
 }
 
+/// DeepSeek V3.1's calls: `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGUMENTS<｜tool▁call▁end｜>` each, the
+/// arguments JSON. None unless every call parses.
+fn deepseek_calls(text: &str) -> Option<Vec<ToolCall>> {
+    const BEGIN: &str = "<｜tool▁call▁begin｜>";
+    const SEP: &str = "<｜tool▁sep｜>";
+    const END: &str = "<｜tool▁call▁end｜>";
+    let mut calls = Vec::new();
+    let mut rest = text.trim();
+    while !rest.is_empty() {
+        let (name, after) = rest.strip_prefix(BEGIN)?.split_once(SEP)?;
+        let (arguments, after) = after.split_once(END)?;
+        let arguments: Value = serde_json::from_str(arguments.trim()).ok()?;
+        calls.push(ToolCall { name: name.trim().to_string(), arguments });
+        rest = after.trim();
+    }
+    (!calls.is_empty()).then_some(calls)
+}
+
+/// DeepSeek V3.2's DSML calls: `<｜DSML｜invoke name="NAME">` each, with its
+/// `<｜DSML｜parameter name="KEY" string="true|false">VALUE</｜DSML｜parameter>` lines (a string as it
+/// is, any other value JSON). None unless every call parses.
+fn dsml_calls(text: &str) -> Option<Vec<ToolCall>> {
+    const INVOKE: &str = "<｜DSML｜invoke name=\"";
+    const PARAMETER: &str = "<｜DSML｜parameter name=\"";
+    let mut calls = Vec::new();
+    let mut rest = text.trim();
+    while !rest.is_empty() {
+        let (name, after) = rest.strip_prefix(INVOKE)?.split_once("\">")?;
+        let (mut body, after) = after.split_once("</｜DSML｜invoke>")?;
+        let mut arguments = serde_json::Map::new();
+        body = body.trim();
+        while !body.is_empty() {
+            let (key, after) = body.strip_prefix(PARAMETER)?.split_once('"')?;
+            let (string, after) = after.trim_start().strip_prefix("string=\"")?.split_once("\">")?;
+            let (value, after) = after.split_once("</｜DSML｜parameter>")?;
+            let value = match string {
+                "true" => Value::String(value.to_string()),
+                _ => serde_json::from_str(value.trim()).ok()?,
+            };
+            arguments.insert(key.to_string(), value);
+            body = after.trim();
+        }
+        calls.push(ToolCall { name: name.trim().to_string(), arguments: arguments.into() });
+        rest = after.trim();
+    }
+    (!calls.is_empty()).then_some(calls)
+}
+
 /// MiniMax M3's marker before each of its tags (a token of its vocabulary), dropped before parsing.
 const MINIMAX_NAMESPACE: &str = "]<]minimax[>[";
 
@@ -337,18 +387,29 @@ fn template_value(value: &str) -> Value {
     parsed.unwrap_or_else(|| Value::String(value.to_string()))
 }
 
-/// The blocks calls are written in: Hermes' and Qwen's, GLM's (inside the same tags), MiniMax's.
-const BLOCKS: [(&str, &str); 2] = [(OPEN, CLOSE), ("<minimax:tool_call>", "</minimax:tool_call>")];
+/// The blocks calls are written in: Hermes' and Qwen's, GLM's and MiniMax M3's (inside the same tags),
+/// MiniMax M2's, DeepSeek V3.1's and V3.2's.
+const BLOCKS: [(&str, &str); 4] = [
+    (OPEN, CLOSE),
+    ("<minimax:tool_call>", "</minimax:tool_call>"),
+    (DEEPSEEK_OPEN, "<｜tool▁calls▁end｜>"),
+    (DSML_OPEN, "</｜DSML｜function_calls>"),
+];
+const DEEPSEEK_OPEN: &str = "<｜tool▁calls▁begin｜>";
+const DSML_OPEN: &str = "<｜DSML｜function_calls>";
 
 /// The calls one block holds, by its opening tag.
 fn block_calls(open: &str, inside: &str) -> Option<Vec<ToolCall>> {
-    if open == OPEN {
-        let one = ToolCall::from_json(inside)
-            .or_else(|| ToolCall::from_functions(inside))
-            .or_else(|| ToolCall::from_arg_pairs(inside));
-        one.map(|call| vec![call]).or_else(|| ToolCall::from_invokes(inside))
-    } else {
-        ToolCall::from_invokes(inside)
+    match open {
+        OPEN => {
+            let one = ToolCall::from_json(inside)
+                .or_else(|| ToolCall::from_functions(inside))
+                .or_else(|| ToolCall::from_arg_pairs(inside));
+            one.map(|call| vec![call]).or_else(|| ToolCall::from_invokes(inside))
+        }
+        DEEPSEEK_OPEN => deepseek_calls(inside),
+        DSML_OPEN => dsml_calls(inside),
+        _ => ToolCall::from_invokes(inside),
     }
 }
 
@@ -490,7 +551,7 @@ mod tests {
     }
 
     #[test]
-    fn glm_and_minimax_calls_read_back_as_their_templates_write_them() {
+    fn glm_minimax_and_deepseek_calls_read_back_as_their_templates_write_them() {
         let expected = vec![
             ToolCall { name: "get_weather".into(), arguments: json!({ "city": "Paris", "days": 2 }) },
             ToolCall { name: "get_weather".into(), arguments: json!({ "city": "San José", "days": 3 }) },
@@ -501,8 +562,12 @@ mod tests {
             let (_, calls) = written_by(template, bos, eos);
             assert_eq!(calls, expected, "{template}");
         }
-        // Qwen3.5's function blocks, read the same way.
+        // Qwen3.5's function blocks and DeepSeek V3.1's and V3.2's calls, read the same way.
         assert_eq!(written_by("Qwen3.5-4B", "", "<|im_end|>").1, expected);
+        let deepseek = ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>");
+        for template in ["deepseek-ai-DeepSeek-V3.1", "deepseek-ai-DeepSeek-V3.2"] {
+            assert_eq!(written_by(template, deepseek.0, deepseek.1).1, expected, "{template}");
+        }
         // M3's arguments of objects and lists, as elements.
         let m3 =
             "]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name=\"plan\">]<]minimax[>[<trip>]<]minimax[>[<city>Oslo\
