@@ -5,8 +5,9 @@ use super::NetError;
 
 pub const MAGIC: &[u8; 5] = b"SHOAL";
 /// Bumped when the wire protocol changes incompatibly; nodes of different versions refuse each other
-/// with a message that says so.
-pub const PROTOCOL_VERSION: u8 = 2;
+/// with a message that says so. 3: a step's rows carry their drafted tokens' count, and a `Draft` frame
+/// travels ahead of them (speculative decoding).
+pub const PROTOCOL_VERSION: u8 = 3;
 
 /// What a connection is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -252,8 +252,11 @@ impl Compute {
                 self.samplers.remove(&slot);
                 self.drafts.remove(&slot);
             }
+            // Kept for the step that follows; only for slots this stage has (a frame cannot grow the map).
             RingFrame::Draft { slot, tokens, .. } if last => {
-                self.drafts.insert(slot, tokens);
+                if (slot as usize) < self.stage.options().sequences {
+                    self.drafts.insert(slot, tokens);
+                }
             }
             RingFrame::Forward { rows, compute_us, hidden } => self.on_step(rows, compute_us, hidden),
             RingFrame::Prefix { request, slot, op } => self.on_prefix(request, slot, op),
