@@ -24,6 +24,16 @@ pub enum Speculation {
 }
 
 impl Speculation {
+    /// This choice for `config`'s model: off for a model with a recurrent state, which cannot go back
+    /// from a refused draft.
+    pub fn for_model(self, config: &crate::model::ModelConfig) -> Speculation {
+        if config.linear_attention.is_some() {
+            Speculation::Off
+        } else {
+            self
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Speculation::Auto => "auto",

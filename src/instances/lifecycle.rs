@@ -86,9 +86,8 @@ pub(super) fn needs_for(model: &Model, request: &LaunchRequest) -> ModelNeeds {
     let batch = batch_for(request);
     // Stage 0 drafts (and the last stage verifies) unless drafting is off or the model has a recurrent
     // state: a step carries at most that many drafts in all.
-    let drafts = match request.speculation.unwrap_or_default() {
+    let drafts = match request.speculation.unwrap_or_default().for_model(model.config()) {
         crate::engine::Speculation::Off => 0,
-        _ if model.config().linear_attention.is_some() => 0,
         _ => request.draft_tokens.unwrap_or(crate::engine::DEFAULT_DRAFT_TOKENS).min(batch.saturating_sub(sequences)),
     };
     ModelNeeds::of_kv(model, context, sequences, batch, request.kv_type.unwrap_or_default()).with_draft_rows(drafts)

@@ -150,10 +150,9 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
         device: config.device.name.clone(),
         weights: config.device.weights,
         kv_type: config.kv_type,
-        // Drafts reach the last stage only where stage 0 makes them (never for a recurrent state).
-        draft_rows: match config.speculation {
+        // Drafts reach the last stage only where stage 0 makes them.
+        draft_rows: match config.speculation.for_model(model.config()) {
             engine::Speculation::Off => 0,
-            _ if model.config().linear_attention.is_some() => 0,
             _ => config.draft_tokens,
         },
     };
@@ -185,7 +184,7 @@ fn run_inner(config: WorkerConfig, secret: [u8; 32], front_token: String) -> any
             _ => Reuse::of(stage.config(), stage.context(), stage.options().batch),
         };
         let head = Head::new(tokenizer, template, config.sequences, reuse)
-            .with_speculation(config.speculation, config.draft_tokens);
+            .with_speculation(config.speculation.for_model(stage.config()), config.draft_tokens);
         Some(match prefixes.as_mut().and_then(|store| saved_prefix_index(store, reuse)) {
             Some(index) => head.with_saved_prefixes(index),
             None => head,

@@ -7,8 +7,10 @@
  * has a Qwen file, beta has it and SmolLM2 (pulled by shoal, so its repository is known), gamma has
  * SmolLM2 added by path.
  */
-import type { EventStream } from '../src/lib/state/store';
-import type { ClusterSnapshot, InstanceInfo, ModelWithFit, NodeFiles } from '../src/lib/api/types';
+import { ClusterStore, type EventStream } from '../src/lib/state/store';
+import type { ClusterSnapshot, InstanceInfo, ModelWithFit, NodeFiles, StageStats } from '../src/lib/api/types';
+import { ApiClient } from '../src/lib/api/client';
+import { APP_CONTEXT } from '../src/lib/context';
 import cluster from './fixtures/cluster.json';
 import instances from './fixtures/instances.json';
 import library from './fixtures/models-fit.json';
@@ -102,4 +104,18 @@ export class FakeApi {
 /** Lets promise callbacks run. */
 export async function settle(): Promise<void> {
   for (let i = 0; i < 5; i++) await Promise.resolve();
+}
+
+/** The app context a component reads (its API client and store), over the fakes. */
+export function appContext() {
+  const client = new ApiClient(async () => new Response('{}'), { load: () => null, save: () => {} });
+  const store = new ClusterStore({ getJson: new FakeApi().getJson, openEvents: () => new FakeEventSource() });
+  return new Map([[APP_CONTEXT, { client, store }]]);
+}
+
+/** The fixture's first instance, ready, with stage 0's stats changed by `stats`. */
+export function withHeadStats(stats: Partial<StageStats>): InstanceInfo {
+  const instance = instancesFixture()[0]!;
+  const stages = instance.stages.map((s, i) => (i === 0 ? { ...s, stats: { ...(s.stats as StageStats), ...stats } } : s));
+  return { ...instance, state: 'ready', stages };
 }

@@ -7,23 +7,8 @@ import InstanceCard from '../src/components/models/InstanceCard.svelte';
 import ChatMessage from '../src/components/chat/ChatMessage.svelte';
 import RequestTable from '../src/components/rates/RequestTable.svelte';
 import PlacementPreview from '../src/components/models/PlacementPreview.svelte';
-import { APP_CONTEXT } from '../src/lib/context';
-import { ApiClient } from '../src/lib/api/client';
-import type { GenerationReport, InstanceInfo, StageStats } from '../src/lib/api/types';
-import { ClusterStore } from '../src/lib/state/store';
-import { FakeApi, FakeEventSource, instancesFixture } from './fakes';
-
-function appContext() {
-  const client = new ApiClient(async () => new Response('{}'), { load: () => null, save: () => {} });
-  const store = new ClusterStore({ getJson: new FakeApi().getJson, openEvents: () => new FakeEventSource() });
-  return new Map([[APP_CONTEXT, { client, store }]]);
-}
-
-function withCache(stats: Partial<StageStats>): InstanceInfo {
-  const instance = instancesFixture()[0]!;
-  const stages = instance.stages.map((s, i) => (i === 0 ? { ...s, stats: { ...(s.stats as StageStats), ...stats } } : s));
-  return { ...instance, state: 'ready', stages };
-}
+import type { GenerationReport } from '../src/lib/api/types';
+import { appContext, instancesFixture, withHeadStats as withCache } from './fakes';
 
 function report(cached: number): GenerationReport {
   return {

@@ -4,23 +4,7 @@
 import { describe, expect, it } from 'vitest';
 import { render, screen } from '@testing-library/svelte';
 import InstanceCard from '../src/components/models/InstanceCard.svelte';
-import { APP_CONTEXT } from '../src/lib/context';
-import { ApiClient } from '../src/lib/api/client';
-import type { InstanceInfo, StageStats } from '../src/lib/api/types';
-import { ClusterStore } from '../src/lib/state/store';
-import { FakeApi, FakeEventSource, instancesFixture } from './fakes';
-
-function appContext() {
-  const client = new ApiClient(async () => new Response('{}'), { load: () => null, save: () => {} });
-  const store = new ClusterStore({ getJson: new FakeApi().getJson, openEvents: () => new FakeEventSource() });
-  return new Map([[APP_CONTEXT, { client, store }]]);
-}
-
-function withStats(stats: Partial<StageStats>): InstanceInfo {
-  const instance = instancesFixture()[0]!;
-  const stages = instance.stages.map((s, i) => (i === 0 ? { ...s, stats: { ...(s.stats as StageStats), ...stats } } : s));
-  return { ...instance, state: 'ready', stages };
-}
+import { appContext, withHeadStats as withStats } from './fakes';
 
 describe('speculative decoding', () => {
   it('the instance card shows the drafts kept and the share of the reply they made', () => {

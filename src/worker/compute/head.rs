@@ -113,8 +113,8 @@ pub struct Head {
     /// in chunks of the whole batch); `SHOAL_PIPELINED_PREFILL=0` turns it off, to measure what it saves.
     pub(super) pipelined_prefill: bool,
     hops: RttWindow,
-    /// Whether requests draft tokens (see [`engine::Speculation`]); never for a model with a recurrent
-    /// state, which cannot go back from rejected drafts.
+    /// Whether requests draft tokens (see [`engine::Speculation`], already off for a model with a
+    /// recurrent state).
     speculation: Speculation,
     draft_tokens: usize,
     /// What a drafted row costs on this stage.
@@ -315,10 +315,7 @@ impl Compute {
             });
         }
         let head = self.head.as_mut().expect("stage 0");
-        // A recurrent state cannot go back from rejected drafts.
-        let speculation =
-            if self.stage.config().linear_attention.is_some() { Speculation::Off } else { head.speculation };
-        let draft_tokens = head.draft_tokens;
+        let (speculation, draft_tokens) = (head.speculation, head.draft_tokens);
         let prompt_copy = if speculation == Speculation::Off { Vec::new() } else { prompt.clone() };
         let pipeline = if head.pipelined_prefill { self.stages } else { 1 };
         let chunk = schedule::prompt_chunk(prompt.len() - cached, pipeline, self.stage.options().batch);
@@ -473,7 +470,11 @@ impl Compute {
         let mut sampled = Vec::with_capacity(rows.len());
         let mut logits = self.stage.last_output();
         for r in rows.iter().filter(|r| r.sample) {
-            let (own, rest) = logits.split_at((r.drafted as usize + 1) * vocabulary);
+            // The stage gave each sampling row its drafts' rows too; a shorter output is a broken step.
+            let Some((own, rest)) = logits.split_at_checked((r.drafted as usize + 1) * vocabulary) else {
+                sampled.push((r.request, Vec::new()));
+                continue;
+            };
             logits = rest;
             let Some(a) = head.find(r.request) else { continue };
             let Some(sampler) = a.sampler.as_mut() else { continue };
@@ -493,7 +494,10 @@ impl Compute {
         let drafts = std::mem::take(&mut a.drafts);
         let kept = tokens.len().saturating_sub(1);
         // What the slot's cache holds after the fed token is the drafts: only those can come back as kept.
-        if tokens.is_empty() || kept > drafts.len() || tokens[..kept] != drafts[..kept] {
+        if tokens.is_empty() {
+            return self.finish(id, Err("the step gave no token for this request".into()));
+        }
+        if kept > drafts.len() || tokens[..kept] != drafts[..kept] {
             let message = format!("the last stage returned {} tokens that do not follow the drafts", tokens.len());
             return self.finish(id, Err(message));
         }

@@ -305,7 +305,11 @@ impl Compute {
         let mut missing = Vec::new();
         let mut logits = self.stage.last_output();
         for r in rows.iter().filter(|r| r.sample) {
-            let (own, rest) = logits.split_at((r.drafted as usize + 1) * vocabulary);
+            // The stage gave each sampling row its drafts' rows too; a shorter output is a broken step.
+            let Some((own, rest)) = logits.split_at_checked((r.drafted as usize + 1) * vocabulary) else {
+                missing.push((r, "the step gave no logits for these rows".into()));
+                continue;
+            };
             logits = rest;
             let drafts = self.drafts.remove(&r.slot).unwrap_or_default();
             match self.samplers.get_mut(&r.slot) {
